@@ -1,0 +1,1 @@
+//! drill-algo

@@ -1,0 +1,21 @@
+//! Native reinforcement-learning environments with Gymnasium's semantics.
+//!
+//! - [`Env`]: one environment; `reset(seed)` and `step(action)` write the observation into a
+//!   caller-owned buffer, so stepping allocates nothing.
+//! - [`classic`]: CartPole-v0/v1, Pendulum-v1, MountainCar-v0 and Acrobot-v1, numerically the same
+//!   as Gymnasium's classic-control code (checked against recorded fixtures in `tests/`).
+//! - [`TimeLimit`]: the episode step limit, reported as truncation.
+//! - [`VecEnv`]: N copies stepped in one call into structure-of-arrays buffers, with same-step
+//!   auto-reset (see its docs).
+//! - [`make`] / [`make_vec`]: build an environment from its Gymnasium id.
+
+mod base;
+pub mod classic;
+mod registry;
+mod time_limit;
+mod vector;
+
+pub use base::{Action, ActionSpace, Env, EnvSpec, Step};
+pub use registry::{EnvError, ENV_IDS, make, make_vec, spec};
+pub use time_limit::TimeLimit;
+pub use vector::{Actions, DynVecEnv, VecEnv};
