@@ -1,0 +1,349 @@
+//! Per-algorithm hyper-parameters: the `[policy]` table and its sub-tables. Each field's doc is
+//! the reference for its key; defaults follow DI-engine's where it has one.
+
+use serde::{Deserialize, Serialize};
+
+/// `[policy.eval]`: evaluation schedule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EvalConfig {
+    /// `[policy.eval.evaluator]`.
+    pub evaluator: EvaluatorConfig,
+}
+
+impl Default for EvalConfig {
+    fn default() -> Self {
+        Self { evaluator: EvaluatorConfig::default() }
+    }
+}
+
+/// `[policy.eval.evaluator]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EvaluatorConfig {
+    /// Evaluate every this many train iterations (and once before training).
+    pub eval_freq: u64,
+}
+
+impl Default for EvaluatorConfig {
+    fn default() -> Self {
+        Self { eval_freq: 1000 }
+    }
+}
+
+/// `[policy.model]` for DQN: an MLP encoder and a (dueling) Q head.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DqnModel {
+    /// Observation size; taken from the environment when omitted (must match if given).
+    pub obs_shape: Option<usize>,
+    /// Number of actions; taken from the environment when omitted (must match if given).
+    pub action_shape: Option<usize>,
+    /// Hidden layer sizes of the encoder MLP (ReLU after each).
+    pub encoder_hidden_size_list: Vec<usize>,
+    /// Dueling head: `Q = V + A - mean(A)`.
+    pub dueling: bool,
+}
+
+impl Default for DqnModel {
+    fn default() -> Self {
+        Self { obs_shape: None, action_shape: None, encoder_hidden_size_list: vec![128, 128, 64], dueling: true }
+    }
+}
+
+/// `[policy.learn]` for DQN.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DqnLearn {
+    /// Gradient updates after each collect.
+    pub update_per_collect: usize,
+    /// Transitions per update.
+    pub batch_size: usize,
+    /// Adam learning rate.
+    pub learning_rate: f64,
+    /// Hard target update: copy the online net every this many train iterations.
+    pub target_update_freq: u64,
+    /// Soft target update instead: `target = theta * online + (1 - theta) * target` every
+    /// iteration. Omit for hard updates.
+    pub target_theta: Option<f64>,
+    /// Treat terminal transitions as non-terminal (DI-engine's `ignore_done`).
+    pub ignore_done: bool,
+    /// Do not update before the buffer holds this many transitions (at least `batch_size`).
+    pub learning_starts: usize,
+}
+
+impl Default for DqnLearn {
+    fn default() -> Self {
+        Self {
+            update_per_collect: 3,
+            batch_size: 64,
+            learning_rate: 1e-3,
+            target_update_freq: 100,
+            target_theta: None,
+            ignore_done: false,
+            learning_starts: 0,
+        }
+    }
+}
+
+/// `[policy.collect]` for DQN.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DqnCollect {
+    /// Transitions collected (over all collector envs) before each round of updates.
+    pub n_sample: usize,
+    /// Trajectory unroll length; DQN uses single transitions (1).
+    pub unroll_len: usize,
+}
+
+impl Default for DqnCollect {
+    fn default() -> Self {
+        Self { n_sample: 8, unroll_len: 1 }
+    }
+}
+
+/// `[policy.other.eps]`: epsilon-greedy exploration, driven by collected env steps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EpsConfig {
+    /// `exp`: `end + (start - end) * exp(-t / decay)` (DI-engine); `linear`: from start to end
+    /// over `decay` steps.
+    #[serde(rename = "type")]
+    pub kind: EpsKind,
+    /// Epsilon at step 0.
+    pub start: f64,
+    /// Final epsilon.
+    pub end: f64,
+    /// Decay constant in env steps.
+    pub decay: f64,
+}
+
+/// The shape of the epsilon schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EpsKind {
+    /// Exponential decay.
+    Exp,
+    /// Linear decay, then constant.
+    Linear,
+}
+
+impl Default for EpsConfig {
+    fn default() -> Self {
+        Self { kind: EpsKind::Exp, start: 0.95, end: 0.1, decay: 10000.0 }
+    }
+}
+
+/// `[policy.other.replay_buffer]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReplayBufferConfig {
+    /// Capacity in transitions (oldest overwritten first).
+    pub replay_buffer_size: usize,
+    /// Prioritized replay (proportional, with importance-sampling weights).
+    pub priority: bool,
+    /// Priority exponent alpha.
+    pub priority_alpha: f64,
+    /// Importance-sampling exponent beta.
+    pub priority_beta: f64,
+}
+
+impl Default for ReplayBufferConfig {
+    fn default() -> Self {
+        Self { replay_buffer_size: 10000, priority: false, priority_alpha: 0.6, priority_beta: 0.4 }
+    }
+}
+
+/// `[policy.other]` for DQN.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DqnOther {
+    /// `[policy.other.eps]`.
+    pub eps: EpsConfig,
+    /// `[policy.other.replay_buffer]`.
+    pub replay_buffer: ReplayBufferConfig,
+}
+
+/// `[policy]` with `type = "dqn"`: DQN as DI-engine does it (dueling, double, n-step).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DqnPolicy {
+    /// Always `dqn` here.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Run on CUDA (needs a binary built with `--features cuda`).
+    pub cuda: bool,
+    /// Data-parallel training across ranks (DI-engine's name; `ddp` is an alias).
+    #[serde(alias = "ddp")]
+    pub multi_gpu: bool,
+    /// Reward discount gamma.
+    pub discount_factor: f64,
+    /// n of the n-step return.
+    pub nstep: usize,
+    /// `[policy.model]`.
+    pub model: DqnModel,
+    /// `[policy.learn]`.
+    pub learn: DqnLearn,
+    /// `[policy.collect]`.
+    pub collect: DqnCollect,
+    /// `[policy.eval]`.
+    pub eval: EvalConfig,
+    /// `[policy.other]`.
+    pub other: DqnOther,
+}
+
+impl Default for DqnPolicy {
+    fn default() -> Self {
+        Self {
+            kind: "dqn".into(),
+            cuda: false,
+            multi_gpu: false,
+            discount_factor: 0.97,
+            nstep: 1,
+            model: DqnModel::default(),
+            learn: DqnLearn::default(),
+            collect: DqnCollect::default(),
+            eval: EvalConfig::default(),
+            other: DqnOther::default(),
+        }
+    }
+}
+
+/// How PPO's Gaussian policy gets its standard deviation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SigmaType {
+    /// A learned log-std per action dimension, independent of the state.
+    Independent,
+    /// A log-std output by the actor head, conditioned on the state.
+    Conditioned,
+}
+
+/// `[policy.model]` for PPO: actor and critic MLPs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PpoModel {
+    /// Observation size; from the environment when omitted.
+    pub obs_shape: Option<usize>,
+    /// Action count (discrete) or dimension (continuous); from the environment when omitted.
+    pub action_shape: Option<usize>,
+    /// Hidden sizes of the actor's and the critic's MLPs (tanh after each; separate networks).
+    pub encoder_hidden_size_list: Vec<usize>,
+    /// Continuous actions: how the standard deviation is produced.
+    pub sigma_type: SigmaType,
+    /// Continuous actions: initial log standard deviation.
+    pub init_log_std: f64,
+}
+
+impl Default for PpoModel {
+    fn default() -> Self {
+        Self {
+            obs_shape: None,
+            action_shape: None,
+            encoder_hidden_size_list: vec![64, 64],
+            sigma_type: SigmaType::Independent,
+            init_log_std: 0.0,
+        }
+    }
+}
+
+/// `[policy.learn]` for PPO.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PpoLearn {
+    /// Passes over each collected batch.
+    pub epoch_per_collect: usize,
+    /// Minibatch size.
+    pub batch_size: usize,
+    /// Adam learning rate.
+    pub learning_rate: f64,
+    /// Anneal the learning rate linearly to 0 over `max_env_step`.
+    pub lr_anneal: bool,
+    /// Weight of the value loss.
+    pub value_weight: f64,
+    /// Weight of the entropy bonus.
+    pub entropy_weight: f64,
+    /// Surrogate clip epsilon.
+    pub clip_ratio: f64,
+    /// Clip the value update around the old value (by `clip_ratio`).
+    pub value_clip: bool,
+    /// Normalise advantages per minibatch.
+    pub adv_norm: bool,
+    /// Clip the global gradient norm to this value (0: off).
+    pub grad_clip_value: f64,
+    /// Stop an update's epochs early when the approximate KL exceeds this (0: off).
+    pub target_kl: f64,
+}
+
+impl Default for PpoLearn {
+    fn default() -> Self {
+        Self {
+            epoch_per_collect: 10,
+            batch_size: 64,
+            learning_rate: 3e-4,
+            lr_anneal: false,
+            value_weight: 0.5,
+            entropy_weight: 0.0,
+            clip_ratio: 0.2,
+            value_clip: true,
+            adv_norm: true,
+            grad_clip_value: 0.5,
+            target_kl: 0.0,
+        }
+    }
+}
+
+/// `[policy.collect]` for PPO.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PpoCollect {
+    /// Transitions collected (over all collector envs) per update; a multiple of
+    /// `env.collector_env_num`.
+    pub n_sample: usize,
+    /// Reward discount gamma.
+    pub discount_factor: f64,
+    /// GAE lambda.
+    pub gae_lambda: f64,
+}
+
+impl Default for PpoCollect {
+    fn default() -> Self {
+        Self { n_sample: 1024, discount_factor: 0.99, gae_lambda: 0.95 }
+    }
+}
+
+/// `[policy]` with `type = "ppo"`: clipped PPO for discrete and continuous actions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PpoPolicy {
+    /// Always `ppo` here.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Run on CUDA (needs a binary built with `--features cuda`).
+    pub cuda: bool,
+    /// Data-parallel training across ranks (`ddp` is an alias).
+    #[serde(alias = "ddp")]
+    pub multi_gpu: bool,
+    /// `[policy.model]`.
+    pub model: PpoModel,
+    /// `[policy.learn]`.
+    pub learn: PpoLearn,
+    /// `[policy.collect]`.
+    pub collect: PpoCollect,
+    /// `[policy.eval]`.
+    pub eval: EvalConfig,
+}
+
+impl Default for PpoPolicy {
+    fn default() -> Self {
+        Self {
+            kind: "ppo".into(),
+            cuda: false,
+            multi_gpu: false,
+            model: PpoModel::default(),
+            learn: PpoLearn::default(),
+            collect: PpoCollect::default(),
+            eval: EvalConfig::default(),
+        }
+    }
+}

@@ -1,0 +1,433 @@
+//! The whole experiment tree ([`Config`]), loading, `--set` overrides and validation.
+
+use crate::{ConfigError, DqnPolicy, PpoPolicy};
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
+
+/// `[env]`: which environment and how many copies.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EnvConfig {
+    /// Gymnasium id, e.g. `CartPole-v0` (DI-engine's `env_id` is an alias).
+    #[serde(alias = "env_id")]
+    pub id: String,
+    /// Environment copies the collector steps together.
+    pub collector_env_num: usize,
+    /// Environment copies the evaluator steps together.
+    pub evaluator_env_num: usize,
+    /// Episodes per evaluation; their mean return is compared with `stop_value`.
+    pub n_evaluator_episode: usize,
+    /// Stop training once an evaluation's mean return reaches this (omit: never).
+    pub stop_value: Option<f64>,
+    /// Worker threads stepping the collector's copies (1: step on the training thread; more
+    /// only pays for expensive environments).
+    pub env_threads: usize,
+}
+
+impl Default for EnvConfig {
+    fn default() -> Self {
+        Self {
+            id: "CartPole-v0".into(),
+            collector_env_num: 8,
+            evaluator_env_num: 5,
+            n_evaluator_episode: 5,
+            stop_value: None,
+            env_threads: 1,
+        }
+    }
+}
+
+/// `[policy]`: the algorithm, chosen by `policy.type`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Policy {
+    /// `type = "dqn"`.
+    Dqn(DqnPolicy),
+    /// `type = "ppo"`.
+    Ppo(PpoPolicy),
+}
+
+impl Policy {
+    /// `policy.type` as written in the config.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Policy::Dqn(_) => "dqn",
+            Policy::Ppo(_) => "ppo",
+        }
+    }
+
+    /// `policy.cuda`.
+    pub fn cuda(&self) -> bool {
+        match self {
+            Policy::Dqn(p) => p.cuda,
+            Policy::Ppo(p) => p.cuda,
+        }
+    }
+
+    /// `policy.multi_gpu`.
+    pub fn multi_gpu(&self) -> bool {
+        match self {
+            Policy::Dqn(p) => p.multi_gpu,
+            Policy::Ppo(p) => p.multi_gpu,
+        }
+    }
+
+    /// `policy.eval.evaluator.eval_freq`.
+    pub fn eval_freq(&self) -> u64 {
+        match self {
+            Policy::Dqn(p) => p.eval.evaluator.eval_freq,
+            Policy::Ppo(p) => p.eval.evaluator.eval_freq,
+        }
+    }
+}
+
+/// The file layout: the top-level keys, generic over the policy table.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct Raw<P> {
+    exp_name: String,
+    seed: u64,
+    max_env_step: Option<u64>,
+    max_train_iter: Option<u64>,
+    env: EnvConfig,
+    policy: P,
+}
+
+impl<P: Default> Default for Raw<P> {
+    fn default() -> Self {
+        Self {
+            exp_name: "drill_exp".into(),
+            seed: 0,
+            max_env_step: None,
+            max_train_iter: None,
+            env: EnvConfig::default(),
+            policy: P::default(),
+        }
+    }
+}
+
+/// A validated experiment configuration with every default filled in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Experiment name; the default experiment folder.
+    pub exp_name: String,
+    /// Base seed: collector copy `i` gets `seed + i`, evaluator copies follow.
+    pub seed: u64,
+    /// Stop after this many collected env steps (omit: no limit).
+    pub max_env_step: Option<u64>,
+    /// Stop after this many train iterations (omit: no limit).
+    pub max_train_iter: Option<u64>,
+    /// `[env]`.
+    pub env: EnvConfig,
+    /// `[policy]`.
+    pub policy: Policy,
+    /// Where it was read from, for error messages.
+    pub source: String,
+}
+
+impl Config {
+    /// Read `path`, apply `overrides` (`key.path=value`, value in TOML syntax or a bare string)
+    /// and validate.
+    pub fn load(path: &str, overrides: &[String]) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.to_string(), source })?;
+        Self::parse(&text, path, overrides)
+    }
+
+    /// Parse TOML `text` (named `source` in errors), apply `overrides` and validate.
+    pub fn parse(text: &str, source: &str, overrides: &[String]) -> Result<Self, ConfigError> {
+        let mut table: toml::Table = toml::from_str(text)
+            .map_err(|e| ConfigError::Syntax { file: source.to_string(), message: e.to_string() })?;
+        for arg in overrides {
+            apply_override(&mut table, arg)?;
+        }
+        let kind = match table.get("policy").and_then(|p| p.get("type")) {
+            None => "dqn".to_string(),
+            Some(toml::Value::String(s)) => s.clone(),
+            Some(other) => {
+                return Err(value_err(source, "policy.type", format!("expected a string, got {other}")));
+            }
+        };
+        let config = match kind.as_str() {
+            "dqn" => {
+                let raw: Raw<DqnPolicy> = strict(table, source)?;
+                Self::from_raw(raw, source, Policy::Dqn)
+            }
+            "ppo" => {
+                let raw: Raw<PpoPolicy> = strict(table, source)?;
+                Self::from_raw(raw, source, Policy::Ppo)
+            }
+            other => {
+                return Err(value_err(source, "policy.type", format!("unknown policy {other:?}; known: \"dqn\", \"ppo\"")));
+            }
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn from_raw<P>(raw: Raw<P>, source: &str, wrap: fn(P) -> Policy) -> Self {
+        Self {
+            exp_name: raw.exp_name,
+            seed: raw.seed,
+            max_env_step: raw.max_env_step,
+            max_train_iter: raw.max_train_iter,
+            env: raw.env,
+            policy: wrap(raw.policy),
+            source: source.to_string(),
+        }
+    }
+
+    /// The resolved configuration (every default written out) as TOML.
+    pub fn to_toml(&self) -> String {
+        fn raw<'a, P>(c: &'a Config, policy: &'a P) -> Raw<&'a P> {
+            Raw {
+                exp_name: c.exp_name.clone(),
+                seed: c.seed,
+                max_env_step: c.max_env_step,
+                max_train_iter: c.max_train_iter,
+                env: c.env.clone(),
+                policy,
+            }
+        }
+        let out = match &self.policy {
+            Policy::Dqn(p) => toml::to_string(&raw(self, p)),
+            Policy::Ppo(p) => toml::to_string(&raw(self, p)),
+        };
+        out.expect("a validated config serialises")
+    }
+
+    /// An error about `path` in this config, for checks made by later layers (e.g. that the
+    /// model's `obs_shape` matches the environment).
+    pub fn error(&self, path: &str, message: impl Into<String>) -> ConfigError {
+        value_err(&self.source, path, message.into())
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let mut c = Checker { source: &self.source, first: None };
+        let e = &self.env;
+        c.check(!e.id.is_empty(), "env.id", "must name an environment");
+        c.check(e.collector_env_num >= 1, "env.collector_env_num", "must be at least 1");
+        c.check(e.evaluator_env_num >= 1, "env.evaluator_env_num", "must be at least 1");
+        c.check(e.n_evaluator_episode >= 1, "env.n_evaluator_episode", "must be at least 1");
+        c.check(e.env_threads >= 1, "env.env_threads", "must be at least 1");
+        if let Some(v) = e.stop_value {
+            c.check(v.is_finite(), "env.stop_value", "must be finite");
+        }
+        c.check(self.max_env_step != Some(0), "max_env_step", "must be at least 1 (omit for no limit)");
+        c.check(self.max_train_iter != Some(0), "max_train_iter", "must be at least 1 (omit for no limit)");
+        c.check(self.policy.eval_freq() >= 1, "policy.eval.evaluator.eval_freq", "must be at least 1");
+        match &self.policy {
+            Policy::Dqn(p) => {
+                c.unit("policy.discount_factor", p.discount_factor);
+                c.check(p.nstep >= 1, "policy.nstep", "must be at least 1");
+                c.hidden("policy.model.encoder_hidden_size_list", &p.model.encoder_hidden_size_list);
+                c.check(p.learn.batch_size >= 1, "policy.learn.batch_size", "must be at least 1");
+                c.check(p.learn.update_per_collect >= 1, "policy.learn.update_per_collect", "must be at least 1");
+                c.positive("policy.learn.learning_rate", p.learn.learning_rate);
+                c.check(p.learn.target_update_freq >= 1, "policy.learn.target_update_freq", "must be at least 1");
+                if let Some(theta) = p.learn.target_theta {
+                    c.unit("policy.learn.target_theta", theta);
+                }
+                c.check(p.collect.n_sample >= 1, "policy.collect.n_sample", "must be at least 1");
+                c.check(p.collect.unroll_len == 1, "policy.collect.unroll_len", "DQN uses single transitions: must be 1");
+                let eps = &p.other.eps;
+                c.check((0.0..=1.0).contains(&eps.start), "policy.other.eps.start", "must be in [0, 1]");
+                c.check((0.0..=1.0).contains(&eps.end), "policy.other.eps.end", "must be in [0, 1]");
+                c.positive("policy.other.eps.decay", eps.decay);
+                let rb = &p.other.replay_buffer;
+                c.check(
+                    rb.replay_buffer_size >= p.learn.batch_size,
+                    "policy.other.replay_buffer.replay_buffer_size",
+                    &format!("must hold at least one batch ({})", p.learn.batch_size),
+                );
+                c.check(rb.priority_alpha >= 0.0, "policy.other.replay_buffer.priority_alpha", "must be >= 0");
+                c.check((0.0..=1.0).contains(&rb.priority_beta), "policy.other.replay_buffer.priority_beta", "must be in [0, 1]");
+            }
+            Policy::Ppo(p) => {
+                c.hidden("policy.model.encoder_hidden_size_list", &p.model.encoder_hidden_size_list);
+                c.check(p.model.init_log_std.is_finite(), "policy.model.init_log_std", "must be finite");
+                c.check(p.learn.epoch_per_collect >= 1, "policy.learn.epoch_per_collect", "must be at least 1");
+                c.check(p.learn.batch_size >= 1, "policy.learn.batch_size", "must be at least 1");
+                c.positive("policy.learn.learning_rate", p.learn.learning_rate);
+                c.check(p.learn.value_weight >= 0.0, "policy.learn.value_weight", "must be >= 0");
+                c.check(p.learn.entropy_weight >= 0.0, "policy.learn.entropy_weight", "must be >= 0");
+                c.positive("policy.learn.clip_ratio", p.learn.clip_ratio);
+                c.check(p.learn.grad_clip_value >= 0.0, "policy.learn.grad_clip_value", "must be >= 0 (0: off)");
+                c.check(p.learn.target_kl >= 0.0, "policy.learn.target_kl", "must be >= 0 (0: off)");
+                c.check(
+                    p.learn.lr_anneal.then_some(()).is_none() || self.max_env_step.is_some(),
+                    "policy.learn.lr_anneal",
+                    "needs max_env_step to anneal over",
+                );
+                c.unit("policy.collect.discount_factor", p.collect.discount_factor);
+                c.check((0.0..=1.0).contains(&p.collect.gae_lambda), "policy.collect.gae_lambda", "must be in [0, 1]");
+                c.check(
+                    p.collect.n_sample >= e.collector_env_num && p.collect.n_sample % e.collector_env_num == 0,
+                    "policy.collect.n_sample",
+                    &format!("must be a positive multiple of env.collector_env_num ({})", e.collector_env_num),
+                );
+                c.check(
+                    p.learn.batch_size <= p.collect.n_sample,
+                    "policy.learn.batch_size",
+                    &format!("must not exceed policy.collect.n_sample ({})", p.collect.n_sample),
+                );
+            }
+        }
+        match c.first {
+            Some(err) => Err(err),
+            None => Ok(()),
+        }
+    }
+}
+
+struct Checker<'a> {
+    source: &'a str,
+    first: Option<ConfigError>,
+}
+
+impl Checker<'_> {
+    fn check(&mut self, ok: bool, path: &str, message: &str) {
+        if !ok && self.first.is_none() {
+            self.first = Some(value_err(self.source, path, message.to_string()));
+        }
+    }
+    fn positive(&mut self, path: &str, v: f64) {
+        self.check(v.is_finite() && v > 0.0, path, &format!("must be a positive number, got {v}"));
+    }
+    fn unit(&mut self, path: &str, v: f64) {
+        self.check(v > 0.0 && v <= 1.0, path, &format!("must be in (0, 1], got {v}"));
+    }
+    fn hidden(&mut self, path: &str, sizes: &[usize]) {
+        self.check(!sizes.is_empty() && sizes.iter().all(|&s| s >= 1), path, "must list at least one layer size, each >= 1");
+    }
+}
+
+fn value_err(source: &str, path: &str, message: String) -> ConfigError {
+    ConfigError::Value { file: source.to_string(), path: path.to_string(), message }
+}
+
+/// Deserialize with every unknown key and bad value reported by its full key path.
+fn strict<T: DeserializeOwned>(table: toml::Table, source: &str) -> Result<T, ConfigError> {
+    serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|err| {
+        let path = err.path().to_string();
+        let message = err.inner().to_string();
+        if let Some((field, expected)) = parse_unknown_field(&message) {
+            // The path ends with the unknown key itself.
+            let parent = path.rsplit_once('.').map_or("", |(parent, _)| parent);
+            let full = if parent.is_empty() { field.clone() } else { format!("{parent}.{field}") };
+            let nearest = expected
+                .iter()
+                .map(|k| (strsim::damerau_levenshtein(&field, k), k))
+                .filter(|(d, k)| *d <= 3.max(k.len() / 3))
+                .min()
+                .map(|(_, k)| if parent.is_empty() { k.to_string() } else { format!("{parent}.{k}") });
+            ConfigError::UnknownKey { file: source.to_string(), path: full, nearest }
+        } else {
+            let message = message.split(" for key ").next().unwrap_or(&message).to_string();
+            ConfigError::Value { file: source.to_string(), path, message }
+        }
+    })
+}
+
+/// Split serde's "unknown field `x`, expected one of `a`, `b`" into (`x`, [a, b]).
+fn parse_unknown_field(message: &str) -> Option<(String, Vec<String>)> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let (field, rest) = rest.split_once('`')?;
+    let expected = rest.split('`').skip(1).step_by(2).map(str::to_string).collect();
+    Some((field.to_string(), expected))
+}
+
+fn apply_override(table: &mut toml::Table, arg: &str) -> Result<(), ConfigError> {
+    let bad = |message: &str| ConfigError::Override { arg: arg.to_string(), message: message.to_string() };
+    let (key, value) = arg.split_once('=').ok_or_else(|| bad("expected KEY=VALUE, e.g. policy.learn.batch_size=128"))?;
+    let parts: Vec<&str> = key.trim().split('.').collect();
+    if parts.iter().any(|p| p.is_empty()) {
+        return Err(bad("empty key segment"));
+    }
+    let value = value.trim();
+    let value = match toml::from_str::<toml::Table>(&format!("v = {value}")) {
+        Ok(mut t) => t.remove("v").expect("parsed key"),
+        Err(_) => toml::Value::String(value.to_string()),
+    };
+    let mut node = table;
+    for (i, part) in parts[..parts.len() - 1].iter().enumerate() {
+        let entry = node.entry(part.to_string()).or_insert_with(|| toml::Value::Table(Default::default()));
+        node = entry
+            .as_table_mut()
+            .ok_or_else(|| bad(&format!("`{}` is a value, not a table", parts[..=i].join("."))))?;
+    }
+    node.insert(parts[parts.len() - 1].to_string(), value);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DQN: &str = r#"
+exp_name = "t"
+[env]
+id = "CartPole-v0"
+stop_value = 195
+[policy]
+type = "dqn"
+[policy.learn]
+batch_size = 64
+"#;
+
+    fn err(text: &str, overrides: &[&str]) -> String {
+        let o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+        Config::parse(text, "t.toml", &o).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn unknown_keys_name_their_path_and_nearest_key() {
+        let e = err(DQN, &["policy.learn.batchsize=3"]);
+        assert_eq!(e, "t.toml: unknown key `policy.learn.batchsize` (did you mean `policy.learn.batch_size`?)");
+        let e = err(DQN, &["policy.lern.batch_size=3"]);
+        assert_eq!(e, "t.toml: unknown key `policy.lern` (did you mean `policy.learn`?)");
+        let e = err(DQN, &["exp_nme=x"]);
+        assert_eq!(e, "t.toml: unknown key `exp_nme` (did you mean `exp_name`?)");
+        let e = err(DQN, &["env.zzzzzzzzzzzz=1"]);
+        assert_eq!(e, "t.toml: unknown key `env.zzzzzzzzzzzz`");
+        let e = err(DQN, &["policy.other.eps.strat=0.5"]);
+        assert!(e.contains("`policy.other.eps.strat` (did you mean `policy.other.eps.start`?)"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_name_their_path() {
+        let e = err(DQN, &["policy.learn.batch_size=-1"]);
+        assert!(e.starts_with("t.toml: bad value for `policy.learn.batch_size`"), "{e}");
+        let e = err(DQN, &["policy.learn.learning_rate=0"]);
+        assert_eq!(e, "t.toml: bad value for `policy.learn.learning_rate`: must be a positive number, got 0");
+        let e = err(DQN, &["policy.other.eps.type=cosine"]);
+        assert!(e.starts_with("t.toml: bad value for `policy.other.eps.type`"), "{e}");
+        let e = err(DQN, &["policy.type=sac"]);
+        assert!(e.contains("`policy.type`: unknown policy \"sac\""), "{e}");
+        let e = err(DQN, &["policy.other.replay_buffer.replay_buffer_size=10"]);
+        assert!(e.contains("replay_buffer_size`: must hold at least one batch (64)"), "{e}");
+        let e = err("[env]\nid = \"CartPole-v1\"\ncollector_env_num = 3\n[policy]\ntype = \"ppo\"\n", &[]);
+        assert!(e.contains("`policy.collect.n_sample`: must be a positive multiple of env.collector_env_num (3)"), "{e}");
+        let e = err("[env\nid=1", &[]);
+        assert!(e.starts_with("t.toml: not valid TOML"), "{e}");
+        let e = err(DQN, &["policy.learn"]);
+        assert!(e.starts_with("bad override \"policy.learn\""), "{e}");
+        let e = err(DQN, &["exp_name.x=1"]);
+        assert!(e.contains("`exp_name` is a value, not a table"), "{e}");
+    }
+
+    #[test]
+    fn overrides_defaults_aliases_and_round_trip() {
+        let o = vec!["policy.learn.batch_size=128".to_string(), "env.id=CartPole-v1".to_string()];
+        let c = Config::parse(DQN, "t.toml", &o).unwrap();
+        let alias = Config::parse(&DQN.replace("id = ", "env_id = "), "t.toml", &[]).unwrap();
+        assert_eq!(alias.env.id, "CartPole-v0");
+        let Policy::Dqn(p) = &c.policy else { panic!("dqn") };
+        assert_eq!(p.learn.batch_size, 128);
+        assert_eq!(c.env.id, "CartPole-v1");
+        assert_eq!(p.model.encoder_hidden_size_list, vec![128, 128, 64]);
+        assert_eq!(c.env.stop_value, Some(195.0));
+        let again = Config::parse(&c.to_toml(), "t.toml", &[]).unwrap();
+        assert_eq!(again, c);
+        let ddp = Config::parse(DQN, "t.toml", &["policy.ddp=true".into()]).unwrap();
+        assert!(ddp.policy.multi_gpu());
+    }
+}
