@@ -1,0 +1,101 @@
+//! [`Actor`] and [`Critic`]: CleanRL's PPO networks (separate tanh MLPs, orthogonal init).
+
+use burn::module::{Module, Param};
+use burn::nn::{Initializer, Linear, LinearConfig};
+use burn::tensor::activation::tanh;
+use burn::tensor::{Device, Tensor};
+
+fn tanh_mlp(layers: &[Linear], x: Tensor<2>) -> Tensor<2> {
+    let last = layers.len() - 1;
+    layers.iter().enumerate().fold(x, |x, (i, l)| {
+        let y = l.forward(x);
+        if i < last { tanh(y) } else { y }
+    })
+}
+
+fn mlp(sizes: &[usize], out_gain: f64, device: &Device) -> Vec<Linear> {
+    let hidden = Initializer::Orthogonal { gain: 2f64.sqrt() };
+    let n = sizes.len() - 1;
+    sizes
+        .windows(2)
+        .enumerate()
+        .map(|(i, w)| {
+            let init = if i + 1 == n { Initializer::Orthogonal { gain: out_gain } } else { hidden.clone() };
+            LinearConfig::new(w[0], w[1]).with_initializer(init).init(device)
+        })
+        .collect()
+}
+
+/// How the actor parameterises its distribution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActorHead {
+    /// Categorical over `n` actions: the MLP outputs logits.
+    Categorical,
+    /// Gaussian with a learned state-independent log-std.
+    GaussianIndependent,
+    /// Gaussian whose log-std is a second output of the MLP.
+    GaussianConditioned,
+}
+
+/// The policy network: logits, or a Gaussian's mean and log-std.
+#[derive(Module, Debug)]
+pub struct Actor {
+    layers: Vec<Linear>,
+    /// State-independent log-std (`[act_dim]`); unused (size 0) otherwise.
+    log_std: Param<Tensor<1>>,
+    act_dim: usize,
+    conditioned: bool,
+}
+
+impl Actor {
+    /// `obs → hidden… → out`, orthogonal init (gain √2, output 0.01, as CleanRL).
+    pub fn new(obs_dim: usize, hidden: &[usize], act_dim: usize, head: ActorHead, init_log_std: f64, device: &Device) -> Self {
+        let conditioned = head == ActorHead::GaussianConditioned;
+        let mut sizes = vec![obs_dim];
+        sizes.extend_from_slice(hidden);
+        sizes.push(if conditioned { 2 * act_dim } else { act_dim });
+        let n_std = if head == ActorHead::GaussianIndependent { act_dim } else { 0 };
+        let log_std = Param::from_tensor(Tensor::<1>::ones([n_std], device).mul_scalar(init_log_std));
+        Self { layers: mlp(&sizes, 0.01, device), log_std, act_dim, conditioned }
+    }
+
+    /// Categorical logits `[batch, n]`.
+    pub fn logits(&self, obs: Tensor<2>) -> Tensor<2> {
+        tanh_mlp(&self.layers, obs)
+    }
+
+    /// Gaussian mean and log-std, both `[batch, act_dim]`.
+    pub fn gaussian(&self, obs: Tensor<2>) -> (Tensor<2>, Tensor<2>) {
+        let out = tanh_mlp(&self.layers, obs);
+        let batch = out.dims()[0];
+        if self.conditioned {
+            let mean = out.clone().narrow(1, 0, self.act_dim);
+            let log_std = out.narrow(1, self.act_dim, self.act_dim).clamp(-20.0, 2.0);
+            (mean, log_std)
+        } else {
+            let log_std = self.log_std.val().unsqueeze_dim::<2>(0).expand([batch, self.act_dim]);
+            (out, log_std)
+        }
+    }
+}
+
+/// The value network `obs → hidden… → 1`.
+#[derive(Module, Debug)]
+pub struct Critic {
+    layers: Vec<Linear>,
+}
+
+impl Critic {
+    /// Orthogonal init (gain √2, output 1.0, as CleanRL).
+    pub fn new(obs_dim: usize, hidden: &[usize], device: &Device) -> Self {
+        let mut sizes = vec![obs_dim];
+        sizes.extend_from_slice(hidden);
+        sizes.push(1);
+        Self { layers: mlp(&sizes, 1.0, device) }
+    }
+
+    /// Values `[batch]`.
+    pub fn forward(&self, obs: Tensor<2>) -> Tensor<1> {
+        tanh_mlp(&self.layers, obs).squeeze_dim::<1>(1)
+    }
+}

@@ -1,0 +1,56 @@
+//! [`QNet`]: DI-engine's DQN model — an MLP encoder and a (dueling) Q head.
+
+use burn::module::Module;
+use burn::nn::{Initializer, Linear, LinearConfig};
+use burn::tensor::activation::relu;
+use burn::tensor::{Device, Tensor};
+
+/// Q-network: encoder `obs → h1 → … → hk` (ReLU after each), then either a dueling head
+/// (`A`: `hk → hk → actions`, `V`: `hk → hk → 1`, `Q = V + A − mean(A)`, as DI-engine's
+/// `DuelingHead`) or a plain linear head `hk → actions`.
+#[derive(Module, Debug)]
+pub struct QNet {
+    encoder: Vec<Linear>,
+    advantage: Vec<Linear>,
+    value: Vec<Linear>,
+}
+
+impl QNet {
+    /// A new network with PyTorch's default (Kaiming-uniform) initialisation.
+    pub fn new(obs_dim: usize, hidden: &[usize], actions: usize, dueling: bool, device: &Device) -> Self {
+        let init = LinearConfig::new(1, 1).initializer;
+        let mut sizes = vec![obs_dim];
+        sizes.extend_from_slice(hidden);
+        let h = *sizes.last().unwrap();
+        let encoder = super::linears(&sizes, &init, device);
+        let (advantage, value) = if dueling {
+            (super::linears(&[h, h, actions], &init, device), super::linears(&[h, h, 1], &init, device))
+        } else {
+            (super::linears(&[h, actions], &init, device), vec![])
+        };
+        let _: &Initializer = &init;
+        Self { encoder, advantage, value }
+    }
+
+    /// Q-values `[batch, actions]` for observations `[batch, obs_dim]`.
+    pub fn forward(&self, obs: Tensor<2>) -> Tensor<2> {
+        let mut x = obs;
+        for layer in &self.encoder {
+            x = relu(layer.forward(x));
+        }
+        let head = |layers: &[Linear], x: Tensor<2>| {
+            let last = layers.len() - 1;
+            layers.iter().enumerate().fold(x, |x, (i, l)| {
+                let y = l.forward(x);
+                if i < last { relu(y) } else { y }
+            })
+        };
+        if self.value.is_empty() {
+            return head(&self.advantage, x);
+        }
+        let a = head(&self.advantage, x.clone());
+        let v = head(&self.value, x);
+        let a_mean = a.clone().mean_dim(1);
+        v + a - a_mean
+    }
+}

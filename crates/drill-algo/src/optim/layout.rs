@@ -1,0 +1,119 @@
+//! [`ParamLayout`]: a burn module's float parameters as one flat `f32` buffer in visit order.
+
+use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
+use burn::optim::GradientsParams;
+use burn::tensor::{Tensor, TensorData};
+
+/// Where one parameter lives in the flat buffer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParamSlot {
+    /// Dotted path in the module tree, e.g. `encoder.0.weight`.
+    pub name: String,
+    /// Tensor shape.
+    pub shape: Vec<usize>,
+    /// First element in the flat buffer.
+    pub offset: usize,
+    /// Number of elements.
+    pub len: usize,
+    id: ParamId,
+}
+
+/// The float parameters of a module, in visit order, with their flat offsets.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParamLayout {
+    /// One slot per parameter tensor.
+    pub slots: Vec<ParamSlot>,
+    /// Total number of elements.
+    pub len: usize,
+}
+
+struct Collect<'a> {
+    path: Vec<String>,
+    slots: Vec<ParamSlot>,
+    len: usize,
+    values: Option<&'a mut Vec<f32>>,
+}
+
+impl ModuleVisitor for Collect<'_> {
+    fn enter_module(&mut self, name: &str, _container_type: &str) {
+        self.path.push(name.to_string());
+    }
+    fn exit_module(&mut self, _name: &str, _container_type: &str) {
+        self.path.pop();
+    }
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        let value = param.val();
+        let shape = value.shape().to_vec();
+        let len = shape.iter().product();
+        let name = self.path.iter().filter(|s| !s.is_empty()).cloned().collect::<Vec<_>>().join(".");
+        self.slots.push(ParamSlot { name, shape, offset: self.len, len, id: param.id });
+        self.len += len;
+        if let Some(values) = self.values.as_deref_mut() {
+            let data = value.into_data().convert::<f32>();
+            values.extend_from_slice(data.as_slice::<f32>().expect("f32 parameter"));
+        }
+    }
+}
+
+struct Write<'a> {
+    slots: &'a [ParamSlot],
+    next: usize,
+    src: &'a [f32],
+}
+
+impl ModuleMapper for Write<'_> {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+        let slot = &self.slots[self.next];
+        self.next += 1;
+        let values = self.src[slot.offset..slot.offset + slot.len].to_vec();
+        let shape: [usize; D] = slot.shape.clone().try_into().expect("rank matches the layout");
+        param.map(|t| {
+            let grad = t.is_require_grad();
+            Tensor::<D>::from_data(TensorData::new(values, shape), &t.device()).set_require_grad(grad)
+        })
+    }
+}
+
+impl ParamLayout {
+    /// The layout of `module`'s float parameters.
+    pub fn of<M: Module>(module: &M) -> Self {
+        let mut c = Collect { path: vec![], slots: vec![], len: 0, values: None };
+        module.visit(&mut c);
+        Self { slots: c.slots, len: c.len }
+    }
+
+    /// The layout and a copy of the parameter values.
+    pub fn with_values<M: Module>(module: &M) -> (Self, Vec<f32>) {
+        let mut values = Vec::new();
+        let mut c = Collect { path: vec![], slots: vec![], len: 0, values: Some(&mut values) };
+        module.visit(&mut c);
+        (Self { slots: c.slots, len: c.len }, values)
+    }
+
+    /// Overwrite `module`'s parameters with `src` (same layout). Parameter ids are kept.
+    pub fn write<M: Module>(&self, module: M, src: &[f32]) -> M {
+        assert_eq!(src.len(), self.len, "flat buffer does not match the layout");
+        let mut w = Write { slots: &self.slots, next: 0, src };
+        module.map(&mut w)
+    }
+
+    /// Copy the gradients of `module`'s parameters into `out` (zeros where a parameter got none).
+    /// The parameter ids are those of the module this layout was taken from.
+    pub fn read_grads(&self, grads: &GradientsParams, out: &mut [f32]) {
+        assert_eq!(out.len(), self.len);
+        for slot in &self.slots {
+            let dst = &mut out[slot.offset..slot.offset + slot.len];
+            let data = match slot.shape.len() {
+                1 => grads.get::<1>(slot.id).map(Tensor::into_data),
+                2 => grads.get::<2>(slot.id).map(Tensor::into_data),
+                3 => grads.get::<3>(slot.id).map(Tensor::into_data),
+                4 => grads.get::<4>(slot.id).map(Tensor::into_data),
+                r => panic!("parameters of rank {r} are not supported"),
+            };
+            match data {
+                Some(d) => dst.copy_from_slice(d.convert::<f32>().as_slice::<f32>().expect("f32 gradient")),
+                None => dst.fill(0.0),
+            }
+        }
+    }
+}
