@@ -1,5 +1,8 @@
 //! [`Adam`]: PyTorch's Adam (bias-corrected, no weight decay) over flat buffers.
 
+/// Moments smaller than this are set to zero (see [`Adam::step`]).
+const FLUSH: f32 = 1e-30;
+
 /// Adam moments for a flat parameter buffer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Adam {
@@ -35,8 +38,13 @@ impl Adam {
         let bc2_sqrt = bc2.sqrt();
         let eps = self.eps;
         for (((p, g), m), v) in params.iter_mut().zip(grads).zip(&mut self.m).zip(&mut self.v) {
-            *m = b1 * *m + (1.0 - b1) * g;
-            *v = b2 * *v + (1.0 - b2) * g * g;
+            // Moments of parameters whose gradient stays zero decay geometrically into the
+            // subnormal range, where x86 arithmetic is ~100x slower (measured: Adam took 37% of
+            // a DQN update). Flushing below FLUSH changes nothing a float32 update can see.
+            let mn = b1 * *m + (1.0 - b1) * g;
+            let vn = b2 * *v + (1.0 - b2) * g * g;
+            *m = if mn.abs() < FLUSH { 0.0 } else { mn };
+            *v = if vn < FLUSH { 0.0 } else { vn };
             *p -= step_size * *m / (v.sqrt() / bc2_sqrt + eps);
         }
     }

@@ -1,0 +1,341 @@
+//! DQN as DI-engine runs it: MLP encoder + dueling head, double-DQN targets, n-step returns,
+//! hard (or soft) target updates, epsilon-greedy exploration on an exponential schedule driven
+//! by env steps, uniform (or prioritized) replay, Adam, MSE TD loss.
+//!
+//! Read top to bottom: setup, then the loop `evaluate? → collect n_sample → update ×
+//! update_per_collect`. Hyper-parameters come from [`DqnPolicy`] (the `[policy]` table).
+
+use crate::checkpoint::Checkpoint;
+use crate::data::{Batch, NStep, ReplayBuffer};
+use crate::eval::{ActionBuf, Evaluator};
+use crate::explore::epsilon;
+use crate::nets::QNet;
+use crate::optim::{ParamLayout, Trainer};
+use crate::run::{Progress, RunContext, TrainError, TrainResult};
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use drill_config::{Config, DqnPolicy};
+use drill_env::{Actions, make_vec};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::time::Instant;
+
+/// The Q-network for `env_id` as `[policy.model]` describes it, checking its shapes.
+pub fn build_qnet(cfg: &Config, p: &DqnPolicy, device: &Device) -> Result<QNet, TrainError> {
+    let spec = drill_env::spec(&cfg.env.id).map_err(|e| cfg.error("env.id", e.to_string()))?;
+    let drill_env::ActionSpace::Discrete(actions) = spec.action_space else {
+        return Err(cfg.error("policy.type", format!("DQN needs discrete actions; {} is continuous (use ppo)", spec.id)).into());
+    };
+    check_shape(cfg, "policy.model.obs_shape", p.model.obs_shape, spec.obs_dim)?;
+    check_shape(cfg, "policy.model.action_shape", p.model.action_shape, actions)?;
+    Ok(QNet::new(spec.obs_dim, &p.model.encoder_hidden_size_list, actions, p.model.dueling, device))
+}
+
+pub(crate) fn check_shape(cfg: &Config, path: &str, given: Option<usize>, env: usize) -> Result<(), TrainError> {
+    match given {
+        Some(g) if g != env => Err(cfg.error(path, format!("is {g} but {} has {env}", cfg.env.id)).into()),
+        _ => Ok(()),
+    }
+}
+
+/// Greedy actions for a batch of observations.
+pub fn greedy(net: &QNet, obs: &[f32], obs_dim: usize, device: &Device, out: &mut [u32]) {
+    let n = obs.len() / obs_dim;
+    let q = net.forward(Tensor::from_data(TensorData::new(obs.to_vec(), [n, obs_dim]), device)).into_data();
+    let q = q.as_slice::<f32>().expect("f32 q-values");
+    let actions = q.len() / n;
+    for (i, a) in out.iter_mut().enumerate() {
+        let row = &q[i * actions..(i + 1) * actions];
+        *a = argmax(row) as u32;
+    }
+}
+
+fn argmax(row: &[f32]) -> usize {
+    let mut best = 0;
+    for (j, &v) in row.iter().enumerate() {
+        if v > row[best] {
+            best = j;
+        }
+    }
+    best
+}
+
+/// One DQN learner: online net (trained), target net, and the update rule. Split out of
+/// [`train`] so benchmarks and tests can drive updates directly.
+pub struct DqnLearner {
+    /// Online network with its flat parameters and Adam state.
+    pub online: Trainer<QNet>,
+    /// Target network (no gradients).
+    pub target: QNet,
+    target_params: Vec<f32>,
+    layout: ParamLayout,
+    device: Device,
+    ad_device: Device,
+    obs_dim: usize,
+    gamma_ignore_done: bool,
+    lr: f64,
+    target_update_freq: u64,
+    target_theta: Option<f64>,
+    /// Updates done.
+    pub iters: u64,
+}
+
+/// What one update measured.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UpdateStats {
+    /// Mean (weighted) squared TD error.
+    pub loss: f32,
+    /// Mean Q of the taken actions.
+    pub q_mean: f32,
+    /// Gradient norm.
+    pub grad_norm: f32,
+}
+
+impl DqnLearner {
+    /// A learner for `net` (built on `device.autodiff()`; `device` is the plain device).
+    pub fn new(net: QNet, p: &DqnPolicy, obs_dim: usize, device: &Device) -> Self {
+        let online = Trainer::new(net, 1e-8);
+        let layout = online.layout.clone();
+        let target_params = online.params.clone();
+        Self {
+            target: online.inference(),
+            online,
+            target_params,
+            layout,
+            device: device.clone(),
+            ad_device: device.clone().autodiff(),
+            obs_dim,
+            gamma_ignore_done: p.learn.ignore_done,
+            lr: p.learn.learning_rate,
+            target_update_freq: p.learn.target_update_freq,
+            target_theta: p.learn.target_theta,
+            iters: 0,
+        }
+    }
+
+    /// One gradient step on `batch`; returns the TD errors (for priorities) through `td_out`.
+    pub fn update(&mut self, batch: &Batch, td_out: Option<&mut Vec<f32>>) -> UpdateStats {
+        let (bs, d) = (batch.actions.len(), self.obs_dim);
+        let plain = &self.device;
+        // ALGO: double-DQN target y = r + gamma^m (1 - done) Q_target(s', argmax_a Q_online(s', a)).
+        let next = Tensor::<2>::from_data(TensorData::new(batch.next_obs.clone(), [bs, d]), plain);
+        let q_next_online = self.online.inference().forward(next.clone()).into_data();
+        let q_next_target = self.target.forward(next).into_data();
+        let (qo, qt) = (q_next_online.as_slice::<f32>().unwrap(), q_next_target.as_slice::<f32>().unwrap());
+        let na = qo.len() / bs;
+        let y: Vec<f32> = (0..bs)
+            .map(|k| {
+                let a = argmax(&qo[k * na..(k + 1) * na]);
+                let not_done = if self.gamma_ignore_done { 1.0 } else { 1.0 - batch.dones[k] };
+                batch.rewards[k] + batch.discounts[k] * not_done * qt[k * na + a]
+            })
+            .collect();
+        // ALGO: loss = mean(w * (Q(s, a) - y)^2).
+        let ad = self.ad_device.clone();
+        let obs = Tensor::<2>::from_data(TensorData::new(batch.obs.clone(), [bs, d]), &ad);
+        let actions = Tensor::<2, Int>::from_data(TensorData::new(batch.actions.clone(), [bs, 1]), &ad);
+        let q_sa = self.online.model().forward(obs).gather(1, actions).reshape([bs]);
+        let td = q_sa.clone() - Tensor::<1>::from_data(TensorData::new(y, [bs]), &ad);
+        let weights = Tensor::<1>::from_data(TensorData::new(batch.weights.clone(), [bs]), &ad);
+        let loss = (td.clone() * td.clone() * weights).mean();
+        if let Some(out) = td_out {
+            out.clear();
+            out.extend_from_slice(td.clone().into_data().as_slice::<f32>().unwrap());
+        }
+        let q_mean = q_sa.mean().into_scalar::<f32>();
+        let loss_value = loss.clone().into_scalar::<f32>();
+        self.online.backward(loss);
+        let step = self.online.step(self.lr, 0.0);
+        self.iters += 1;
+        // ALGO: target network update (hard every N iterations, or soft every iteration).
+        if let Some(theta) = self.target_theta {
+            let t = theta as f32;
+            for (tp, op) in self.target_params.iter_mut().zip(&self.online.params) {
+                *tp = t * op + (1.0 - t) * *tp;
+            }
+            self.write_target();
+        } else if self.iters % self.target_update_freq == 0 {
+            self.target_params.copy_from_slice(&self.online.params);
+            self.write_target();
+        }
+        UpdateStats { loss: loss_value, q_mean, grad_norm: step.grad_norm }
+    }
+
+    fn write_target(&mut self) {
+        let target = std::mem::replace(&mut self.target, self.online.inference());
+        self.target = self.layout.write(target, &self.target_params);
+    }
+
+    /// Save online net, Adam state, target net and the iteration counter.
+    pub fn save(&self, ck: &mut Checkpoint) {
+        ck.put_trainer("model", &self.online);
+        ck.put_params("target", &self.layout, &self.target_params);
+        ck.meta.insert("train_iters".into(), self.iters.to_string());
+    }
+
+    /// A whole checkpoint: [`Self::save`] plus the env-step counter and the algorithm name.
+    pub fn checkpoint(&self, env_steps: u64) -> Checkpoint {
+        let mut ck = Checkpoint::default();
+        self.save(&mut ck);
+        ck.meta.insert("env_steps".into(), env_steps.to_string());
+        ck.meta.insert("algo".into(), "dqn".into());
+        ck
+    }
+
+    /// Restore what [`Self::save`] wrote.
+    pub fn load(&mut self, ck: &Checkpoint) -> Result<(), TrainError> {
+        ck.get_trainer("model", &mut self.online)?;
+        self.target_params = ck.get_params("target", &self.layout)?;
+        self.write_target();
+        self.iters = ck.counter("train_iters")?;
+        Ok(())
+    }
+}
+
+/// Train DQN as configured; stops at `env.stop_value`, `max_env_step` or `max_train_iter`.
+pub fn train(cfg: &Config, p: &DqnPolicy, ctx: &mut RunContext<'_>) -> Result<TrainResult, TrainError> {
+    let start = Instant::now();
+    // PLUMBING: seeding, environments, networks, storage.
+    ctx.device.seed(cfg.seed);
+    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed.wrapping_add(0x5eed));
+    let (n_env, n_eval) = (cfg.env.collector_env_num, cfg.env.evaluator_env_num);
+    let mut venv = make_vec(&cfg.env.id, n_env, cfg.seed, cfg.env.env_threads)?;
+    let mut evaluator = Evaluator::new(&cfg.env.id, n_eval, cfg.env.n_evaluator_episode, cfg.seed + n_env as u64)?;
+    let obs_dim = venv.spec().obs_dim;
+    let device = ctx.device.clone().autodiff();
+    let plain = ctx.device.clone();
+    let mut learner = DqnLearner::new(build_qnet(cfg, p, &device)?, p, obs_dim, &ctx.device);
+    let mut env_steps = 0u64;
+    if let Some(ck) = &ctx.resume {
+        learner.load(ck)?;
+        env_steps = ck.counter("env_steps")?;
+    }
+    let rb = &p.other.replay_buffer;
+    let mut buffer = if rb.priority {
+        ReplayBuffer::prioritized(rb.replay_buffer_size, obs_dim, rb.priority_alpha)
+    } else {
+        ReplayBuffer::new(rb.replay_buffer_size, obs_dim)
+    };
+    let mut nstep = NStep::new(p.nstep, p.discount_factor as f32, n_env, obs_dim);
+    let learning_starts = p.learn.learning_starts.max(p.learn.batch_size);
+    let vec_steps_per_collect = p.collect.n_sample.div_ceil(n_env);
+    let mut actions = vec![0u32; n_env];
+    let mut prev_obs = vec![0.0f32; n_env * obs_dim];
+    let mut batch = Batch::default();
+    let mut td = Vec::new();
+    let mut acting = learner.online.inference();
+    let mut last_eval = None;
+    let mut best_eval = f64::NEG_INFINITY;
+    let mut stop_reached = false;
+    venv.reset(None);
+
+    loop {
+        // ALGO: evaluate every eval_freq train iterations (and before training).
+        if learner.iters % p.eval.evaluator.eval_freq == 0 && last_eval.as_ref().is_none_or(|(it, _): &(u64, _)| *it != learner.iters) {
+            let result = evaluator.run(|obs, out| {
+                if let ActionBuf::Discrete(a) = out {
+                    greedy(&acting, obs, obs_dim, &plain, a);
+                }
+            });
+            ctx.reporter.scalar("eval/episodic_return_mean", result.mean, env_steps);
+            ctx.reporter.scalar("eval/episodic_return_std", result.std, env_steps);
+            let mut build = || learner.checkpoint(env_steps);
+            if result.mean > best_eval {
+                best_eval = result.mean;
+                ctx.reporter.checkpoint("best", &mut build).map_err(checkpoint_io)?;
+            }
+            ctx.reporter.checkpoint("latest", &mut build).map_err(checkpoint_io)?;
+            stop_reached = cfg.env.stop_value.is_some_and(|v| result.mean >= v);
+            last_eval = Some((learner.iters, result));
+            if stop_reached {
+                break;
+            }
+        }
+        if cfg.max_env_step.is_some_and(|m| env_steps >= m) || cfg.max_train_iter.is_some_and(|m| learner.iters >= m) {
+            break;
+        }
+
+        // ALGO: collect n_sample transitions with epsilon-greedy actions.
+        for _ in 0..vec_steps_per_collect {
+            let eps = epsilon(&p.other.eps, env_steps);
+            prev_obs.copy_from_slice(venv.obs());
+            greedy(&acting, &prev_obs, obs_dim, &plain, &mut actions);
+            let n_actions = venv.spec().action_space.dim() as u32;
+            for a in actions.iter_mut() {
+                if rng.random::<f64>() < eps {
+                    *a = rng.random_range(0..n_actions);
+                }
+            }
+            venv.step(Actions::Discrete(&actions));
+            for i in 0..n_env {
+                let (term, trunc) = (venv.terminated()[i], venv.truncated()[i]);
+                nstep.push(
+                    i,
+                    &prev_obs[i * obs_dim..(i + 1) * obs_dim],
+                    actions[i],
+                    venv.rewards()[i],
+                    &venv.final_obs()[i * obs_dim..(i + 1) * obs_dim],
+                    term,
+                    trunc,
+                    |t| buffer.push(&t),
+                );
+                if term || trunc {
+                    ctx.reporter.scalar("charts/episodic_return", venv.final_returns()[i], env_steps);
+                }
+            }
+            env_steps += n_env as u64;
+        }
+
+        // ALGO: update_per_collect gradient steps on uniform (or prioritized) minibatches.
+        if buffer.len() >= learning_starts {
+            let mut stats = Default::default();
+            for _ in 0..p.learn.update_per_collect {
+                buffer.sample(p.learn.batch_size, rb.priority_beta, &mut rng, &mut batch);
+                stats = learner.update(&batch, rb.priority.then_some(&mut td));
+                if !stats.loss.is_finite() {
+                    return Err(TrainError::NonFinite { iter: learner.iters, value: f64::from(stats.loss) });
+                }
+                if rb.priority {
+                    buffer.update_priorities(&batch.indices, &td);
+                }
+                if learner.iters % p.eval.evaluator.eval_freq == 0 {
+                    break;
+                }
+            }
+            acting = learner.online.inference();
+            if learner.iters % 20 == 0 {
+                ctx.reporter.scalar("losses/td_loss", f64::from(stats.loss), env_steps);
+                ctx.reporter.scalar("losses/q_values", f64::from(stats.q_mean), env_steps);
+                ctx.reporter.scalar("charts/epsilon", epsilon(&p.other.eps, env_steps), env_steps);
+            }
+        }
+        let secs = start.elapsed().as_secs_f64();
+        ctx.reporter.progress(&Progress {
+            env_steps,
+            train_iters: learner.iters,
+            last_eval: last_eval.as_ref().map(|(_, r)| r.mean),
+            env_steps_per_sec: env_steps as f64 / secs,
+            max_env_step: cfg.max_env_step,
+        });
+    }
+
+    // PLUMBING: final checkpoint and result.
+    ctx.reporter.checkpoint("final", &mut || learner.checkpoint(env_steps)).map_err(checkpoint_io)?;
+    let wall = start.elapsed().as_secs_f64();
+    let (_, eval) = last_eval.expect("evaluated at least once");
+    Ok(TrainResult {
+        stop_reached,
+        env_steps,
+        train_iters: learner.iters,
+        wall_seconds: wall,
+        env_steps_per_sec: env_steps as f64 / wall,
+        eval_reward_mean: eval.mean,
+        eval_reward_std: eval.std,
+        eval_episodes: eval.returns.len(),
+        world_size: 1,
+        restarts: 0,
+    })
+}
+
+pub(crate) fn checkpoint_io(source: std::io::Error) -> TrainError {
+    TrainError::Checkpoint(crate::checkpoint::CheckpointError::Io { path: "ckpt/".into(), source })
+}

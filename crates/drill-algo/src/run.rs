@@ -1,0 +1,115 @@
+//! What a training run reports and returns: [`Reporter`], [`Progress`], [`TrainResult`],
+//! [`TrainError`], and the context an algorithm runs in ([`RunContext`]).
+
+use crate::checkpoint::Checkpoint;
+use burn::tensor::Device;
+use serde::{Deserialize, Serialize};
+
+/// Receives what a run measures. The `drill` binary writes TensorBoard events, the metrics log,
+/// checkpoints and the progress bar from these calls; tests can ignore them ([`NullReporter`]).
+pub trait Reporter {
+    /// A scalar under a CleanRL-style tag (`charts/episodic_return`, `losses/td_error`, …)
+    /// at env step `step`.
+    fn scalar(&mut self, tag: &str, value: f64, step: u64);
+    /// Counters for the progress display; called often, keep it cheap.
+    fn progress(&mut self, progress: &Progress);
+    /// Persist the checkpoint `build` makes under `name` (`latest`, `best` or `final`). A
+    /// reporter may skip `latest` when it wrote one recently; `build` runs only if it writes.
+    fn checkpoint(&mut self, name: &str, build: &mut dyn FnMut() -> Checkpoint) -> std::io::Result<()>;
+}
+
+/// A reporter that drops everything.
+pub struct NullReporter;
+
+impl Reporter for NullReporter {
+    fn scalar(&mut self, _: &str, _: f64, _: u64) {}
+    fn progress(&mut self, _: &Progress) {}
+    fn checkpoint(&mut self, _: &str, _: &mut dyn FnMut() -> Checkpoint) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Counters shown while training.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Progress {
+    /// Env steps collected.
+    pub env_steps: u64,
+    /// Gradient updates done.
+    pub train_iters: u64,
+    /// Mean return of the last evaluation.
+    pub last_eval: Option<f64>,
+    /// Env steps per second since the start.
+    pub env_steps_per_sec: f64,
+    /// `max_env_step`, for a bar length.
+    pub max_env_step: Option<u64>,
+}
+
+/// The outcome of a run, written as `result.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainResult {
+    /// An evaluation reached `env.stop_value`.
+    pub stop_reached: bool,
+    /// Env steps collected.
+    pub env_steps: u64,
+    /// Gradient updates done.
+    pub train_iters: u64,
+    /// Wall-clock seconds of the run.
+    pub wall_seconds: f64,
+    /// `env_steps / wall_seconds`.
+    pub env_steps_per_sec: f64,
+    /// Mean return of the last evaluation.
+    pub eval_reward_mean: f64,
+    /// Standard deviation of the last evaluation's returns.
+    pub eval_reward_std: f64,
+    /// Episodes in the last evaluation.
+    pub eval_episodes: usize,
+    /// Ranks that trained together.
+    pub world_size: usize,
+    /// Times the group was restarted.
+    pub restarts: u32,
+}
+
+/// Why a run stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    /// The configuration does not fit the environment or build.
+    #[error(transparent)]
+    Config(#[from] drill_config::ConfigError),
+    /// The environment could not be built.
+    #[error(transparent)]
+    Env(#[from] drill_env::EnvError),
+    /// The loss became NaN or infinite.
+    #[error("non-finite loss ({value}) at train iteration {iter}; the last good checkpoint is kept")]
+    NonFinite {
+        /// Train iteration where it happened.
+        iter: u64,
+        /// The loss value.
+        value: f64,
+    },
+    /// A checkpoint could not be written or read.
+    #[error(transparent)]
+    Checkpoint(#[from] crate::checkpoint::CheckpointError),
+}
+
+/// Where and how an algorithm runs.
+pub struct RunContext<'a> {
+    /// Compute device (CPU flex, or CUDA when built with it).
+    pub device: Device,
+    /// Receives scalars, progress and checkpoints.
+    pub reporter: &'a mut dyn Reporter,
+    /// Continue from this checkpoint (parameters, optimizer, counters).
+    pub resume: Option<Checkpoint>,
+}
+
+/// The device for `policy.cuda`: flex on CPU, or CUDA device 0 when built with `--features cuda`.
+pub fn select_device(config: &drill_config::Config) -> Result<Device, TrainError> {
+    if config.policy.cuda() {
+        #[cfg(feature = "cuda")]
+        return Ok(Device::cuda(0));
+        #[cfg(not(feature = "cuda"))]
+        return Err(config
+            .error("policy.cuda", "this drill binary was built without CUDA; rebuild with `cargo build --release --features cuda`")
+            .into());
+    }
+    Ok(Device::flex())
+}

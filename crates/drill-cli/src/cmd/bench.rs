@@ -1,0 +1,195 @@
+//! `drill bench`: environment and learner speed, printed as a table or JSON lines.
+//!
+//! Instruction counts per op: run one case under callgrind twice with different `--iters`
+//! and divide the difference, e.g.
+//! `valgrind --tool=callgrind target/release/drill bench learner --case dqn-update --iters 200`.
+
+use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
+use drill_algo::data::Batch;
+use drill_algo::dqn::{DqnLearner, greedy};
+use drill_algo::nets::{NatureCnn, QNet};
+use drill_algo::optim::Trainer;
+use drill_config::DqnPolicy;
+use drill_env::classic::CartPole;
+use drill_env::{Action, Actions, Env, make_vec};
+use rand::{Rng, SeedableRng};
+use std::time::Instant;
+
+/// What to measure.
+#[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// CartPole steps per second: one env, and vectorised.
+    Env,
+    /// DQN updates, Nature-CNN updates and batch-8 inference.
+    Learner,
+}
+
+/// Arguments of `drill bench`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// `env` or `learner`.
+    pub target: Target,
+    /// One JSON object per line instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Only the case with this name (see the table's first column).
+    #[arg(long)]
+    pub case: Option<String>,
+    /// Timed repetitions per case (default: chosen per case).
+    #[arg(long)]
+    pub iters: Option<usize>,
+}
+
+struct Report {
+    json: bool,
+}
+
+impl Report {
+    fn row(&self, case: &str, unit: &str, median: f64, iters: usize, note: &str) {
+        if self.json {
+            println!(r#"{{"case":"{case}","median_{unit}":{median:.3},"iters":{iters},"note":"{note}"}}"#);
+        } else {
+            println!("{case:<28} {median:>14.3} {unit:<10} ({iters} iters) {note}");
+        }
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Time `f` `iters` times after `warmup` calls; median microseconds.
+fn time_us(warmup: usize, iters: usize, mut f: impl FnMut()) -> f64 {
+    for _ in 0..warmup {
+        f();
+    }
+    median(
+        (0..iters)
+            .map(|_| {
+                let t = Instant::now();
+                f();
+                t.elapsed().as_secs_f64() * 1e6
+            })
+            .collect(),
+    )
+}
+
+/// Run the selected benchmarks.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let report = Report { json: args.json };
+    let want = |name: &str| args.case.as_deref().is_none_or(|c| c == name);
+    match args.target {
+        Target::Env => env_bench(&report, &want, args.iters),
+        Target::Learner => learner_bench(&report, &want, args.iters),
+    }
+    Ok(())
+}
+
+fn env_bench(report: &Report, want: &dyn Fn(&str) -> bool, iters: Option<usize>) {
+    let steps = iters.unwrap_or(20_000_000);
+    if want("cartpole-single") {
+        // One env, alternating actions (episodes end and reset as in training), 5 repeats.
+        let mut env = CartPole::new("CartPole-v1");
+        let mut obs = [0f32; 4];
+        env.reset(Some(0), &mut obs);
+        let rates: Vec<f64> = (0..5)
+            .map(|_| {
+                let t = Instant::now();
+                for k in 0..steps / 5 {
+                    let s = env.step(Action::Discrete(k & 1), &mut obs);
+                    if s.terminated {
+                        env.reset(None, &mut obs);
+                    }
+                }
+                (steps / 5) as f64 / t.elapsed().as_secs_f64()
+            })
+            .collect();
+        report.row("cartpole-single", "steps/s", median(rates), steps, "1 thread, Env::step + reset");
+    }
+    for n in [8usize, 64, 256] {
+        let name = format!("cartpole-vec{n}");
+        if !want(&name) {
+            continue;
+        }
+        let mut venv = make_vec("CartPole-v1", n, 0, 1).expect("known id");
+        venv.reset(None);
+        let actions: Vec<u32> = (0..n as u32).map(|i| i & 1).collect();
+        let calls = steps / n / 5;
+        let rates: Vec<f64> = (0..5)
+            .map(|_| {
+                let t = Instant::now();
+                for _ in 0..calls {
+                    venv.step(Actions::Discrete(&actions));
+                }
+                (calls * n) as f64 / t.elapsed().as_secs_f64()
+            })
+            .collect();
+        report.row(&name, "steps/s", median(rates), calls * n * 5, "1 thread, VecEnv with auto-reset + TimeLimit");
+    }
+}
+
+fn random_batch(bs: usize, obs_dim: usize, actions: u32, rng: &mut impl Rng) -> Batch {
+    Batch {
+        obs: (0..bs * obs_dim).map(|_| rng.random_range(-1.0..1.0)).collect(),
+        next_obs: (0..bs * obs_dim).map(|_| rng.random_range(-1.0..1.0)).collect(),
+        actions: (0..bs).map(|_| i64::from(rng.random_range(0..actions))).collect(),
+        rewards: vec![1.0; bs],
+        dones: (0..bs).map(|k| if k % 10 == 0 { 1.0 } else { 0.0 }).collect(),
+        discounts: vec![0.97; bs],
+        weights: vec![1.0; bs],
+        indices: (0..bs).collect(),
+    }
+}
+
+fn learner_bench(report: &Report, want: &dyn Fn(&str) -> bool, iters: Option<usize>) {
+    let device = Device::flex();
+    device.seed(0);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+    let threads = rayon::current_num_threads();
+    let policy = DqnPolicy::default();
+    // (name, hidden sizes, dueling): the anchor net of the notes, and DI-engine's CartPole net.
+    for (name, hidden, dueling, note) in [
+        ("dqn-update", vec![128usize, 128], false, "4-128-128-2, batch 64, Adam, double-DQN target"),
+        ("dqn-update-dueling", vec![128, 128, 64], true, "DI-engine cartpole net: 4-128-128-64 + dueling head, batch 64"),
+    ] {
+        if !want(name) {
+            continue;
+        }
+        let net = QNet::new(4, &hidden, 2, dueling, &device.clone().autodiff());
+        let mut learner = DqnLearner::new(net, &policy, 4, &device);
+        let batch = random_batch(64, 4, 2, &mut rng);
+        let n = iters.unwrap_or(2000);
+        let us = time_us(50.min(n), n, || {
+            learner.update(&batch, None);
+        });
+        report.row(name, "us", us, n, &format!("{note}, {threads} thread(s)"));
+    }
+    if want("inference-b8") {
+        let net = QNet::new(4, &[128, 128], 2, false, &device);
+        let obs: Vec<f32> = (0..32).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let mut out = [0u32; 8];
+        let n = iters.unwrap_or(20000);
+        let us = time_us(100.min(n), n, || greedy(&net, &obs, 4, &device, &mut out));
+        report.row("inference-b8", "us", us, n, &format!("4-128-128-2 greedy actions, {threads} thread(s)"));
+    }
+    if want("nature-cnn-update") {
+        let ad = device.clone().autodiff();
+        let mut trainer = Trainer::new(NatureCnn::new(6, &ad), 1e-8);
+        let target = NatureCnn::new(6, &device);
+        let bs = 32;
+        let obs = Tensor::<4>::random([bs, 4, 84, 84], Distribution::Uniform(0.0, 1.0), &device).into_data();
+        let actions = TensorData::new((0..bs as i64).map(|k| k % 6).collect::<Vec<_>>(), [bs, 1]);
+        let n = iters.unwrap_or(30);
+        let us = time_us(2.min(n), n, || {
+            let next = target.forward(Tensor::<4>::from_data(obs.clone(), &device)).max_dim(1).reshape([bs]);
+            let y = next.mul_scalar(0.99).add_scalar(1.0);
+            let x = Tensor::<4>::from_data(obs.clone(), &ad);
+            let q = trainer.model().forward(x).gather(1, Tensor::<2, Int>::from_data(actions.clone(), &ad)).reshape([bs]);
+            let td = q - Tensor::<1>::from_data(y.into_data(), &ad);
+            trainer.backward((td.clone() * td).mean());
+            trainer.step(1e-4, 0.0);
+        });
+        report.row("nature-cnn-update", "us", us, n, &format!("4x84x84, batch 32, Adam, {threads} thread(s)"));
+    }
+}

@@ -1,0 +1,6 @@
+//! One module per subcommand: its arguments and a `run` that calls the libraries.
+
+pub mod bench;
+pub mod eval;
+pub mod plot;
+pub mod train;

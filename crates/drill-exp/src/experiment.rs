@@ -1,0 +1,126 @@
+//! [`Experiment`]: creates the folder and turns reports into files and a progress bar.
+
+use crate::EventWriter;
+use drill_algo::checkpoint::Checkpoint;
+use drill_algo::{Progress, Reporter, TrainResult};
+use drill_config::Config;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// One run's folder (see the crate docs for its layout).
+pub struct Experiment {
+    dir: PathBuf,
+    tb: EventWriter,
+    metrics: BufWriter<File>,
+    bar: Option<ProgressBar>,
+    last_draw: Instant,
+    start: Instant,
+    epoch: f64,
+    last_latest: Option<Instant>,
+}
+
+/// `ckpt/latest.safetensors` is rewritten at most this often (`best` and `final` always are).
+const LATEST_EVERY: Duration = Duration::from_secs(10);
+
+/// `dir`, or `dir_2`, `dir_3`, … if it already holds files: a run never overwrites another.
+fn fresh_dir(dir: &Path) -> PathBuf {
+    let taken = |d: &Path| d.exists() && std::fs::read_dir(d).map(|mut r| r.next().is_some()).unwrap_or(true);
+    if !taken(dir) {
+        return dir.to_path_buf();
+    }
+    (2..).map(|k| PathBuf::from(format!("{}_{k}", dir.display()))).find(|d| !taken(d)).unwrap()
+}
+
+impl Experiment {
+    /// Create the folder for `config` (at `dir`, or a suffixed sibling if that is taken) and
+    /// write the resolved config. `quiet` hides the progress bar.
+    pub fn create(dir: &Path, config: &Config, quiet: bool) -> std::io::Result<Self> {
+        let chosen = fresh_dir(dir);
+        if chosen != dir {
+            tracing::warn!("{} already holds a run; writing to {}", dir.display(), chosen.display());
+        }
+        std::fs::create_dir_all(chosen.join("ckpt"))?;
+        std::fs::write(chosen.join("config.toml"), config.to_toml())?;
+        let bar = (!quiet).then(|| {
+            let bar = match config.max_env_step {
+                Some(n) => ProgressBar::new(n),
+                None => ProgressBar::no_length(),
+            };
+            bar.set_style(
+                ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos} env steps  {msg}")
+                    .expect("valid template")
+                    .progress_chars("=> "),
+            );
+            bar
+        });
+        let epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs_f64();
+        Ok(Self {
+            tb: EventWriter::create(&chosen.join("tb"))?,
+            metrics: BufWriter::new(File::create(chosen.join("metrics.jsonl"))?),
+            dir: chosen,
+            bar,
+            last_draw: Instant::now() - Duration::from_secs(1),
+            start: Instant::now(),
+            epoch,
+            last_latest: None,
+        })
+    }
+
+    /// The folder in use.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Write `result.json`, flush the logs and clear the progress bar.
+    pub fn finish(&mut self, result: &TrainResult) -> std::io::Result<()> {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+        self.tb.flush()?;
+        self.metrics.flush()?;
+        let json = serde_json::to_string_pretty(result).expect("result serialises");
+        let tmp = self.dir.join("result.json.tmp");
+        std::fs::write(&tmp, json + "\n")?;
+        std::fs::rename(tmp, self.dir.join("result.json"))
+    }
+}
+
+impl Reporter for Experiment {
+    fn scalar(&mut self, tag: &str, value: f64, step: u64) {
+        let wall = self.epoch + self.start.elapsed().as_secs_f64();
+        let written = self.tb.scalar(tag, value as f32, step as i64, wall).and_then(|_| {
+            writeln!(self.metrics, r#"{{"tag":"{tag}","step":{step},"value":{},"wall_time":{wall:.3}}}"#, serde_json::json!(value))
+        });
+        if let Err(e) = written {
+            tracing::warn!("cannot write metrics to {}: {e}", self.dir.display());
+        }
+    }
+
+    fn progress(&mut self, p: &Progress) {
+        let Some(bar) = &self.bar else { return };
+        if self.last_draw.elapsed() < Duration::from_millis(100) {
+            return;
+        }
+        self.last_draw = Instant::now();
+        bar.set_position(p.env_steps);
+        let eval = p.last_eval.map_or("-".to_string(), |e| format!("{e:.1}"));
+        bar.set_message(format!("{} iters  eval {eval}  {:.0} steps/s", p.train_iters, p.env_steps_per_sec));
+    }
+
+    fn checkpoint(&mut self, name: &str, build: &mut dyn FnMut() -> Checkpoint) -> std::io::Result<()> {
+        if name == "latest" && self.last_latest.is_some_and(|t| t.elapsed() < LATEST_EVERY) {
+            return Ok(());
+        }
+        if name == "latest" {
+            self.last_latest = Some(Instant::now());
+        }
+        self.tb.flush()?;
+        self.metrics.flush()?;
+        build()
+            .save(&self.dir.join("ckpt").join(format!("{name}.safetensors")))
+            .map_err(std::io::Error::other)
+    }
+}
