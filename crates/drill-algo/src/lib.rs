@@ -14,6 +14,7 @@ pub mod eval;
 pub mod explore;
 pub mod nets;
 pub mod optim;
+pub mod ppo;
 pub mod run;
 
 pub use run::{NullReporter, Progress, Reporter, RunContext, TrainError, TrainResult};
@@ -22,6 +23,6 @@ pub use run::{NullReporter, Progress, Reporter, RunContext, TrainError, TrainRes
 pub fn train(config: &drill_config::Config, ctx: &mut RunContext<'_>) -> Result<TrainResult, TrainError> {
     match &config.policy {
         drill_config::Policy::Dqn(p) => dqn::train(config, p, ctx),
-        drill_config::Policy::Ppo(_) => Err(config.error("policy.type", "ppo is not wired yet").into()),
+        drill_config::Policy::Ppo(p) => ppo::train(config, p, ctx),
     }
 }

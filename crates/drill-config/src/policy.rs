@@ -273,6 +273,9 @@ pub struct PpoLearn {
     pub grad_clip_value: f64,
     /// Stop an update's epochs early when the approximate KL exceeds this (0: off).
     pub target_kl: f64,
+    /// Scale rewards by the running standard deviation of the discounted return (SB3's and
+    /// CleanRL's `NormalizeReward`); helps where returns are large, e.g. Pendulum.
+    pub reward_norm: bool,
 }
 
 impl Default for PpoLearn {
@@ -289,6 +292,7 @@ impl Default for PpoLearn {
             adv_norm: true,
             grad_clip_value: 0.5,
             target_kl: 0.0,
+            reward_norm: false,
         }
     }
 }

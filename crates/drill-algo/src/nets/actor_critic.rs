@@ -13,15 +13,18 @@ fn tanh_mlp(layers: &[Linear], x: Tensor<2>) -> Tensor<2> {
     })
 }
 
+/// Orthogonal weights (gain √2, the last layer `out_gain`) and zero biases, as CleanRL's
+/// `layer_init`.
 fn mlp(sizes: &[usize], out_gain: f64, device: &Device) -> Vec<Linear> {
-    let hidden = Initializer::Orthogonal { gain: 2f64.sqrt() };
     let n = sizes.len() - 1;
     sizes
         .windows(2)
         .enumerate()
         .map(|(i, w)| {
-            let init = if i + 1 == n { Initializer::Orthogonal { gain: out_gain } } else { hidden.clone() };
-            LinearConfig::new(w[0], w[1]).with_initializer(init).init(device)
+            let gain = if i + 1 == n { out_gain } else { 2f64.sqrt() };
+            let mut layer = LinearConfig::new(w[0], w[1]).with_bias(false).with_initializer(Initializer::Orthogonal { gain }).init(device);
+            layer.bias = Some(Param::from_tensor(Tensor::zeros([w[1]], device)));
+            layer
         })
         .collect()
 }
@@ -77,6 +80,15 @@ impl Actor {
             (out, log_std)
         }
     }
+}
+
+/// Actor and critic trained together by one optimizer (as CleanRL's `Agent`).
+#[derive(Module, Debug)]
+pub struct ActorCritic {
+    /// The policy.
+    pub actor: Actor,
+    /// The value function.
+    pub critic: Critic,
 }
 
 /// The value network `obs → hidden… → 1`.

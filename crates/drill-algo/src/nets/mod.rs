@@ -5,7 +5,7 @@ mod actor_critic;
 mod cnn;
 mod q;
 
-pub use actor_critic::{Actor, ActorHead, Critic};
+pub use actor_critic::{Actor, ActorCritic, ActorHead, Critic};
 pub use cnn::NatureCnn;
 pub use q::QNet;
 
