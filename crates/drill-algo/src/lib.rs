@@ -26,3 +26,36 @@ pub fn train(config: &drill_config::Config, ctx: &mut RunContext<'_>) -> Result<
         drill_config::Policy::Ppo(p) => ppo::train(config, p, ctx),
     }
 }
+
+/// Evaluate the model in checkpoint `ck` (trained with `config`) over `episodes` episodes
+/// with deterministic actions.
+pub fn evaluate(
+    config: &drill_config::Config,
+    ck: &checkpoint::Checkpoint,
+    episodes: usize,
+    seed: u64,
+    device: &burn::tensor::Device,
+) -> Result<eval::EvalResult, TrainError> {
+    let num_envs = config.env.evaluator_env_num.min(episodes.max(1));
+    let mut evaluator = eval::Evaluator::new(&config.env.id, num_envs, episodes.max(1), seed)?;
+    match &config.policy {
+        drill_config::Policy::Dqn(p) => {
+            let net = dqn::build_qnet(config, p, device)?;
+            let (layout, _) = optim::ParamLayout::with_values(&net);
+            let net = layout.write(net, &ck.get_params("model", &layout)?);
+            let obs_dim = drill_env::spec(&config.env.id)?.obs_dim;
+            Ok(evaluator.run(|obs, out| {
+                if let eval::ActionBuf::Discrete(a) = out {
+                    dqn::greedy(&net, obs, obs_dim, device, a);
+                }
+            }))
+        }
+        drill_config::Policy::Ppo(p) => {
+            let agent = ppo::build_agent(config, p, device)?;
+            let (layout, _) = optim::ParamLayout::with_values(&agent);
+            let agent = layout.write(agent, &ck.get_params("model", &layout)?);
+            let spec = drill_env::spec(&config.env.id)?;
+            Ok(evaluator.run(|obs, out| ppo::act_deterministic(&agent, &spec.action_space, obs, spec.obs_dim, device, out)))
+        }
+    }
+}

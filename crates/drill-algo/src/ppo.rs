@@ -38,8 +38,8 @@ pub fn build_agent(cfg: &Config, p: &PpoPolicy, device: &Device) -> Result<Actor
     check_shape(cfg, "policy.model.obs_shape", p.model.obs_shape, spec.obs_dim)?;
     check_shape(cfg, "policy.model.action_shape", p.model.action_shape, act_dim)?;
     Ok(ActorCritic {
-        actor: Actor::new(spec.obs_dim, hidden, act_dim, head, p.model.init_log_std, device),
-        critic: Critic::new(spec.obs_dim, hidden, device),
+        actor: Actor::new(spec.obs_dim, hidden, act_dim, head, p.model.activation, p.model.init_log_std, device),
+        critic: Critic::new(spec.obs_dim, hidden, p.model.activation, device),
     })
 }
 

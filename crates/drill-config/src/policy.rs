@@ -219,6 +219,16 @@ pub enum SigmaType {
     Conditioned,
 }
 
+/// Hidden-layer activation of PPO's MLPs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Activation {
+    /// ReLU (DI-engine's default; cheap on CPU).
+    Relu,
+    /// tanh (CleanRL's choice; burn-flex computes it with scalar libm, ~10x slower here).
+    Tanh,
+}
+
 /// `[policy.model]` for PPO: actor and critic MLPs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -227,8 +237,10 @@ pub struct PpoModel {
     pub obs_shape: Option<usize>,
     /// Action count (discrete) or dimension (continuous); from the environment when omitted.
     pub action_shape: Option<usize>,
-    /// Hidden sizes of the actor's and the critic's MLPs (tanh after each; separate networks).
+    /// Hidden sizes of the actor's and the critic's MLPs (separate networks).
     pub encoder_hidden_size_list: Vec<usize>,
+    /// Activation after each hidden layer.
+    pub activation: Activation,
     /// Continuous actions: how the standard deviation is produced.
     pub sigma_type: SigmaType,
     /// Continuous actions: initial log standard deviation.
@@ -241,6 +253,7 @@ impl Default for PpoModel {
             obs_shape: None,
             action_shape: None,
             encoder_hidden_size_list: vec![64, 64],
+            activation: Activation::Relu,
             sigma_type: SigmaType::Independent,
             init_log_std: 0.0,
         }

@@ -1,15 +1,21 @@
-//! [`Actor`] and [`Critic`]: CleanRL's PPO networks (separate tanh MLPs, orthogonal init).
+//! [`Actor`] and [`Critic`]: CleanRL's PPO networks (separate MLPs, orthogonal init), with
+//! ReLU (DI-engine's default) or tanh (CleanRL's) hidden activations.
 
 use burn::module::{Module, Param};
 use burn::nn::{Initializer, Linear, LinearConfig};
-use burn::tensor::activation::tanh;
+use burn::tensor::activation::{relu, tanh};
 use burn::tensor::{Device, Tensor};
+use drill_config::Activation;
 
-fn tanh_mlp(layers: &[Linear], x: Tensor<2>) -> Tensor<2> {
+fn mlp_forward(layers: &[Linear], use_tanh: bool, x: Tensor<2>) -> Tensor<2> {
     let last = layers.len() - 1;
     layers.iter().enumerate().fold(x, |x, (i, l)| {
         let y = l.forward(x);
-        if i < last { tanh(y) } else { y }
+        match (i < last, use_tanh) {
+            (false, _) => y,
+            (true, true) => tanh(y),
+            (true, false) => relu(y),
+        }
     })
 }
 
@@ -48,28 +54,29 @@ pub struct Actor {
     log_std: Param<Tensor<1>>,
     act_dim: usize,
     conditioned: bool,
+    use_tanh: bool,
 }
 
 impl Actor {
     /// `obs → hidden… → out`, orthogonal init (gain √2, output 0.01, as CleanRL).
-    pub fn new(obs_dim: usize, hidden: &[usize], act_dim: usize, head: ActorHead, init_log_std: f64, device: &Device) -> Self {
+    pub fn new(obs_dim: usize, hidden: &[usize], act_dim: usize, head: ActorHead, activation: Activation, init_log_std: f64, device: &Device) -> Self {
         let conditioned = head == ActorHead::GaussianConditioned;
         let mut sizes = vec![obs_dim];
         sizes.extend_from_slice(hidden);
         sizes.push(if conditioned { 2 * act_dim } else { act_dim });
         let n_std = if head == ActorHead::GaussianIndependent { act_dim } else { 0 };
         let log_std = Param::from_tensor(Tensor::<1>::ones([n_std], device).mul_scalar(init_log_std));
-        Self { layers: mlp(&sizes, 0.01, device), log_std, act_dim, conditioned }
+        Self { layers: mlp(&sizes, 0.01, device), log_std, act_dim, conditioned, use_tanh: activation == Activation::Tanh }
     }
 
     /// Categorical logits `[batch, n]`.
     pub fn logits(&self, obs: Tensor<2>) -> Tensor<2> {
-        tanh_mlp(&self.layers, obs)
+        mlp_forward(&self.layers, self.use_tanh, obs)
     }
 
     /// Gaussian mean and log-std, both `[batch, act_dim]`.
     pub fn gaussian(&self, obs: Tensor<2>) -> (Tensor<2>, Tensor<2>) {
-        let out = tanh_mlp(&self.layers, obs);
+        let out = mlp_forward(&self.layers, self.use_tanh, obs);
         let batch = out.dims()[0];
         if self.conditioned {
             let mean = out.clone().narrow(1, 0, self.act_dim);
@@ -95,19 +102,20 @@ pub struct ActorCritic {
 #[derive(Module, Debug)]
 pub struct Critic {
     layers: Vec<Linear>,
+    use_tanh: bool,
 }
 
 impl Critic {
     /// Orthogonal init (gain √2, output 1.0, as CleanRL).
-    pub fn new(obs_dim: usize, hidden: &[usize], device: &Device) -> Self {
+    pub fn new(obs_dim: usize, hidden: &[usize], activation: Activation, device: &Device) -> Self {
         let mut sizes = vec![obs_dim];
         sizes.extend_from_slice(hidden);
         sizes.push(1);
-        Self { layers: mlp(&sizes, 1.0, device) }
+        Self { layers: mlp(&sizes, 1.0, device), use_tanh: activation == Activation::Tanh }
     }
 
     /// Values `[batch]`.
     pub fn forward(&self, obs: Tensor<2>) -> Tensor<1> {
-        tanh_mlp(&self.layers, obs).squeeze_dim::<1>(1)
+        mlp_forward(&self.layers, self.use_tanh, obs).squeeze_dim::<1>(1)
     }
 }
