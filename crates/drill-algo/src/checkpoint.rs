@@ -53,18 +53,26 @@ impl Checkpoint {
     pub fn put_params(&mut self, prefix: &str, layout: &ParamLayout, values: &[f32]) {
         for slot in &layout.slots {
             let v = values[slot.offset..slot.offset + slot.len].to_vec();
-            self.tensors.insert(format!("{prefix}.{}", slot.name), (slot.shape.clone(), v));
+            self.tensors
+                .insert(format!("{prefix}.{}", slot.name), (slot.shape.clone(), v));
         }
     }
 
     /// Read parameters saved under `prefix.` into a flat buffer in `layout`.
-    pub fn get_params(&self, prefix: &str, layout: &ParamLayout) -> Result<Vec<f32>, CheckpointError> {
+    pub fn get_params(
+        &self,
+        prefix: &str,
+        layout: &ParamLayout,
+    ) -> Result<Vec<f32>, CheckpointError> {
         let mut out = vec![0.0; layout.len];
         for slot in &layout.slots {
             let name = format!("{prefix}.{}", slot.name);
             let (shape, values) = self.tensor(&name)?;
             if shape != &slot.shape {
-                return Err(self.mismatch(format!("tensor {name} has shape {shape:?}, the model needs {:?}", slot.shape)));
+                return Err(self.mismatch(format!(
+                    "tensor {name} has shape {shape:?}, the model needs {:?}",
+                    slot.shape
+                )));
             }
             out[slot.offset..slot.offset + slot.len].copy_from_slice(values);
         }
@@ -75,23 +83,41 @@ impl Checkpoint {
     pub fn put_trainer<M: Module>(&mut self, prefix: &str, trainer: &Trainer<M>) {
         self.put_params(prefix, &trainer.layout, &trainer.params);
         let n = trainer.params.len();
-        self.tensors.insert(format!("{prefix}_optim.adam_m"), (vec![n], trainer.adam.m.clone()));
-        self.tensors.insert(format!("{prefix}_optim.adam_v"), (vec![n], trainer.adam.v.clone()));
-        self.meta.insert(format!("{prefix}_optim.adam_t"), trainer.adam.t.to_string());
+        self.tensors.insert(
+            format!("{prefix}_optim.adam_m"),
+            (vec![n], trainer.adam.m.clone()),
+        );
+        self.tensors.insert(
+            format!("{prefix}_optim.adam_v"),
+            (vec![n], trainer.adam.v.clone()),
+        );
+        self.meta
+            .insert(format!("{prefix}_optim.adam_t"), trainer.adam.t.to_string());
     }
 
     /// Restore a trainer saved with [`Self::put_trainer`].
-    pub fn get_trainer<M: Module>(&self, prefix: &str, trainer: &mut Trainer<M>) -> Result<(), CheckpointError> {
+    pub fn get_trainer<M: Module>(
+        &self,
+        prefix: &str,
+        trainer: &mut Trainer<M>,
+    ) -> Result<(), CheckpointError> {
         trainer.params = self.get_params(prefix, &trainer.layout)?;
         let n = trainer.params.len();
         let moment = |k: &str| -> Result<Vec<f32>, CheckpointError> {
             let (shape, v) = self.tensor(&format!("{prefix}_optim.{k}"))?;
             if shape != &[n] {
-                return Err(self.mismatch(format!("{prefix}_optim.{k} has shape {shape:?}, expected [{n}]")));
+                return Err(self.mismatch(format!(
+                    "{prefix}_optim.{k} has shape {shape:?}, expected [{n}]"
+                )));
             }
             Ok(v.clone())
         };
-        let adam = Adam { m: moment("adam_m")?, v: moment("adam_v")?, t: self.counter(&format!("{prefix}_optim.adam_t"))?, ..trainer.adam.clone() };
+        let adam = Adam {
+            m: moment("adam_m")?,
+            v: moment("adam_v")?,
+            t: self.counter(&format!("{prefix}_optim.adam_t"))?,
+            ..trainer.adam.clone()
+        };
         trainer.adam = adam;
         trainer.sync_model();
         Ok(())
@@ -99,7 +125,10 @@ impl Checkpoint {
 
     /// A tensor by name.
     pub fn tensor(&self, name: &str) -> Result<(&Vec<usize>, &Vec<f32>), CheckpointError> {
-        self.tensors.get(name).map(|(s, v)| (s, v)).ok_or_else(|| self.mismatch(format!("missing tensor {name}")))
+        self.tensors
+            .get(name)
+            .map(|(s, v)| (s, v))
+            .ok_or_else(|| self.mismatch(format!("missing tensor {name}")))
     }
 
     /// An integer metadata entry.
@@ -111,7 +140,10 @@ impl Checkpoint {
     }
 
     fn mismatch(&self, message: String) -> CheckpointError {
-        CheckpointError::Mismatch { path: self.path.clone(), message }
+        CheckpointError::Mismatch {
+            path: self.path.clone(),
+            message,
+        }
     }
 
     /// Serialise to safetensors bytes.
@@ -119,11 +151,22 @@ impl Checkpoint {
         let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = self
             .tensors
             .iter()
-            .map(|(k, (shape, v))| (k.clone(), shape.clone(), v.iter().flat_map(|x| x.to_le_bytes()).collect()))
+            .map(|(k, (shape, v))| {
+                (
+                    k.clone(),
+                    shape.clone(),
+                    v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                )
+            })
             .collect();
         let views: Vec<(String, TensorView<'_>)> = bytes
             .iter()
-            .map(|(k, shape, b)| (k.clone(), TensorView::new(Dtype::F32, shape.clone(), b).expect("consistent tensor")))
+            .map(|(k, shape, b)| {
+                (
+                    k.clone(),
+                    TensorView::new(Dtype::F32, shape.clone(), b).expect("consistent tensor"),
+                )
+            })
             .collect();
         let meta: HashMap<String, String> = self.meta.clone().into_iter().collect();
         safetensors::serialize(views, Some(meta)).expect("serialising in memory cannot fail")
@@ -131,7 +174,10 @@ impl Checkpoint {
 
     /// Write to `path` atomically (temporary file in the same folder, then rename).
     pub fn save(&self, path: &Path) -> Result<(), CheckpointError> {
-        let io = |source| CheckpointError::Io { path: path.to_path_buf(), source };
+        let io = |source| CheckpointError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
         let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
         std::fs::write(&tmp, self.to_bytes()).map_err(io)?;
         std::fs::rename(&tmp, path).map_err(io)
@@ -139,16 +185,32 @@ impl Checkpoint {
 
     /// Read a checkpoint written by [`Self::save`].
     pub fn load(path: &Path) -> Result<Self, CheckpointError> {
-        let bytes = std::fs::read(path).map_err(|source| CheckpointError::Io { path: path.to_path_buf(), source })?;
-        let format = |e: safetensors::SafeTensorError| CheckpointError::Format { path: path.to_path_buf(), message: e.to_string() };
+        let bytes = std::fs::read(path).map_err(|source| CheckpointError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let format = |e: safetensors::SafeTensorError| CheckpointError::Format {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        };
         let (_, metadata) = safetensors::SafeTensors::read_metadata(&bytes).map_err(format)?;
         let st = safetensors::SafeTensors::deserialize(&bytes).map_err(format)?;
-        let mut ck = Checkpoint { path: path.to_path_buf(), ..Default::default() };
+        let mut ck = Checkpoint {
+            path: path.to_path_buf(),
+            ..Default::default()
+        };
         for (name, view) in st.tensors() {
             if view.dtype() != Dtype::F32 {
-                return Err(ck.mismatch(format!("tensor {name} is {:?}, drill stores F32", view.dtype())));
+                return Err(ck.mismatch(format!(
+                    "tensor {name} is {:?}, drill stores F32",
+                    view.dtype()
+                )));
             }
-            let values = view.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+            let values = view
+                .data()
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
             ck.tensors.insert(name, (view.shape().to_vec(), values));
         }
         if let Some(meta) = metadata.metadata() {

@@ -23,16 +23,47 @@ use std::time::Instant;
 pub fn build_qnet(cfg: &Config, p: &DqnPolicy, device: &Device) -> Result<QNet, TrainError> {
     let spec = drill_env::spec(&cfg.env.id).map_err(|e| cfg.error("env.id", e.to_string()))?;
     let drill_env::ActionSpace::Discrete(actions) = spec.action_space else {
-        return Err(cfg.error("policy.type", format!("DQN needs discrete actions; {} is continuous (use ppo)", spec.id)).into());
+        return Err(cfg
+            .error(
+                "policy.type",
+                format!(
+                    "DQN needs discrete actions; {} is continuous (use ppo)",
+                    spec.id
+                ),
+            )
+            .into());
     };
-    check_shape(cfg, "policy.model.obs_shape", p.model.obs_shape, spec.obs_dim)?;
-    check_shape(cfg, "policy.model.action_shape", p.model.action_shape, actions)?;
-    Ok(QNet::new(spec.obs_dim, &p.model.encoder_hidden_size_list, actions, p.model.dueling, device))
+    check_shape(
+        cfg,
+        "policy.model.obs_shape",
+        p.model.obs_shape,
+        spec.obs_dim,
+    )?;
+    check_shape(
+        cfg,
+        "policy.model.action_shape",
+        p.model.action_shape,
+        actions,
+    )?;
+    Ok(QNet::new(
+        spec.obs_dim,
+        &p.model.encoder_hidden_size_list,
+        actions,
+        p.model.dueling,
+        device,
+    ))
 }
 
-pub(crate) fn check_shape(cfg: &Config, path: &str, given: Option<usize>, env: usize) -> Result<(), TrainError> {
+pub(crate) fn check_shape(
+    cfg: &Config,
+    path: &str,
+    given: Option<usize>,
+    env: usize,
+) -> Result<(), TrainError> {
     match given {
-        Some(g) if g != env => Err(cfg.error(path, format!("is {g} but {} has {env}", cfg.env.id)).into()),
+        Some(g) if g != env => Err(cfg
+            .error(path, format!("is {g} but {} has {env}", cfg.env.id))
+            .into()),
         _ => Ok(()),
     }
 }
@@ -40,7 +71,12 @@ pub(crate) fn check_shape(cfg: &Config, path: &str, given: Option<usize>, env: u
 /// Greedy actions for a batch of observations.
 pub fn greedy(net: &QNet, obs: &[f32], obs_dim: usize, device: &Device, out: &mut [u32]) {
     let n = obs.len() / obs_dim;
-    let q = net.forward(Tensor::from_data(TensorData::new(obs.to_vec(), [n, obs_dim]), device)).into_data();
+    let q = net
+        .forward(Tensor::from_data(
+            TensorData::new(obs.to_vec(), [n, obs_dim]),
+            device,
+        ))
+        .into_data();
     let q = q.as_slice::<f32>().expect("f32 q-values");
     let actions = q.len() / n;
     for (i, a) in out.iter_mut().enumerate() {
@@ -120,20 +156,33 @@ impl DqnLearner {
         let next = Tensor::<2>::from_data(TensorData::new(batch.next_obs.clone(), [bs, d]), plain);
         let q_next_online = self.online.inference().forward(next.clone()).into_data();
         let q_next_target = self.target.forward(next).into_data();
-        let (qo, qt) = (q_next_online.as_slice::<f32>().unwrap(), q_next_target.as_slice::<f32>().unwrap());
+        let (qo, qt) = (
+            q_next_online.as_slice::<f32>().unwrap(),
+            q_next_target.as_slice::<f32>().unwrap(),
+        );
         let na = qo.len() / bs;
         let y: Vec<f32> = (0..bs)
             .map(|k| {
                 let a = argmax(&qo[k * na..(k + 1) * na]);
-                let not_done = if self.gamma_ignore_done { 1.0 } else { 1.0 - batch.dones[k] };
+                let not_done = if self.gamma_ignore_done {
+                    1.0
+                } else {
+                    1.0 - batch.dones[k]
+                };
                 batch.rewards[k] + batch.discounts[k] * not_done * qt[k * na + a]
             })
             .collect();
         // ALGO: loss = mean(w * (Q(s, a) - y)^2).
         let ad = self.ad_device.clone();
         let obs = Tensor::<2>::from_data(TensorData::new(batch.obs.clone(), [bs, d]), &ad);
-        let actions = Tensor::<2, Int>::from_data(TensorData::new(batch.actions.clone(), [bs, 1]), &ad);
-        let q_sa = self.online.model().forward(obs).gather(1, actions).reshape([bs]);
+        let actions =
+            Tensor::<2, Int>::from_data(TensorData::new(batch.actions.clone(), [bs, 1]), &ad);
+        let q_sa = self
+            .online
+            .model()
+            .forward(obs)
+            .gather(1, actions)
+            .reshape([bs]);
         let td = q_sa.clone() - Tensor::<1>::from_data(TensorData::new(y, [bs]), &ad);
         let weights = Tensor::<1>::from_data(TensorData::new(batch.weights.clone(), [bs]), &ad);
         let loss = (td.clone() * td.clone() * weights).mean();
@@ -157,7 +206,11 @@ impl DqnLearner {
             self.target_params.copy_from_slice(&self.online.params);
             self.write_target();
         }
-        UpdateStats { loss: loss_value, q_mean, grad_norm: step.grad_norm }
+        UpdateStats {
+            loss: loss_value,
+            q_mean,
+            grad_norm: step.grad_norm,
+        }
     }
 
     fn write_target(&mut self) {
@@ -192,14 +245,23 @@ impl DqnLearner {
 }
 
 /// Train DQN as configured; stops at `env.stop_value`, `max_env_step` or `max_train_iter`.
-pub fn train(cfg: &Config, p: &DqnPolicy, ctx: &mut RunContext<'_>) -> Result<TrainResult, TrainError> {
+pub fn train(
+    cfg: &Config,
+    p: &DqnPolicy,
+    ctx: &mut RunContext<'_>,
+) -> Result<TrainResult, TrainError> {
     let start = Instant::now();
     // PLUMBING: seeding, environments, networks, storage.
     ctx.device.seed(cfg.seed);
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed.wrapping_add(0x5eed));
     let (n_env, n_eval) = (cfg.env.collector_env_num, cfg.env.evaluator_env_num);
     let mut venv = make_vec(&cfg.env.id, n_env, cfg.seed, cfg.env.env_threads)?;
-    let mut evaluator = Evaluator::new(&cfg.env.id, n_eval, cfg.env.n_evaluator_episode, cfg.seed + n_env as u64)?;
+    let mut evaluator = Evaluator::new(
+        &cfg.env.id,
+        n_eval,
+        cfg.env.n_evaluator_episode,
+        cfg.seed + n_env as u64,
+    )?;
     let obs_dim = venv.spec().obs_dim;
     let device = ctx.device.clone().autodiff();
     let plain = ctx.device.clone();
@@ -230,27 +292,39 @@ pub fn train(cfg: &Config, p: &DqnPolicy, ctx: &mut RunContext<'_>) -> Result<Tr
 
     loop {
         // ALGO: evaluate every eval_freq train iterations (and before training).
-        if learner.iters % p.eval.evaluator.eval_freq == 0 && last_eval.as_ref().is_none_or(|(it, _): &(u64, _)| *it != learner.iters) {
+        if learner.iters % p.eval.evaluator.eval_freq == 0
+            && last_eval
+                .as_ref()
+                .is_none_or(|(it, _): &(u64, _)| *it != learner.iters)
+        {
             let result = evaluator.run(|obs, out| {
                 if let ActionBuf::Discrete(a) = out {
                     greedy(&acting, obs, obs_dim, &plain, a);
                 }
             });
-            ctx.reporter.scalar("eval/episodic_return_mean", result.mean, env_steps);
-            ctx.reporter.scalar("eval/episodic_return_std", result.std, env_steps);
+            ctx.reporter
+                .scalar("eval/episodic_return_mean", result.mean, env_steps);
+            ctx.reporter
+                .scalar("eval/episodic_return_std", result.std, env_steps);
             let mut build = || learner.checkpoint(env_steps);
             if result.mean > best_eval {
                 best_eval = result.mean;
-                ctx.reporter.checkpoint("best", &mut build).map_err(checkpoint_io)?;
+                ctx.reporter
+                    .checkpoint("best", &mut build)
+                    .map_err(checkpoint_io)?;
             }
-            ctx.reporter.checkpoint("latest", &mut build).map_err(checkpoint_io)?;
+            ctx.reporter
+                .checkpoint("latest", &mut build)
+                .map_err(checkpoint_io)?;
             stop_reached = cfg.env.stop_value.is_some_and(|v| result.mean >= v);
             last_eval = Some((learner.iters, result));
             if stop_reached {
                 break;
             }
         }
-        if cfg.max_env_step.is_some_and(|m| env_steps >= m) || cfg.max_train_iter.is_some_and(|m| learner.iters >= m) {
+        if cfg.max_env_step.is_some_and(|m| env_steps >= m)
+            || cfg.max_train_iter.is_some_and(|m| learner.iters >= m)
+        {
             break;
         }
 
@@ -279,7 +353,11 @@ pub fn train(cfg: &Config, p: &DqnPolicy, ctx: &mut RunContext<'_>) -> Result<Tr
                     |t| buffer.push(&t),
                 );
                 if term || trunc {
-                    ctx.reporter.scalar("charts/episodic_return", venv.final_returns()[i], env_steps);
+                    ctx.reporter.scalar(
+                        "charts/episodic_return",
+                        venv.final_returns()[i],
+                        env_steps,
+                    );
                 }
             }
             env_steps += n_env as u64;
@@ -292,7 +370,10 @@ pub fn train(cfg: &Config, p: &DqnPolicy, ctx: &mut RunContext<'_>) -> Result<Tr
                 buffer.sample(p.learn.batch_size, rb.priority_beta, &mut rng, &mut batch);
                 stats = learner.update(&batch, rb.priority.then_some(&mut td));
                 if !stats.loss.is_finite() {
-                    return Err(TrainError::NonFinite { iter: learner.iters, value: f64::from(stats.loss) });
+                    return Err(TrainError::NonFinite {
+                        iter: learner.iters,
+                        value: f64::from(stats.loss),
+                    });
                 }
                 if rb.priority {
                     buffer.update_priorities(&batch.indices, &td);
@@ -303,9 +384,15 @@ pub fn train(cfg: &Config, p: &DqnPolicy, ctx: &mut RunContext<'_>) -> Result<Tr
             }
             acting = learner.online.inference();
             if learner.iters % 20 == 0 {
-                ctx.reporter.scalar("losses/td_loss", f64::from(stats.loss), env_steps);
-                ctx.reporter.scalar("losses/q_values", f64::from(stats.q_mean), env_steps);
-                ctx.reporter.scalar("charts/epsilon", epsilon(&p.other.eps, env_steps), env_steps);
+                ctx.reporter
+                    .scalar("losses/td_loss", f64::from(stats.loss), env_steps);
+                ctx.reporter
+                    .scalar("losses/q_values", f64::from(stats.q_mean), env_steps);
+                ctx.reporter.scalar(
+                    "charts/epsilon",
+                    epsilon(&p.other.eps, env_steps),
+                    env_steps,
+                );
             }
         }
         let secs = start.elapsed().as_secs_f64();
@@ -319,7 +406,9 @@ pub fn train(cfg: &Config, p: &DqnPolicy, ctx: &mut RunContext<'_>) -> Result<Tr
     }
 
     // PLUMBING: final checkpoint and result.
-    ctx.reporter.checkpoint("final", &mut || learner.checkpoint(env_steps)).map_err(checkpoint_io)?;
+    ctx.reporter
+        .checkpoint("final", &mut || learner.checkpoint(env_steps))
+        .map_err(checkpoint_io)?;
     let wall = start.elapsed().as_secs_f64();
     let (_, eval) = last_eval.expect("evaluated at least once");
     Ok(TrainResult {
@@ -337,5 +426,110 @@ pub fn train(cfg: &Config, p: &DqnPolicy, ctx: &mut RunContext<'_>) -> Result<Tr
 }
 
 pub(crate) fn checkpoint_io(source: std::io::Error) -> TrainError {
-    TrainError::Checkpoint(crate::checkpoint::CheckpointError::Io { path: "ckpt/".into(), source })
+    TrainError::Checkpoint(crate::checkpoint::CheckpointError::Io {
+        path: "ckpt/".into(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nets::QNet;
+
+    fn batch(seed: u64) -> Batch {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let bs = 16;
+        Batch {
+            obs: (0..bs * 4).map(|_| rng.random_range(-1.0..1.0)).collect(),
+            next_obs: (0..bs * 4).map(|_| rng.random_range(-1.0..1.0)).collect(),
+            actions: (0..bs).map(|_| rng.random_range(0..2)).collect(),
+            rewards: (0..bs).map(|_| rng.random_range(0.0..1.0)).collect(),
+            dones: (0..bs).map(|k| (k % 5 == 0) as u8 as f32).collect(),
+            discounts: vec![0.9; bs],
+            weights: vec![1.0; bs],
+            indices: (0..bs).collect(),
+        }
+    }
+
+    fn learner(seed: u64) -> DqnLearner {
+        let device = Device::flex();
+        device.seed(seed);
+        let mut p = DqnPolicy::default();
+        p.learn.target_update_freq = 3;
+        let net = QNet::new(4, &[16, 8], 2, true, &device.clone().autodiff());
+        DqnLearner::new(net, &p, 4, &device)
+    }
+
+    fn q_values(l: &DqnLearner, b: &Batch) -> Vec<f32> {
+        let x = Tensor::<2>::from_data(TensorData::new(b.obs.clone(), [16, 4]), &Device::flex());
+        l.online
+            .inference()
+            .forward(x)
+            .into_data()
+            .try_to_vec()
+            .unwrap()
+    }
+
+    #[test]
+    fn checkpoint_round_trip_gives_identical_outputs_and_continued_training() {
+        let mut a = learner(1);
+        for k in 0..7 {
+            a.update(&batch(k), None);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ck.safetensors");
+        a.checkpoint(123).save(&path).unwrap();
+        let loaded = Checkpoint::load(&path).unwrap();
+        assert_eq!(loaded.counter("env_steps").unwrap(), 123);
+        let mut b = learner(2);
+        assert_ne!(
+            q_values(&a, &batch(99)),
+            q_values(&b, &batch(99)),
+            "different init before loading"
+        );
+        b.load(&loaded).unwrap();
+        assert_eq!(b.iters, 7);
+        assert_eq!(
+            q_values(&a, &batch(99)),
+            q_values(&b, &batch(99)),
+            "identical outputs"
+        );
+        for k in 7..15 {
+            let sa = a.update(&batch(k), None);
+            let sb = b.update(&batch(k), None);
+            assert_eq!(sa.loss.to_bits(), sb.loss.to_bits(), "update {k}");
+        }
+        assert_eq!(
+            a.online.params, b.online.params,
+            "identical continued training"
+        );
+        assert_eq!(a.target_params, b.target_params);
+        assert_eq!(a.online.adam, b.online.adam);
+    }
+
+    #[test]
+    fn loading_a_mismatched_checkpoint_names_the_tensor() {
+        let a = learner(1);
+        let mut ck = a.checkpoint(0);
+        ck.tensors.remove("model.encoder.0.weight");
+        ck.path = "x.safetensors".into();
+        let err = learner(2).load(&ck).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "checkpoint x.safetensors: missing tensor model.encoder.0.weight"
+        );
+    }
+
+    #[test]
+    fn updates_reduce_the_td_error_on_a_fixed_batch() {
+        let mut l = learner(3);
+        let b = batch(5);
+        let first = l.update(&b, None).loss;
+        let mut last = first;
+        for _ in 0..2 {
+            last = l.update(&b, None).loss;
+        }
+        assert!(last < first, "loss {first} -> {last}");
+    }
 }

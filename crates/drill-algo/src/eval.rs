@@ -16,7 +16,9 @@ impl ActionBuf {
     pub fn for_space(space: &drill_env::ActionSpace, num_envs: usize) -> Self {
         match space {
             drill_env::ActionSpace::Discrete(_) => ActionBuf::Discrete(vec![0; num_envs]),
-            drill_env::ActionSpace::Continuous { low, .. } => ActionBuf::Continuous(vec![0.0; num_envs * low.len()]),
+            drill_env::ActionSpace::Continuous { low, .. } => {
+                ActionBuf::Continuous(vec![0.0; num_envs * low.len()])
+            }
         }
     }
 
@@ -50,11 +52,22 @@ pub struct Evaluator {
 
 impl Evaluator {
     /// An evaluator on `id` with its own seed.
-    pub fn new(id: &str, num_envs: usize, episodes: usize, seed: u64) -> Result<Self, drill_env::EnvError> {
+    pub fn new(
+        id: &str,
+        num_envs: usize,
+        episodes: usize,
+        seed: u64,
+    ) -> Result<Self, drill_env::EnvError> {
         let venv = make_vec(id, num_envs, seed, 1)?;
-        let quota = (0..num_envs).map(|i| episodes / num_envs + usize::from(i < episodes % num_envs)).collect();
+        let quota = (0..num_envs)
+            .map(|i| episodes / num_envs + usize::from(i < episodes % num_envs))
+            .collect();
         let actions = ActionBuf::for_space(&venv.spec().action_space, num_envs);
-        Ok(Self { venv, quota, actions })
+        Ok(Self {
+            venv,
+            quota,
+            actions,
+        })
     }
 
     /// Run the episodes; `policy(obs, actions)` fills one action per copy.
@@ -92,7 +105,11 @@ mod tests {
             }
         });
         assert_eq!(r.returns.len(), 7);
-        assert!(r.mean > 5.0 && r.mean < 20.0, "always-right fails fast: {}", r.mean);
+        assert!(
+            r.mean > 5.0 && r.mean < 20.0,
+            "always-right fails fast: {}",
+            r.mean
+        );
         // A balancing controller reaches the 200-step limit.
         let r = ev.run(|obs, a| {
             if let ActionBuf::Discrete(a) = a {

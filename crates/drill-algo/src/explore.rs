@@ -25,12 +25,22 @@ mod tests {
 
     #[test]
     fn exp_and_linear_schedules() {
-        let cfg = EpsConfig { kind: EpsKind::Exp, start: 0.95, end: 0.1, decay: 10000.0 };
+        let cfg = EpsConfig {
+            kind: EpsKind::Exp,
+            start: 0.95,
+            end: 0.1,
+            decay: 10000.0,
+        };
         assert_eq!(epsilon(&cfg, 0), 0.95);
         // 0.1 + 0.85 * e^-1
         assert!((epsilon(&cfg, 10000) - 0.412_697_525).abs() < 1e-6);
         assert!((epsilon(&cfg, 1_000_000) - 0.1).abs() < 1e-12);
-        let lin = EpsConfig { kind: EpsKind::Linear, start: 1.0, end: 0.05, decay: 100.0 };
+        let lin = EpsConfig {
+            kind: EpsKind::Linear,
+            start: 1.0,
+            end: 0.05,
+            decay: 100.0,
+        };
         assert!((epsilon(&lin, 50) - 0.525).abs() < 1e-12);
         assert_eq!(epsilon(&lin, 100), 0.05);
         assert_eq!(epsilon(&lin, 5000), 0.05);

@@ -19,8 +19,24 @@ pub mod run;
 
 pub use run::{NullReporter, Progress, Reporter, RunContext, TrainError, TrainResult};
 
+/// Check what only the environment can tell: that `env.id` exists and the model fits its
+/// spaces (`policy.model.obs_shape`, discrete vs continuous actions). Cheap; call it before
+/// creating anything on disk.
+pub fn validate(config: &drill_config::Config) -> Result<(), TrainError> {
+    drill_env::spec(&config.env.id).map_err(|e| config.error("env.id", e.to_string()))?;
+    let device = burn::tensor::Device::flex();
+    match &config.policy {
+        drill_config::Policy::Dqn(p) => dqn::build_qnet(config, p, &device).map(drop),
+        drill_config::Policy::Ppo(p) => ppo::build_agent(config, p, &device).map(drop),
+    }
+}
+
 /// Train the algorithm `config.policy.type` names.
-pub fn train(config: &drill_config::Config, ctx: &mut RunContext<'_>) -> Result<TrainResult, TrainError> {
+pub fn train(
+    config: &drill_config::Config,
+    ctx: &mut RunContext<'_>,
+) -> Result<TrainResult, TrainError> {
+    validate(config)?;
     match &config.policy {
         drill_config::Policy::Dqn(p) => dqn::train(config, p, ctx),
         drill_config::Policy::Ppo(p) => ppo::train(config, p, ctx),
@@ -55,7 +71,9 @@ pub fn evaluate(
             let (layout, _) = optim::ParamLayout::with_values(&agent);
             let agent = layout.write(agent, &ck.get_params("model", &layout)?);
             let spec = drill_env::spec(&config.env.id)?;
-            Ok(evaluator.run(|obs, out| ppo::act_deterministic(&agent, &spec.action_space, obs, spec.obs_dim, device, out)))
+            Ok(evaluator.run(|obs, out| {
+                ppo::act_deterministic(&agent, &spec.action_space, obs, spec.obs_dim, device, out)
+            }))
         }
     }
 }

@@ -25,7 +25,11 @@ use std::f32::consts::PI;
 use std::time::Instant;
 
 /// The actor-critic for `env.id` as `[policy.model]` describes it.
-pub fn build_agent(cfg: &Config, p: &PpoPolicy, device: &Device) -> Result<ActorCritic, TrainError> {
+pub fn build_agent(
+    cfg: &Config,
+    p: &PpoPolicy,
+    device: &Device,
+) -> Result<ActorCritic, TrainError> {
     let spec = drill_env::spec(&cfg.env.id).map_err(|e| cfg.error("env.id", e.to_string()))?;
     let hidden = &p.model.encoder_hidden_size_list;
     let (act_dim, head) = match &spec.action_space {
@@ -35,16 +39,41 @@ pub fn build_agent(cfg: &Config, p: &PpoPolicy, device: &Device) -> Result<Actor
             SigmaType::Conditioned => (low.len(), ActorHead::GaussianConditioned),
         },
     };
-    check_shape(cfg, "policy.model.obs_shape", p.model.obs_shape, spec.obs_dim)?;
-    check_shape(cfg, "policy.model.action_shape", p.model.action_shape, act_dim)?;
+    check_shape(
+        cfg,
+        "policy.model.obs_shape",
+        p.model.obs_shape,
+        spec.obs_dim,
+    )?;
+    check_shape(
+        cfg,
+        "policy.model.action_shape",
+        p.model.action_shape,
+        act_dim,
+    )?;
     Ok(ActorCritic {
-        actor: Actor::new(spec.obs_dim, hidden, act_dim, head, p.model.activation, p.model.init_log_std, device),
+        actor: Actor::new(
+            spec.obs_dim,
+            hidden,
+            act_dim,
+            head,
+            p.model.activation,
+            p.model.init_log_std,
+            device,
+        ),
         critic: Critic::new(spec.obs_dim, hidden, p.model.activation, device),
     })
 }
 
 /// Deterministic actions for evaluation: argmax logits, or the Gaussian mean clipped to bounds.
-pub fn act_deterministic(agent: &ActorCritic, space: &ActionSpace, obs: &[f32], obs_dim: usize, device: &Device, out: &mut ActionBuf) {
+pub fn act_deterministic(
+    agent: &ActorCritic,
+    space: &ActionSpace,
+    obs: &[f32],
+    obs_dim: usize,
+    device: &Device,
+    out: &mut ActionBuf,
+) {
     let n = obs.len() / obs_dim;
     let x = Tensor::<2>::from_data(TensorData::new(obs.to_vec(), [n, obs_dim]), device);
     match (space, out) {
@@ -58,7 +87,11 @@ pub fn act_deterministic(agent: &ActorCritic, space: &ActionSpace, obs: &[f32], 
         }
         (ActionSpace::Continuous { low, high }, ActionBuf::Continuous(a)) => {
             let mean = agent.actor.gaussian(x).0.into_data();
-            for (j, (a, m)) in a.iter_mut().zip(mean.as_slice::<f32>().unwrap()).enumerate() {
+            for (j, (a, m)) in a
+                .iter_mut()
+                .zip(mean.as_slice::<f32>().unwrap())
+                .enumerate()
+            {
                 let d = j % low.len();
                 *a = m.clamp(low[d], high[d]);
             }
@@ -86,20 +119,33 @@ impl RewardScaler {
         if done {
             self.ret[i] = 0.0;
         }
-        let var = if self.count > 1.0 { self.m2 / self.count } else { 1.0 };
+        let var = if self.count > 1.0 {
+            self.m2 / self.count
+        } else {
+            1.0
+        };
         (f64::from(r) / (var.sqrt() + 1e-8)).clamp(-10.0, 10.0) as f32
     }
 }
 
 /// Train PPO as configured; stops at `env.stop_value`, `max_env_step` or `max_train_iter`.
-pub fn train(cfg: &Config, p: &PpoPolicy, ctx: &mut RunContext<'_>) -> Result<TrainResult, TrainError> {
+pub fn train(
+    cfg: &Config,
+    p: &PpoPolicy,
+    ctx: &mut RunContext<'_>,
+) -> Result<TrainResult, TrainError> {
     let start = Instant::now();
     // PLUMBING: seeding, environments, networks, rollout storage (allocated once).
     ctx.device.seed(cfg.seed);
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed.wrapping_add(0x5eed));
     let (n_env, n_eval) = (cfg.env.collector_env_num, cfg.env.evaluator_env_num);
     let mut venv = make_vec(&cfg.env.id, n_env, cfg.seed, cfg.env.env_threads)?;
-    let mut evaluator = Evaluator::new(&cfg.env.id, n_eval, cfg.env.n_evaluator_episode, cfg.seed + n_env as u64)?;
+    let mut evaluator = Evaluator::new(
+        &cfg.env.id,
+        n_eval,
+        cfg.env.n_evaluator_episode,
+        cfg.seed + n_env as u64,
+    )?;
     let space = venv.spec().action_space.clone();
     let obs_dim = venv.spec().obs_dim;
     let act_dim = if space.is_discrete() { 1 } else { space.dim() };
@@ -124,7 +170,13 @@ pub fn train(cfg: &Config, p: &PpoPolicy, ctx: &mut RunContext<'_>) -> Result<Tr
     let mut end_buf = vec![false; total];
     let mut adv = vec![0f32; total];
     let mut actions = ActionBuf::for_space(&space, n_env);
-    let mut scaler = RewardScaler { ret: vec![0.0; n_env], count: 0.0, mean: 0.0, m2: 0.0, gamma: p.collect.discount_factor };
+    let mut scaler = RewardScaler {
+        ret: vec![0.0; n_env],
+        count: 0.0,
+        mean: 0.0,
+        m2: 0.0,
+        gamma: p.collect.discount_factor,
+    };
     let mut order: Vec<usize> = (0..total).collect();
     let mut agent = trainer.inference();
     let mut last_eval: Option<(u64, crate::eval::EvalResult)> = None;
@@ -142,24 +194,35 @@ pub fn train(cfg: &Config, p: &PpoPolicy, ctx: &mut RunContext<'_>) -> Result<Tr
 
     loop {
         // ALGO: evaluate every eval_freq train iterations (and before training).
-        let due = last_eval.as_ref().is_none_or(|(it, _)| iters >= it + p.eval.evaluator.eval_freq);
+        let due = last_eval
+            .as_ref()
+            .is_none_or(|(it, _)| iters >= it + p.eval.evaluator.eval_freq);
         if due {
-            let result = evaluator.run(|obs, out| act_deterministic(&agent, &space, obs, obs_dim, &plain, out));
-            ctx.reporter.scalar("eval/episodic_return_mean", result.mean, env_steps);
-            ctx.reporter.scalar("eval/episodic_return_std", result.std, env_steps);
+            let result = evaluator
+                .run(|obs, out| act_deterministic(&agent, &space, obs, obs_dim, &plain, out));
+            ctx.reporter
+                .scalar("eval/episodic_return_mean", result.mean, env_steps);
+            ctx.reporter
+                .scalar("eval/episodic_return_std", result.std, env_steps);
             let mut build = || checkpoint(&trainer, env_steps, iters);
             if result.mean > best_eval {
                 best_eval = result.mean;
-                ctx.reporter.checkpoint("best", &mut build).map_err(checkpoint_io)?;
+                ctx.reporter
+                    .checkpoint("best", &mut build)
+                    .map_err(checkpoint_io)?;
             }
-            ctx.reporter.checkpoint("latest", &mut build).map_err(checkpoint_io)?;
+            ctx.reporter
+                .checkpoint("latest", &mut build)
+                .map_err(checkpoint_io)?;
             stop_reached = cfg.env.stop_value.is_some_and(|v| result.mean >= v);
             last_eval = Some((iters, result));
             if stop_reached {
                 break;
             }
         }
-        if cfg.max_env_step.is_some_and(|m| env_steps >= m) || cfg.max_train_iter.is_some_and(|m| iters >= m) {
+        if cfg.max_env_step.is_some_and(|m| env_steps >= m)
+            || cfg.max_train_iter.is_some_and(|m| iters >= m)
+        {
             break;
         }
 
@@ -192,7 +255,10 @@ pub fn train(cfg: &Config, p: &PpoPolicy, ctx: &mut RunContext<'_>) -> Result<Tr
                 (ActionSpace::Continuous { low, high }, ActionBuf::Continuous(a)) => {
                     let (mean, log_std) = agent.actor.gaussian(x);
                     let (mean, log_std) = (mean.into_data(), log_std.into_data());
-                    let (mean, log_std) = (mean.as_slice::<f32>().unwrap(), log_std.as_slice::<f32>().unwrap());
+                    let (mean, log_std) = (
+                        mean.as_slice::<f32>().unwrap(),
+                        log_std.as_slice::<f32>().unwrap(),
+                    );
                     for i in 0..n_env {
                         let mut lp = 0.0;
                         for d in 0..act_dim {
@@ -209,15 +275,27 @@ pub fn train(cfg: &Config, p: &PpoPolicy, ctx: &mut RunContext<'_>) -> Result<Tr
                 _ => unreachable!("action buffer matches the space"),
             }
             venv.step(actions.as_actions());
-            next_obs_buf[rows.start * obs_dim..rows.end * obs_dim].copy_from_slice(venv.final_obs());
+            next_obs_buf[rows.start * obs_dim..rows.end * obs_dim]
+                .copy_from_slice(venv.final_obs());
             for i in 0..n_env {
-                let (term, done) = (venv.terminated()[i], venv.terminated()[i] || venv.truncated()[i]);
+                let (term, done) = (
+                    venv.terminated()[i],
+                    venv.terminated()[i] || venv.truncated()[i],
+                );
                 let r = venv.rewards()[i];
-                rew_buf[rows.start + i] = if p.learn.reward_norm { scaler.scale(i, r, done) } else { r };
+                rew_buf[rows.start + i] = if p.learn.reward_norm {
+                    scaler.scale(i, r, done)
+                } else {
+                    r
+                };
                 term_buf[rows.start + i] = term;
                 end_buf[rows.start + i] = done;
                 if done {
-                    ctx.reporter.scalar("charts/episodic_return", venv.final_returns()[i], env_steps);
+                    ctx.reporter.scalar(
+                        "charts/episodic_return",
+                        venv.final_returns()[i],
+                        env_steps,
+                    );
                 }
             }
             env_steps += n_env as u64;
@@ -226,12 +304,27 @@ pub fn train(cfg: &Config, p: &PpoPolicy, ctx: &mut RunContext<'_>) -> Result<Tr
         // ALGO: values of every state and next state, then GAE advantages and returns.
         let values = critic_values(&agent.critic, &obs_buf, obs_dim, &plain);
         let next_values = critic_values(&agent.critic, &next_obs_buf, obs_dim, &plain);
-        gae(&rew_buf, &values, &next_values, &term_buf, &end_buf, n_env, p.collect.discount_factor as f32, p.collect.gae_lambda as f32, &mut adv);
+        gae(
+            &rew_buf,
+            &values,
+            &next_values,
+            &term_buf,
+            &end_buf,
+            n_env,
+            p.collect.discount_factor as f32,
+            p.collect.gae_lambda as f32,
+            &mut adv,
+        );
         let returns: Vec<f32> = adv.iter().zip(&values).map(|(a, v)| a + v).collect();
 
         // ALGO: epoch_per_collect passes of shuffled minibatches.
         let lr = if p.learn.lr_anneal {
-            let frac = 1.0 - env_steps as f64 / cfg.max_env_step.expect("validated: lr_anneal needs max_env_step") as f64;
+            let frac = 1.0
+                - env_steps as f64
+                    / cfg
+                        .max_env_step
+                        .expect("validated: lr_anneal needs max_env_step")
+                        as f64;
             p.learn.learning_rate * frac.max(0.0)
         } else {
             p.learn.learning_rate
@@ -246,12 +339,24 @@ pub fn train(cfg: &Config, p: &PpoPolicy, ctx: &mut RunContext<'_>) -> Result<Tr
                     &space,
                     &ad,
                     mb,
-                    Rollout { obs: &obs_buf, actions: &act_buf, logp: &logp_buf, adv: &adv, returns: &returns, values: &values, obs_dim, act_dim },
+                    Rollout {
+                        obs: &obs_buf,
+                        actions: &act_buf,
+                        logp: &logp_buf,
+                        adv: &adv,
+                        returns: &returns,
+                        values: &values,
+                        obs_dim,
+                        act_dim,
+                    },
                     lr,
                 );
                 iters += 1;
                 if !stats.loss.is_finite() {
-                    return Err(TrainError::NonFinite { iter: iters, value: f64::from(stats.loss) });
+                    return Err(TrainError::NonFinite {
+                        iter: iters,
+                        value: f64::from(stats.loss),
+                    });
                 }
                 if p.learn.target_kl > 0.0 && f64::from(stats.approx_kl) > p.learn.target_kl {
                     break 'epochs;
@@ -259,14 +364,23 @@ pub fn train(cfg: &Config, p: &PpoPolicy, ctx: &mut RunContext<'_>) -> Result<Tr
             }
         }
         agent = trainer.inference();
-        ctx.reporter.scalar("losses/policy_loss", f64::from(stats.policy_loss), env_steps);
-        ctx.reporter.scalar("losses/value_loss", f64::from(stats.value_loss), env_steps);
-        ctx.reporter.scalar("losses/entropy", f64::from(stats.entropy), env_steps);
-        ctx.reporter.scalar("losses/approx_kl", f64::from(stats.approx_kl), env_steps);
-        ctx.reporter.scalar("losses/clipfrac", f64::from(stats.clipfrac), env_steps);
+        ctx.reporter.scalar(
+            "losses/policy_loss",
+            f64::from(stats.policy_loss),
+            env_steps,
+        );
+        ctx.reporter
+            .scalar("losses/value_loss", f64::from(stats.value_loss), env_steps);
+        ctx.reporter
+            .scalar("losses/entropy", f64::from(stats.entropy), env_steps);
+        ctx.reporter
+            .scalar("losses/approx_kl", f64::from(stats.approx_kl), env_steps);
+        ctx.reporter
+            .scalar("losses/clipfrac", f64::from(stats.clipfrac), env_steps);
         ctx.reporter.scalar("charts/learning_rate", lr, env_steps);
         let secs = start.elapsed().as_secs_f64();
-        ctx.reporter.scalar("charts/SPS", env_steps as f64 / secs, env_steps);
+        ctx.reporter
+            .scalar("charts/SPS", env_steps as f64 / secs, env_steps);
         ctx.reporter.progress(&Progress {
             env_steps,
             train_iters: iters,
@@ -277,7 +391,9 @@ pub fn train(cfg: &Config, p: &PpoPolicy, ctx: &mut RunContext<'_>) -> Result<Tr
     }
 
     // PLUMBING: final checkpoint and result.
-    ctx.reporter.checkpoint("final", &mut || checkpoint(&trainer, env_steps, iters)).map_err(checkpoint_io)?;
+    ctx.reporter
+        .checkpoint("final", &mut || checkpoint(&trainer, env_steps, iters))
+        .map_err(checkpoint_io)?;
     let wall = start.elapsed().as_secs_f64();
     let (_, eval) = last_eval.expect("evaluated at least once");
     Ok(TrainResult {
@@ -296,7 +412,10 @@ pub fn train(cfg: &Config, p: &PpoPolicy, ctx: &mut RunContext<'_>) -> Result<Tr
 
 fn critic_values(critic: &Critic, obs: &[f32], obs_dim: usize, device: &Device) -> Vec<f32> {
     let n = obs.len() / obs_dim;
-    let v = critic.forward(Tensor::from_data(TensorData::new(obs.to_vec(), [n, obs_dim]), device));
+    let v = critic.forward(Tensor::from_data(
+        TensorData::new(obs.to_vec(), [n, obs_dim]),
+        device,
+    ));
     v.into_data().try_into_vec::<f32>().expect("f32 values")
 }
 
@@ -348,7 +467,11 @@ pub fn minibatch_update(
     lr: f64,
 ) -> MinibatchStats {
     let (b, d, ad_dim) = (mb.len(), r.obs_dim, r.act_dim);
-    let gather = |src: &[f32], width: usize| -> Vec<f32> { mb.iter().flat_map(|&k| src[k * width..(k + 1) * width].iter().copied()).collect() };
+    let gather = |src: &[f32], width: usize| -> Vec<f32> {
+        mb.iter()
+            .flat_map(|&k| src[k * width..(k + 1) * width].iter().copied())
+            .collect()
+    };
     let obs = Tensor::<2>::from_data(TensorData::new(gather(r.obs, d), [b, d]), ad);
     let old_logp = Tensor::<1>::from_data(TensorData::new(gather(r.logp, 1), [b]), ad);
     let mut adv = gather(r.adv, 1);
@@ -364,17 +487,29 @@ pub fn minibatch_update(
         ActionSpace::Discrete(_) => {
             let acts: Vec<i64> = mb.iter().map(|&k| r.actions[k] as i64).collect();
             let logp = log_softmax(model.actor.logits(obs.clone()), 1);
-            let taken = logp.clone().gather(1, Tensor::<2, Int>::from_data(TensorData::new(acts, [b, 1]), ad)).reshape([b]);
+            let taken = logp
+                .clone()
+                .gather(
+                    1,
+                    Tensor::<2, Int>::from_data(TensorData::new(acts, [b, 1]), ad),
+                )
+                .reshape([b]);
             let entropy = (logp.clone().exp() * logp).sum_dim(1).neg().reshape([b]);
             (taken, entropy)
         }
         ActionSpace::Continuous { .. } => {
-            let a = Tensor::<2>::from_data(TensorData::new(gather(r.actions, ad_dim), [b, ad_dim]), ad);
+            let a =
+                Tensor::<2>::from_data(TensorData::new(gather(r.actions, ad_dim), [b, ad_dim]), ad);
             let (mean, log_std) = model.actor.gaussian(obs.clone());
             let z = (a - mean) / log_std.clone().exp();
-            let logp = (z.clone() * z).mul_scalar(-0.5) - log_std.clone() - 0.5 * (2.0 * std::f64::consts::PI).ln();
+            let logp = (z.clone() * z).mul_scalar(-0.5)
+                - log_std.clone()
+                - 0.5 * (2.0 * std::f64::consts::PI).ln();
             let entropy = log_std.add_scalar(0.5 + 0.5 * (2.0 * std::f64::consts::PI).ln());
-            (logp.sum_dim(1).reshape([b]), entropy.sum_dim(1).reshape([b]))
+            (
+                logp.sum_dim(1).reshape([b]),
+                entropy.sum_dim(1).reshape([b]),
+            )
         }
     };
     // ALGO: clipped surrogate objective.
@@ -397,10 +532,18 @@ pub fn minibatch_update(
         (v - returns).square().mean().mul_scalar(0.5)
     };
     let entropy = entropy.mean();
-    let loss = policy_loss.clone() + value_loss.clone().mul_scalar(p.learn.value_weight) - entropy.clone().mul_scalar(p.learn.entropy_weight);
+    let loss = policy_loss.clone() + value_loss.clone().mul_scalar(p.learn.value_weight)
+        - entropy.clone().mul_scalar(p.learn.entropy_weight);
     // PLUMBING: statistics (detached), then backward and the Adam step.
-    let approx_kl = ((ratio.clone() - 1.0) - log_ratio).mean().into_scalar::<f32>();
-    let clipfrac = (ratio - 1.0).abs().greater_elem(c).float().mean().into_scalar::<f32>();
+    let approx_kl = ((ratio.clone() - 1.0) - log_ratio)
+        .mean()
+        .into_scalar::<f32>();
+    let clipfrac = (ratio - 1.0)
+        .abs()
+        .greater_elem(c)
+        .float()
+        .mean()
+        .into_scalar::<f32>();
     let stats = MinibatchStats {
         loss: loss.clone().into_scalar::<f32>(),
         policy_loss: policy_loss.into_scalar::<f32>(),

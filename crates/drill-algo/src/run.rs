@@ -15,7 +15,11 @@ pub trait Reporter {
     fn progress(&mut self, progress: &Progress);
     /// Persist the checkpoint `build` makes under `name` (`latest`, `best` or `final`). A
     /// reporter may skip `latest` when it wrote one recently; `build` runs only if it writes.
-    fn checkpoint(&mut self, name: &str, build: &mut dyn FnMut() -> Checkpoint) -> std::io::Result<()>;
+    fn checkpoint(
+        &mut self,
+        name: &str,
+        build: &mut dyn FnMut() -> Checkpoint,
+    ) -> std::io::Result<()>;
 }
 
 /// A reporter that drops everything.
@@ -79,7 +83,9 @@ pub enum TrainError {
     #[error(transparent)]
     Env(#[from] drill_env::EnvError),
     /// The loss became NaN or infinite.
-    #[error("non-finite loss ({value}) at train iteration {iter}; the last good checkpoint is kept")]
+    #[error(
+        "non-finite loss ({value}) at train iteration {iter}; the last good checkpoint is kept"
+    )]
     NonFinite {
         /// Train iteration where it happened.
         iter: u64,

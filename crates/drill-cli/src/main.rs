@@ -37,11 +37,17 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("DRILL_LOG").unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("DRILL_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
         .with_writer(std::io::stderr)
         .with_target(false)
         .init();
-    if let Err(e) = rayon::ThreadPoolBuilder::new().num_threads(cli.threads.max(1)).build_global() {
+    if let Err(e) = rayon::ThreadPoolBuilder::new()
+        .num_threads(cli.threads.max(1))
+        .build_global()
+    {
         tracing::warn!("could not size the tensor thread pool: {e}");
     }
     let result = match cli.command {

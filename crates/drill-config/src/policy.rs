@@ -13,7 +13,9 @@ pub struct EvalConfig {
 
 impl Default for EvalConfig {
     fn default() -> Self {
-        Self { evaluator: EvaluatorConfig::default() }
+        Self {
+            evaluator: EvaluatorConfig::default(),
+        }
     }
 }
 
@@ -47,7 +49,12 @@ pub struct DqnModel {
 
 impl Default for DqnModel {
     fn default() -> Self {
-        Self { obs_shape: None, action_shape: None, encoder_hidden_size_list: vec![128, 128, 64], dueling: true }
+        Self {
+            obs_shape: None,
+            action_shape: None,
+            encoder_hidden_size_list: vec![128, 128, 64],
+            dueling: true,
+        }
     }
 }
 
@@ -98,7 +105,10 @@ pub struct DqnCollect {
 
 impl Default for DqnCollect {
     fn default() -> Self {
-        Self { n_sample: 8, unroll_len: 1 }
+        Self {
+            n_sample: 8,
+            unroll_len: 1,
+        }
     }
 }
 
@@ -130,7 +140,12 @@ pub enum EpsKind {
 
 impl Default for EpsConfig {
     fn default() -> Self {
-        Self { kind: EpsKind::Exp, start: 0.95, end: 0.1, decay: 10000.0 }
+        Self {
+            kind: EpsKind::Exp,
+            start: 0.95,
+            end: 0.1,
+            decay: 10000.0,
+        }
     }
 }
 
@@ -150,7 +165,12 @@ pub struct ReplayBufferConfig {
 
 impl Default for ReplayBufferConfig {
     fn default() -> Self {
-        Self { replay_buffer_size: 10000, priority: false, priority_alpha: 0.6, priority_beta: 0.4 }
+        Self {
+            replay_buffer_size: 10000,
+            priority: false,
+            priority_alpha: 0.6,
+            priority_beta: 0.4,
+        }
     }
 }
 
@@ -325,7 +345,11 @@ pub struct PpoCollect {
 
 impl Default for PpoCollect {
     fn default() -> Self {
-        Self { n_sample: 1024, discount_factor: 0.99, gae_lambda: 0.95 }
+        Self {
+            n_sample: 1024,
+            discount_factor: 0.99,
+            gae_lambda: 0.95,
+        }
     }
 }
 

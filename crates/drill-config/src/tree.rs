@@ -127,15 +127,19 @@ impl Config {
     /// Read `path`, apply `overrides` (`key.path=value`, value in TOML syntax or a bare string)
     /// and validate.
     pub fn load(path: &str, overrides: &[String]) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: path.to_string(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_string(),
+            source,
+        })?;
         Self::parse(&text, path, overrides)
     }
 
     /// Parse TOML `text` (named `source` in errors), apply `overrides` and validate.
     pub fn parse(text: &str, source: &str, overrides: &[String]) -> Result<Self, ConfigError> {
-        let mut table: toml::Table = toml::from_str(text)
-            .map_err(|e| ConfigError::Syntax { file: source.to_string(), message: e.to_string() })?;
+        let mut table: toml::Table = toml::from_str(text).map_err(|e| ConfigError::Syntax {
+            file: source.to_string(),
+            message: e.to_string(),
+        })?;
         for arg in overrides {
             apply_override(&mut table, arg)?;
         }
@@ -143,7 +147,11 @@ impl Config {
             None => "dqn".to_string(),
             Some(toml::Value::String(s)) => s.clone(),
             Some(other) => {
-                return Err(value_err(source, "policy.type", format!("expected a string, got {other}")));
+                return Err(value_err(
+                    source,
+                    "policy.type",
+                    format!("expected a string, got {other}"),
+                ));
             }
         };
         let config = match kind.as_str() {
@@ -156,7 +164,11 @@ impl Config {
                 Self::from_raw(raw, source, Policy::Ppo)
             }
             other => {
-                return Err(value_err(source, "policy.type", format!("unknown policy {other:?}; known: \"dqn\", \"ppo\"")));
+                return Err(value_err(
+                    source,
+                    "policy.type",
+                    format!("unknown policy {other:?}; known: \"dqn\", \"ppo\""),
+                ));
             }
         };
         config.validate()?;
@@ -201,36 +213,94 @@ impl Config {
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
-        let mut c = Checker { source: &self.source, first: None };
+        let mut c = Checker {
+            source: &self.source,
+            first: None,
+        };
         let e = &self.env;
         c.check(!e.id.is_empty(), "env.id", "must name an environment");
-        c.check(e.collector_env_num >= 1, "env.collector_env_num", "must be at least 1");
-        c.check(e.evaluator_env_num >= 1, "env.evaluator_env_num", "must be at least 1");
-        c.check(e.n_evaluator_episode >= 1, "env.n_evaluator_episode", "must be at least 1");
+        c.check(
+            e.collector_env_num >= 1,
+            "env.collector_env_num",
+            "must be at least 1",
+        );
+        c.check(
+            e.evaluator_env_num >= 1,
+            "env.evaluator_env_num",
+            "must be at least 1",
+        );
+        c.check(
+            e.n_evaluator_episode >= 1,
+            "env.n_evaluator_episode",
+            "must be at least 1",
+        );
         c.check(e.env_threads >= 1, "env.env_threads", "must be at least 1");
         if let Some(v) = e.stop_value {
             c.check(v.is_finite(), "env.stop_value", "must be finite");
         }
-        c.check(self.max_env_step != Some(0), "max_env_step", "must be at least 1 (omit for no limit)");
-        c.check(self.max_train_iter != Some(0), "max_train_iter", "must be at least 1 (omit for no limit)");
-        c.check(self.policy.eval_freq() >= 1, "policy.eval.evaluator.eval_freq", "must be at least 1");
+        c.check(
+            self.max_env_step != Some(0),
+            "max_env_step",
+            "must be at least 1 (omit for no limit)",
+        );
+        c.check(
+            self.max_train_iter != Some(0),
+            "max_train_iter",
+            "must be at least 1 (omit for no limit)",
+        );
+        c.check(
+            self.policy.eval_freq() >= 1,
+            "policy.eval.evaluator.eval_freq",
+            "must be at least 1",
+        );
         match &self.policy {
             Policy::Dqn(p) => {
                 c.unit("policy.discount_factor", p.discount_factor);
                 c.check(p.nstep >= 1, "policy.nstep", "must be at least 1");
-                c.hidden("policy.model.encoder_hidden_size_list", &p.model.encoder_hidden_size_list);
-                c.check(p.learn.batch_size >= 1, "policy.learn.batch_size", "must be at least 1");
-                c.check(p.learn.update_per_collect >= 1, "policy.learn.update_per_collect", "must be at least 1");
+                c.hidden(
+                    "policy.model.encoder_hidden_size_list",
+                    &p.model.encoder_hidden_size_list,
+                );
+                c.check(
+                    p.learn.batch_size >= 1,
+                    "policy.learn.batch_size",
+                    "must be at least 1",
+                );
+                c.check(
+                    p.learn.update_per_collect >= 1,
+                    "policy.learn.update_per_collect",
+                    "must be at least 1",
+                );
                 c.positive("policy.learn.learning_rate", p.learn.learning_rate);
-                c.check(p.learn.target_update_freq >= 1, "policy.learn.target_update_freq", "must be at least 1");
+                c.check(
+                    p.learn.target_update_freq >= 1,
+                    "policy.learn.target_update_freq",
+                    "must be at least 1",
+                );
                 if let Some(theta) = p.learn.target_theta {
                     c.unit("policy.learn.target_theta", theta);
                 }
-                c.check(p.collect.n_sample >= 1, "policy.collect.n_sample", "must be at least 1");
-                c.check(p.collect.unroll_len == 1, "policy.collect.unroll_len", "DQN uses single transitions: must be 1");
+                c.check(
+                    p.collect.n_sample >= 1,
+                    "policy.collect.n_sample",
+                    "must be at least 1",
+                );
+                c.check(
+                    p.collect.unroll_len == 1,
+                    "policy.collect.unroll_len",
+                    "DQN uses single transitions: must be 1",
+                );
                 let eps = &p.other.eps;
-                c.check((0.0..=1.0).contains(&eps.start), "policy.other.eps.start", "must be in [0, 1]");
-                c.check((0.0..=1.0).contains(&eps.end), "policy.other.eps.end", "must be in [0, 1]");
+                c.check(
+                    (0.0..=1.0).contains(&eps.start),
+                    "policy.other.eps.start",
+                    "must be in [0, 1]",
+                );
+                c.check(
+                    (0.0..=1.0).contains(&eps.end),
+                    "policy.other.eps.end",
+                    "must be in [0, 1]",
+                );
                 c.positive("policy.other.eps.decay", eps.decay);
                 let rb = &p.other.replay_buffer;
                 c.check(
@@ -238,36 +308,86 @@ impl Config {
                     "policy.other.replay_buffer.replay_buffer_size",
                     &format!("must hold at least one batch ({})", p.learn.batch_size),
                 );
-                c.check(rb.priority_alpha >= 0.0, "policy.other.replay_buffer.priority_alpha", "must be >= 0");
-                c.check((0.0..=1.0).contains(&rb.priority_beta), "policy.other.replay_buffer.priority_beta", "must be in [0, 1]");
+                c.check(
+                    rb.priority_alpha >= 0.0,
+                    "policy.other.replay_buffer.priority_alpha",
+                    "must be >= 0",
+                );
+                c.check(
+                    (0.0..=1.0).contains(&rb.priority_beta),
+                    "policy.other.replay_buffer.priority_beta",
+                    "must be in [0, 1]",
+                );
             }
             Policy::Ppo(p) => {
-                c.hidden("policy.model.encoder_hidden_size_list", &p.model.encoder_hidden_size_list);
-                c.check(p.model.init_log_std.is_finite(), "policy.model.init_log_std", "must be finite");
-                c.check(p.learn.epoch_per_collect >= 1, "policy.learn.epoch_per_collect", "must be at least 1");
-                c.check(p.learn.batch_size >= 1, "policy.learn.batch_size", "must be at least 1");
+                c.hidden(
+                    "policy.model.encoder_hidden_size_list",
+                    &p.model.encoder_hidden_size_list,
+                );
+                c.check(
+                    p.model.init_log_std.is_finite(),
+                    "policy.model.init_log_std",
+                    "must be finite",
+                );
+                c.check(
+                    p.learn.epoch_per_collect >= 1,
+                    "policy.learn.epoch_per_collect",
+                    "must be at least 1",
+                );
+                c.check(
+                    p.learn.batch_size >= 1,
+                    "policy.learn.batch_size",
+                    "must be at least 1",
+                );
                 c.positive("policy.learn.learning_rate", p.learn.learning_rate);
-                c.check(p.learn.value_weight >= 0.0, "policy.learn.value_weight", "must be >= 0");
-                c.check(p.learn.entropy_weight >= 0.0, "policy.learn.entropy_weight", "must be >= 0");
+                c.check(
+                    p.learn.value_weight >= 0.0,
+                    "policy.learn.value_weight",
+                    "must be >= 0",
+                );
+                c.check(
+                    p.learn.entropy_weight >= 0.0,
+                    "policy.learn.entropy_weight",
+                    "must be >= 0",
+                );
                 c.positive("policy.learn.clip_ratio", p.learn.clip_ratio);
-                c.check(p.learn.grad_clip_value >= 0.0, "policy.learn.grad_clip_value", "must be >= 0 (0: off)");
-                c.check(p.learn.target_kl >= 0.0, "policy.learn.target_kl", "must be >= 0 (0: off)");
+                c.check(
+                    p.learn.grad_clip_value >= 0.0,
+                    "policy.learn.grad_clip_value",
+                    "must be >= 0 (0: off)",
+                );
+                c.check(
+                    p.learn.target_kl >= 0.0,
+                    "policy.learn.target_kl",
+                    "must be >= 0 (0: off)",
+                );
                 c.check(
                     p.learn.lr_anneal.then_some(()).is_none() || self.max_env_step.is_some(),
                     "policy.learn.lr_anneal",
                     "needs max_env_step to anneal over",
                 );
                 c.unit("policy.collect.discount_factor", p.collect.discount_factor);
-                c.check((0.0..=1.0).contains(&p.collect.gae_lambda), "policy.collect.gae_lambda", "must be in [0, 1]");
                 c.check(
-                    p.collect.n_sample >= e.collector_env_num && p.collect.n_sample % e.collector_env_num == 0,
+                    (0.0..=1.0).contains(&p.collect.gae_lambda),
+                    "policy.collect.gae_lambda",
+                    "must be in [0, 1]",
+                );
+                c.check(
+                    p.collect.n_sample >= e.collector_env_num
+                        && p.collect.n_sample % e.collector_env_num == 0,
                     "policy.collect.n_sample",
-                    &format!("must be a positive multiple of env.collector_env_num ({})", e.collector_env_num),
+                    &format!(
+                        "must be a positive multiple of env.collector_env_num ({})",
+                        e.collector_env_num
+                    ),
                 );
                 c.check(
                     p.learn.batch_size <= p.collect.n_sample,
                     "policy.learn.batch_size",
-                    &format!("must not exceed policy.collect.n_sample ({})", p.collect.n_sample),
+                    &format!(
+                        "must not exceed policy.collect.n_sample ({})",
+                        p.collect.n_sample
+                    ),
                 );
             }
         }
@@ -290,18 +410,34 @@ impl Checker<'_> {
         }
     }
     fn positive(&mut self, path: &str, v: f64) {
-        self.check(v.is_finite() && v > 0.0, path, &format!("must be a positive number, got {v}"));
+        self.check(
+            v.is_finite() && v > 0.0,
+            path,
+            &format!("must be a positive number, got {v}"),
+        );
     }
     fn unit(&mut self, path: &str, v: f64) {
-        self.check(v > 0.0 && v <= 1.0, path, &format!("must be in (0, 1], got {v}"));
+        self.check(
+            v > 0.0 && v <= 1.0,
+            path,
+            &format!("must be in (0, 1], got {v}"),
+        );
     }
     fn hidden(&mut self, path: &str, sizes: &[usize]) {
-        self.check(!sizes.is_empty() && sizes.iter().all(|&s| s >= 1), path, "must list at least one layer size, each >= 1");
+        self.check(
+            !sizes.is_empty() && sizes.iter().all(|&s| s >= 1),
+            path,
+            "must list at least one layer size, each >= 1",
+        );
     }
 }
 
 fn value_err(source: &str, path: &str, message: String) -> ConfigError {
-    ConfigError::Value { file: source.to_string(), path: path.to_string(), message }
+    ConfigError::Value {
+        file: source.to_string(),
+        path: path.to_string(),
+        message,
+    }
 }
 
 /// Deserialize with every unknown key and bad value reported by its full key path.
@@ -312,17 +448,39 @@ fn strict<T: DeserializeOwned>(table: toml::Table, source: &str) -> Result<T, Co
         if let Some((field, expected)) = parse_unknown_field(&message) {
             // The path ends with the unknown key itself.
             let parent = path.rsplit_once('.').map_or("", |(parent, _)| parent);
-            let full = if parent.is_empty() { field.clone() } else { format!("{parent}.{field}") };
+            let full = if parent.is_empty() {
+                field.clone()
+            } else {
+                format!("{parent}.{field}")
+            };
             let nearest = expected
                 .iter()
                 .map(|k| (strsim::damerau_levenshtein(&field, k), k))
                 .filter(|(d, k)| *d <= 3.max(k.len() / 3))
                 .min()
-                .map(|(_, k)| if parent.is_empty() { k.to_string() } else { format!("{parent}.{k}") });
-            ConfigError::UnknownKey { file: source.to_string(), path: full, nearest }
+                .map(|(_, k)| {
+                    if parent.is_empty() {
+                        k.to_string()
+                    } else {
+                        format!("{parent}.{k}")
+                    }
+                });
+            ConfigError::UnknownKey {
+                file: source.to_string(),
+                path: full,
+                nearest,
+            }
         } else {
-            let message = message.split(" for key ").next().unwrap_or(&message).to_string();
-            ConfigError::Value { file: source.to_string(), path, message }
+            let message = message
+                .split(" for key ")
+                .next()
+                .unwrap_or(&message)
+                .to_string();
+            ConfigError::Value {
+                file: source.to_string(),
+                path,
+                message,
+            }
         }
     })
 }
@@ -331,13 +489,23 @@ fn strict<T: DeserializeOwned>(table: toml::Table, source: &str) -> Result<T, Co
 fn parse_unknown_field(message: &str) -> Option<(String, Vec<String>)> {
     let rest = message.strip_prefix("unknown field `")?;
     let (field, rest) = rest.split_once('`')?;
-    let expected = rest.split('`').skip(1).step_by(2).map(str::to_string).collect();
+    let expected = rest
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect();
     Some((field.to_string(), expected))
 }
 
 fn apply_override(table: &mut toml::Table, arg: &str) -> Result<(), ConfigError> {
-    let bad = |message: &str| ConfigError::Override { arg: arg.to_string(), message: message.to_string() };
-    let (key, value) = arg.split_once('=').ok_or_else(|| bad("expected KEY=VALUE, e.g. policy.learn.batch_size=128"))?;
+    let bad = |message: &str| ConfigError::Override {
+        arg: arg.to_string(),
+        message: message.to_string(),
+    };
+    let (key, value) = arg
+        .split_once('=')
+        .ok_or_else(|| bad("expected KEY=VALUE, e.g. policy.learn.batch_size=128"))?;
     let parts: Vec<&str> = key.trim().split('.').collect();
     if parts.iter().any(|p| p.is_empty()) {
         return Err(bad("empty key segment"));
@@ -349,10 +517,15 @@ fn apply_override(table: &mut toml::Table, arg: &str) -> Result<(), ConfigError>
     };
     let mut node = table;
     for (i, part) in parts[..parts.len() - 1].iter().enumerate() {
-        let entry = node.entry(part.to_string()).or_insert_with(|| toml::Value::Table(Default::default()));
-        node = entry
-            .as_table_mut()
-            .ok_or_else(|| bad(&format!("`{}` is a value, not a table", parts[..=i].join("."))))?;
+        let entry = node
+            .entry(part.to_string())
+            .or_insert_with(|| toml::Value::Table(Default::default()));
+        node = entry.as_table_mut().ok_or_else(|| {
+            bad(&format!(
+                "`{}` is a value, not a table",
+                parts[..=i].join(".")
+            ))
+        })?;
     }
     node.insert(parts[parts.len() - 1].to_string(), value);
     Ok(())
@@ -381,30 +554,57 @@ batch_size = 64
     #[test]
     fn unknown_keys_name_their_path_and_nearest_key() {
         let e = err(DQN, &["policy.learn.batchsize=3"]);
-        assert_eq!(e, "t.toml: unknown key `policy.learn.batchsize` (did you mean `policy.learn.batch_size`?)");
+        assert_eq!(
+            e,
+            "t.toml: unknown key `policy.learn.batchsize` (did you mean `policy.learn.batch_size`?)"
+        );
         let e = err(DQN, &["policy.lern.batch_size=3"]);
-        assert_eq!(e, "t.toml: unknown key `policy.lern` (did you mean `policy.learn`?)");
+        assert_eq!(
+            e,
+            "t.toml: unknown key `policy.lern` (did you mean `policy.learn`?)"
+        );
         let e = err(DQN, &["exp_nme=x"]);
-        assert_eq!(e, "t.toml: unknown key `exp_nme` (did you mean `exp_name`?)");
+        assert_eq!(
+            e,
+            "t.toml: unknown key `exp_nme` (did you mean `exp_name`?)"
+        );
         let e = err(DQN, &["env.zzzzzzzzzzzz=1"]);
         assert_eq!(e, "t.toml: unknown key `env.zzzzzzzzzzzz`");
         let e = err(DQN, &["policy.other.eps.strat=0.5"]);
-        assert!(e.contains("`policy.other.eps.strat` (did you mean `policy.other.eps.start`?)"), "{e}");
+        assert!(
+            e.contains("`policy.other.eps.strat` (did you mean `policy.other.eps.start`?)"),
+            "{e}"
+        );
     }
 
     #[test]
     fn bad_values_name_their_path() {
         let e = err(DQN, &["policy.learn.batch_size=-1"]);
-        assert!(e.starts_with("t.toml: bad value for `policy.learn.batch_size`"), "{e}");
+        assert!(
+            e.starts_with("t.toml: bad value for `policy.learn.batch_size`"),
+            "{e}"
+        );
         let e = err(DQN, &["policy.learn.learning_rate=0"]);
-        assert_eq!(e, "t.toml: bad value for `policy.learn.learning_rate`: must be a positive number, got 0");
+        assert_eq!(
+            e,
+            "t.toml: bad value for `policy.learn.learning_rate`: must be a positive number, got 0"
+        );
         let e = err(DQN, &["policy.other.eps.type=cosine"]);
-        assert!(e.starts_with("t.toml: bad value for `policy.other.eps.type`"), "{e}");
+        assert!(
+            e.starts_with("t.toml: bad value for `policy.other.eps.type`"),
+            "{e}"
+        );
         let e = err(DQN, &["policy.type=sac"]);
         assert!(e.contains("`policy.type`: unknown policy \"sac\""), "{e}");
         let e = err(DQN, &["policy.other.replay_buffer.replay_buffer_size=10"]);
-        assert!(e.contains("replay_buffer_size`: must hold at least one batch (64)"), "{e}");
-        let e = err("[env]\nid = \"CartPole-v1\"\ncollector_env_num = 3\n[policy]\ntype = \"ppo\"\n", &[]);
+        assert!(
+            e.contains("replay_buffer_size`: must hold at least one batch (64)"),
+            "{e}"
+        );
+        let e = err(
+            "[env]\nid = \"CartPole-v1\"\ncollector_env_num = 3\n[policy]\ntype = \"ppo\"\n",
+            &[],
+        );
         assert!(e.contains("`policy.collect.n_sample`: must be a positive multiple of env.collector_env_num (3)"), "{e}");
         let e = err("[env\nid=1", &[]);
         assert!(e.starts_with("t.toml: not valid TOML"), "{e}");
@@ -416,11 +616,16 @@ batch_size = 64
 
     #[test]
     fn overrides_defaults_aliases_and_round_trip() {
-        let o = vec!["policy.learn.batch_size=128".to_string(), "env.id=CartPole-v1".to_string()];
+        let o = vec![
+            "policy.learn.batch_size=128".to_string(),
+            "env.id=CartPole-v1".to_string(),
+        ];
         let c = Config::parse(DQN, "t.toml", &o).unwrap();
         let alias = Config::parse(&DQN.replace("id = ", "env_id = "), "t.toml", &[]).unwrap();
         assert_eq!(alias.env.id, "CartPole-v0");
-        let Policy::Dqn(p) = &c.policy else { panic!("dqn") };
+        let Policy::Dqn(p) = &c.policy else {
+            panic!("dqn")
+        };
         assert_eq!(p.learn.batch_size, 128);
         assert_eq!(c.env.id, "CartPole-v1");
         assert_eq!(p.model.encoder_hidden_size_list, vec![128, 128, 64]);

@@ -16,6 +16,6 @@ mod time_limit;
 mod vector;
 
 pub use base::{Action, ActionSpace, Env, EnvSpec, Step};
-pub use registry::{EnvError, ENV_IDS, make, make_vec, spec};
+pub use registry::{ENV_IDS, EnvError, make, make_vec, spec};
 pub use time_limit::TimeLimit;
 pub use vector::{Actions, DynVecEnv, VecEnv};

@@ -61,11 +61,22 @@ pub fn spec(id: &str) -> Result<EnvSpec, EnvError> {
 
 /// Build `n` copies of `id` stepped together; copy `i` is seeded with `seed + i` on the first
 /// reset. `threads > 1` steps them on a private pool of that many worker threads.
-pub fn make_vec(id: &str, n: usize, seed: u64, threads: usize) -> Result<Box<dyn DynVecEnv>, EnvError> {
+pub fn make_vec(
+    id: &str,
+    n: usize,
+    seed: u64,
+    threads: usize,
+) -> Result<Box<dyn DynVecEnv>, EnvError> {
     if n == 0 {
         return Err(EnvError::NoCopies);
     }
-    fn build<E: Env + 'static>(f: impl Fn() -> E, id: &str, n: usize, seed: u64, threads: usize) -> Box<dyn DynVecEnv> {
+    fn build<E: Env + 'static>(
+        f: impl Fn() -> E,
+        id: &str,
+        n: usize,
+        seed: u64,
+        threads: usize,
+    ) -> Box<dyn DynVecEnv> {
         let envs = (0..n).map(|_| with_limits(f(), id)).collect();
         Box::new(VecEnv::new(envs, seed, threads))
     }

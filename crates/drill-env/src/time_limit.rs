@@ -16,7 +16,12 @@ impl<E: Env> TimeLimit<E> {
     pub fn new(inner: E, max_steps: u32) -> Self {
         let mut spec = inner.spec().clone();
         spec.max_episode_steps = Some(max_steps);
-        Self { inner, spec, max_steps, elapsed: 0 }
+        Self {
+            inner,
+            spec,
+            max_steps,
+            elapsed: 0,
+        }
     }
 
     /// The spec, to adjust registry facts such as the reward threshold.

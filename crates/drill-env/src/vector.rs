@@ -160,7 +160,6 @@ impl<E: Env> VecEnv<E> {
             final_length: &mut self.final_length,
         }
     }
-
 }
 
 impl<E: Env> DynVecEnv for VecEnv<E> {
@@ -178,7 +177,10 @@ impl<E: Env> DynVecEnv for VecEnv<E> {
         self.first_seed = None;
         let d = self.obs_dim;
         for (i, env) in self.envs.iter_mut().enumerate() {
-            env.reset(seed.map(|s| s.wrapping_add(i as u64)), &mut self.obs[i * d..(i + 1) * d]);
+            env.reset(
+                seed.map(|s| s.wrapping_add(i as u64)),
+                &mut self.obs[i * d..(i + 1) * d],
+            );
         }
         self.final_obs.copy_from_slice(&self.obs);
         self.running_return.fill(0.0);
@@ -223,9 +225,9 @@ impl<E: Env> DynVecEnv for VecEnv<E> {
                 for (k, (((((((((e, o), fo), r), te), tr), rr), rl), fr), fl)) in shards {
                     let acts = match actions {
                         Actions::Discrete(a) => Actions::Discrete(&a[k * per..k * per + e.len()]),
-                        Actions::Continuous(a) => {
-                            Actions::Continuous(&a[k * per * act_dim..(k * per + e.len()) * act_dim])
-                        }
+                        Actions::Continuous(a) => Actions::Continuous(
+                            &a[k * per * act_dim..(k * per + e.len()) * act_dim],
+                        ),
                     };
                     let shard = Shard {
                         obs: o,
@@ -324,7 +326,11 @@ mod tests {
         let first = other.reset(Some(42)).to_vec();
         assert_ne!(from_43, first, "different seeds, different starts");
         let mut same = make_vec("CartPole-v1", 6, 42, 1).unwrap();
-        assert_eq!(same.reset(None), &first[..], "reset(Some(seed)) equals the construction seed");
+        assert_eq!(
+            same.reset(None),
+            &first[..],
+            "reset(Some(seed)) equals the construction seed"
+        );
         // Copies get distinct seeds.
         assert_ne!(first[0..4], first[4..8]);
     }

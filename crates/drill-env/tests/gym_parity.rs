@@ -11,7 +11,11 @@ fn close(a: f64, b: f64) -> bool {
 }
 
 fn floats(v: &Value) -> Vec<f64> {
-    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
 }
 
 #[test]
@@ -28,7 +32,10 @@ fn classic_control_matches_gymnasium() {
             env.reset(Some(0), &mut obs);
             env.set_state(&floats(&ep["initial_state"]), &mut obs);
             for (o, want) in obs.iter().zip(floats(&ep["initial_obs"])) {
-                assert!(close(*o as f64, want), "{id} ep {e}: initial obs {o} vs {want}");
+                assert!(
+                    close(*o as f64, want),
+                    "{id} ep {e}: initial obs {o} vs {want}"
+                );
             }
             for (t, step) in ep["steps"].as_array().unwrap().iter().enumerate() {
                 let a = floats(&step["action"]);
@@ -47,9 +54,21 @@ fn classic_control_matches_gymnasium() {
                     assert!(close(*s, want), "{ctx}: state {s} vs {want}");
                 }
                 let want_r = step["reward"].as_f64().unwrap();
-                assert!(close(got.reward, want_r), "{ctx}: reward {} vs {want_r}", got.reward);
-                assert_eq!(got.terminated, step["terminated"].as_bool().unwrap(), "{ctx}: terminated");
-                assert_eq!(got.truncated, step["truncated"].as_bool().unwrap(), "{ctx}: truncated");
+                assert!(
+                    close(got.reward, want_r),
+                    "{ctx}: reward {} vs {want_r}",
+                    got.reward
+                );
+                assert_eq!(
+                    got.terminated,
+                    step["terminated"].as_bool().unwrap(),
+                    "{ctx}: terminated"
+                );
+                assert_eq!(
+                    got.truncated,
+                    step["truncated"].as_bool().unwrap(),
+                    "{ctx}: truncated"
+                );
                 checked += 1;
             }
         }

@@ -27,11 +27,19 @@ const LATEST_EVERY: Duration = Duration::from_secs(10);
 
 /// `dir`, or `dir_2`, `dir_3`, … if it already holds files: a run never overwrites another.
 fn fresh_dir(dir: &Path) -> PathBuf {
-    let taken = |d: &Path| d.exists() && std::fs::read_dir(d).map(|mut r| r.next().is_some()).unwrap_or(true);
+    let taken = |d: &Path| {
+        d.exists()
+            && std::fs::read_dir(d)
+                .map(|mut r| r.next().is_some())
+                .unwrap_or(true)
+    };
     if !taken(dir) {
         return dir.to_path_buf();
     }
-    (2..).map(|k| PathBuf::from(format!("{}_{k}", dir.display()))).find(|d| !taken(d)).unwrap()
+    (2..)
+        .map(|k| PathBuf::from(format!("{}_{k}", dir.display())))
+        .find(|d| !taken(d))
+        .unwrap()
 }
 
 impl Experiment {
@@ -40,7 +48,11 @@ impl Experiment {
     pub fn create(dir: &Path, config: &Config, quiet: bool) -> std::io::Result<Self> {
         let chosen = fresh_dir(dir);
         if chosen != dir {
-            tracing::warn!("{} already holds a run; writing to {}", dir.display(), chosen.display());
+            tracing::warn!(
+                "{} already holds a run; writing to {}",
+                dir.display(),
+                chosen.display()
+            );
         }
         std::fs::create_dir_all(chosen.join("ckpt"))?;
         std::fs::write(chosen.join("config.toml"), config.to_toml())?;
@@ -56,7 +68,10 @@ impl Experiment {
             );
             bar
         });
-        let epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs_f64();
+        let epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs_f64();
         Ok(Self {
             tb: EventWriter::create(&chosen.join("tb"))?,
             metrics: BufWriter::new(File::create(chosen.join("metrics.jsonl"))?),
@@ -91,9 +106,16 @@ impl Experiment {
 impl Reporter for Experiment {
     fn scalar(&mut self, tag: &str, value: f64, step: u64) {
         let wall = self.epoch + self.start.elapsed().as_secs_f64();
-        let written = self.tb.scalar(tag, value as f32, step as i64, wall).and_then(|_| {
-            writeln!(self.metrics, r#"{{"tag":"{tag}","step":{step},"value":{},"wall_time":{wall:.3}}}"#, serde_json::json!(value))
-        });
+        let written = self
+            .tb
+            .scalar(tag, value as f32, step as i64, wall)
+            .and_then(|_| {
+                writeln!(
+                    self.metrics,
+                    r#"{{"tag":"{tag}","step":{step},"value":{},"wall_time":{wall:.3}}}"#,
+                    serde_json::json!(value)
+                )
+            });
         if let Err(e) = written {
             tracing::warn!("cannot write metrics to {}: {e}", self.dir.display());
         }
@@ -107,10 +129,17 @@ impl Reporter for Experiment {
         self.last_draw = Instant::now();
         bar.set_position(p.env_steps);
         let eval = p.last_eval.map_or("-".to_string(), |e| format!("{e:.1}"));
-        bar.set_message(format!("{} iters  eval {eval}  {:.0} steps/s", p.train_iters, p.env_steps_per_sec));
+        bar.set_message(format!(
+            "{} iters  eval {eval}  {:.0} steps/s",
+            p.train_iters, p.env_steps_per_sec
+        ));
     }
 
-    fn checkpoint(&mut self, name: &str, build: &mut dyn FnMut() -> Checkpoint) -> std::io::Result<()> {
+    fn checkpoint(
+        &mut self,
+        name: &str,
+        build: &mut dyn FnMut() -> Checkpoint,
+    ) -> std::io::Result<()> {
         if name == "latest" && self.last_latest.is_some_and(|t| t.elapsed() < LATEST_EVERY) {
             return Ok(());
         }

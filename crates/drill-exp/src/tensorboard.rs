@@ -38,10 +38,21 @@ impl EventWriter {
     /// Create a new event file in `dir` (created if missing).
     pub fn create(dir: &Path) -> std::io::Result<Self> {
         std::fs::create_dir_all(dir)?;
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
         let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "drill".into());
-        let path = dir.join(format!("events.out.tfevents.{}.{host}.{}", now.as_secs(), std::process::id()));
-        let mut w = Self { out: BufWriter::new(File::create(path)?), buf: vec![], value: vec![], summary: vec![] };
+        let path = dir.join(format!(
+            "events.out.tfevents.{}.{host}.{}",
+            now.as_secs(),
+            std::process::id()
+        ));
+        let mut w = Self {
+            out: BufWriter::new(File::create(path)?),
+            buf: vec![],
+            value: vec![],
+            summary: vec![],
+        };
         let mut event = Vec::new();
         event.push(0x09);
         event.extend_from_slice(&now.as_secs_f64().to_le_bytes());
@@ -59,7 +70,13 @@ impl EventWriter {
     }
 
     /// Append one scalar.
-    pub fn scalar(&mut self, tag: &str, value: f32, step: i64, wall_time: f64) -> std::io::Result<()> {
+    pub fn scalar(
+        &mut self,
+        tag: &str,
+        value: f32,
+        step: i64,
+        wall_time: f64,
+    ) -> std::io::Result<()> {
         self.value.clear();
         length_delimited(1, tag.as_bytes(), &mut self.value);
         self.value.push(0x15);
@@ -87,18 +104,29 @@ impl EventWriter {
 /// Read back `(tag, step, value)` scalars from an event file, checking every CRC: the inverse
 /// of [`EventWriter`], used by tests and `drill plot`.
 pub fn read_scalars(path: &Path) -> std::io::Result<Vec<(String, i64, f32)>> {
-    let bad = |m: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{}: {m}", path.display()));
+    let bad = |m: &str| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{}: {m}", path.display()),
+        )
+    };
     let data = std::fs::read(path)?;
     let mut out = vec![];
     let mut at = 0;
     while at < data.len() {
-        let header = data.get(at..at + 12).ok_or_else(|| bad("truncated record header"))?;
+        let header = data
+            .get(at..at + 12)
+            .ok_or_else(|| bad("truncated record header"))?;
         let len = u64::from_le_bytes(header[..8].try_into().unwrap()) as usize;
         if masked_crc(&header[..8]) != u32::from_le_bytes(header[8..12].try_into().unwrap()) {
             return Err(bad("length CRC mismatch"));
         }
-        let body = data.get(at + 12..at + 12 + len).ok_or_else(|| bad("truncated record"))?;
-        let crc = data.get(at + 12 + len..at + 16 + len).ok_or_else(|| bad("truncated CRC"))?;
+        let body = data
+            .get(at + 12..at + 12 + len)
+            .ok_or_else(|| bad("truncated record"))?;
+        let crc = data
+            .get(at + 12 + len..at + 16 + len)
+            .ok_or_else(|| bad("truncated CRC"))?;
         if masked_crc(body) != u32::from_le_bytes(crc.try_into().unwrap()) {
             return Err(bad("data CRC mismatch"));
         }
@@ -168,21 +196,48 @@ mod tests {
 
     #[test]
     fn crc_matches_tensorflow_and_scalars_round_trip() {
-        assert_eq!(crc32c::crc32c(b"123456789"), 0xe306_9283, "CRC-32C check value");
+        assert_eq!(
+            crc32c::crc32c(b"123456789"),
+            0xe306_9283,
+            "CRC-32C check value"
+        );
         let dir = tempfile::tempdir().unwrap();
         let mut w = EventWriter::create(dir.path()).unwrap();
-        w.scalar("charts/episodic_return", 195.5, 1234, 1.0).unwrap();
+        w.scalar("charts/episodic_return", 195.5, 1234, 1.0)
+            .unwrap();
         w.scalar("losses/td_loss", -0.25, 1 << 40, 2.0).unwrap();
         w.flush().unwrap();
-        let file = std::fs::read_dir(dir.path()).unwrap().next().unwrap().unwrap().path();
-        assert!(file.file_name().unwrap().to_str().unwrap().starts_with("events.out.tfevents."));
+        let file = std::fs::read_dir(dir.path())
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        assert!(
+            file.file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .starts_with("events.out.tfevents.")
+        );
         let s = read_scalars(&file).unwrap();
-        assert_eq!(s, vec![("charts/episodic_return".into(), 1234, 195.5), ("losses/td_loss".into(), 1 << 40, -0.25)]);
+        assert_eq!(
+            s,
+            vec![
+                ("charts/episodic_return".into(), 1234, 195.5),
+                ("losses/td_loss".into(), 1 << 40, -0.25)
+            ]
+        );
         // Corruption is detected.
         let mut bytes = std::fs::read(&file).unwrap();
         let n = bytes.len();
         bytes[n - 6] ^= 1;
         std::fs::write(&file, bytes).unwrap();
-        assert!(read_scalars(&file).unwrap_err().to_string().contains("CRC mismatch"));
+        assert!(
+            read_scalars(&file)
+                .unwrap_err()
+                .to_string()
+                .contains("CRC mismatch")
+        );
     }
 }

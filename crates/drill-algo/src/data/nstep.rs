@@ -38,7 +38,9 @@ impl NStep {
             n,
             gamma,
             obs_dim,
-            obs: (0..num_envs).map(|_| Vec::with_capacity(n * obs_dim)).collect(),
+            obs: (0..num_envs)
+                .map(|_| Vec::with_capacity(n * obs_dim))
+                .collect(),
             actions: (0..num_envs).map(|_| Vec::with_capacity(n)).collect(),
             rewards: (0..num_envs).map(|_| Vec::with_capacity(n)).collect(),
         }
@@ -62,7 +64,12 @@ impl NStep {
         self.obs[i].extend_from_slice(obs);
         self.actions[i].push(action);
         self.rewards[i].push(reward);
-        let emit = |q_obs: &[f32], q_act: &[u32], q_rew: &[f32], start: usize, done: bool, sink: &mut dyn FnMut(Transition<'_>)| {
+        let emit = |q_obs: &[f32],
+                    q_act: &[u32],
+                    q_rew: &[f32],
+                    start: usize,
+                    done: bool,
+                    sink: &mut dyn FnMut(Transition<'_>)| {
             let m = q_rew.len() - start;
             let mut ret = 0.0f32;
             let mut g = 1.0f32;
@@ -81,13 +88,27 @@ impl NStep {
         };
         if terminated || truncated {
             for start in 0..self.rewards[i].len() {
-                emit(&self.obs[i], &self.actions[i], &self.rewards[i], start, terminated, &mut sink);
+                emit(
+                    &self.obs[i],
+                    &self.actions[i],
+                    &self.rewards[i],
+                    start,
+                    terminated,
+                    &mut sink,
+                );
             }
             self.obs[i].clear();
             self.actions[i].clear();
             self.rewards[i].clear();
         } else if self.rewards[i].len() == self.n {
-            emit(&self.obs[i], &self.actions[i], &self.rewards[i], 0, false, &mut sink);
+            emit(
+                &self.obs[i],
+                &self.actions[i],
+                &self.rewards[i],
+                0,
+                false,
+                &mut sink,
+            );
             self.obs[i].drain(..d);
             self.actions[i].remove(0);
             self.rewards[i].remove(0);
@@ -106,7 +127,14 @@ mod tests {
             let obs = [t as f32];
             let next = [t as f32 + 1.0];
             q.push(0, &obs, t as u32, r, &next, term, trunc, |tr| {
-                out.push((tr.obs[0], tr.action, tr.reward, tr.next_obs[0], tr.done, tr.discount))
+                out.push((
+                    tr.obs[0],
+                    tr.action,
+                    tr.reward,
+                    tr.next_obs[0],
+                    tr.done,
+                    tr.discount,
+                ))
             });
         }
         out
@@ -115,7 +143,15 @@ mod tests {
     #[test]
     fn three_step_returns_by_hand() {
         // gamma 0.5, rewards 1, 2, 4, 8 then termination at t=3.
-        let out = collect(3, &[(1.0, false, false), (2.0, false, false), (4.0, false, false), (8.0, true, false)]);
+        let out = collect(
+            3,
+            &[
+                (1.0, false, false),
+                (2.0, false, false),
+                (4.0, false, false),
+                (8.0, true, false),
+            ],
+        );
         assert_eq!(
             out,
             vec![
@@ -130,8 +166,20 @@ mod tests {
     #[test]
     fn truncation_bootstraps_and_one_step_is_plain() {
         let out = collect(2, &[(1.0, false, false), (1.0, false, true)]);
-        assert_eq!(out, vec![(0.0, 0, 1.5, 2.0, false, 0.25), (1.0, 1, 1.0, 2.0, false, 0.5)]);
+        assert_eq!(
+            out,
+            vec![
+                (0.0, 0, 1.5, 2.0, false, 0.25),
+                (1.0, 1, 1.0, 2.0, false, 0.5)
+            ]
+        );
         let out = collect(1, &[(3.0, false, false), (5.0, true, false)]);
-        assert_eq!(out, vec![(0.0, 0, 3.0, 1.0, false, 0.5), (1.0, 1, 5.0, 2.0, true, 0.5)]);
+        assert_eq!(
+            out,
+            vec![
+                (0.0, 0, 3.0, 1.0, false, 0.5),
+                (1.0, 1, 5.0, 2.0, true, 0.5)
+            ]
+        );
     }
 }

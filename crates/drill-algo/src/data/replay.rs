@@ -67,7 +67,11 @@ impl ReplayBuffer {
     /// Proportional prioritized replay with exponent `alpha` (Schaul et al. 2016).
     pub fn prioritized(capacity: usize, obs_dim: usize, alpha: f64) -> Self {
         let mut b = Self::new(capacity, obs_dim);
-        b.priorities = Some(Priorities { tree: SumTree::new(capacity), alpha, max: 1.0 });
+        b.priorities = Some(Priorities {
+            tree: SumTree::new(capacity),
+            alpha,
+            max: 1.0,
+        });
         b
     }
 
@@ -106,21 +110,29 @@ impl ReplayBuffer {
         out.weights.clear();
         match &self.priorities {
             None => {
-                out.indices.extend((0..batch_size).map(|_| rng.random_range(0..self.len)));
+                out.indices
+                    .extend((0..batch_size).map(|_| rng.random_range(0..self.len)));
                 out.weights.resize(batch_size, 1.0);
             }
             Some(p) => {
                 // Stratified: one draw per equal slice of the total mass.
                 let total = p.tree.total();
                 let seg = total / batch_size as f64;
-                let min_prob = (0..self.len).map(|i| p.tree.get(i)).fold(f64::INFINITY, f64::min) / total;
+                let min_prob = (0..self.len)
+                    .map(|i| p.tree.get(i))
+                    .fold(f64::INFINITY, f64::min)
+                    / total;
                 let max_w = (self.len as f64 * min_prob).powf(-beta);
                 for k in 0..batch_size {
                     let mass = (k as f64 + rng.random::<f64>()) * seg;
-                    let i = p.tree.find(mass.min(total * (1.0 - 1e-12))).min(self.len - 1);
+                    let i = p
+                        .tree
+                        .find(mass.min(total * (1.0 - 1e-12)))
+                        .min(self.len - 1);
                     let prob = p.tree.get(i) / total;
                     out.indices.push(i);
-                    out.weights.push(((self.len as f64 * prob).powf(-beta) / max_w) as f32);
+                    out.weights
+                        .push(((self.len as f64 * prob).powf(-beta) / max_w) as f32);
                 }
             }
         }
@@ -132,7 +144,8 @@ impl ReplayBuffer {
         out.discounts.clear();
         for &i in &out.indices {
             out.obs.extend_from_slice(&self.obs[i * d..(i + 1) * d]);
-            out.next_obs.extend_from_slice(&self.next_obs[i * d..(i + 1) * d]);
+            out.next_obs
+                .extend_from_slice(&self.next_obs[i * d..(i + 1) * d]);
             out.actions.push(i64::from(self.actions[i]));
             out.rewards.push(self.rewards[i]);
             out.dones.push(self.dones[i]);
@@ -166,7 +179,14 @@ mod tests {
         let mut b = ReplayBuffer::new(3, 2);
         for v in 0..5 {
             let (o, n) = t(v as f32);
-            b.push(&Transition { obs: &o, action: v, reward: v as f32 * 10.0, next_obs: &n, done: v == 4, discount: 0.9 });
+            b.push(&Transition {
+                obs: &o,
+                action: v,
+                reward: v as f32 * 10.0,
+                next_obs: &n,
+                done: v == 4,
+                discount: 0.9,
+            });
         }
         assert_eq!(b.len(), 3);
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
@@ -191,7 +211,14 @@ mod tests {
         let mut b = ReplayBuffer::prioritized(4, 2, 1.0);
         for v in 0..4 {
             let (o, n) = t(v as f32);
-            b.push(&Transition { obs: &o, action: v, reward: 0.0, next_obs: &n, done: false, discount: 1.0 });
+            b.push(&Transition {
+                obs: &o,
+                action: v,
+                reward: 0.0,
+                next_obs: &n,
+                done: false,
+                discount: 1.0,
+            });
         }
         b.update_priorities(&[0, 1, 2, 3], &[9.0, 1.0, 1.0, 1.0]);
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
@@ -207,6 +234,9 @@ mod tests {
             }
         }
         let frac = count0 as f64 / 1200.0;
-        assert!((frac - 0.75).abs() < 0.05, "slot 0 holds 3/4 of the mass, drawn {frac}");
+        assert!(
+            (frac - 0.75).abs() < 0.05,
+            "slot 0 holds 3/4 of the mass, drawn {frac}"
+        );
     }
 }

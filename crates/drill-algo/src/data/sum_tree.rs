@@ -11,7 +11,10 @@ impl SumTree {
     /// A tree with `capacity` leaves, all zero.
     pub fn new(capacity: usize) -> Self {
         let cap = capacity.next_power_of_two();
-        Self { cap, nodes: vec![0.0; 2 * cap] }
+        Self {
+            cap,
+            nodes: vec![0.0; 2 * cap],
+        }
     }
 
     /// Sum of all priorities.
@@ -61,7 +64,10 @@ mod tests {
             t.set(i, p);
         }
         assert_eq!(t.total(), 10.0);
-        let found: Vec<usize> = [0.0, 0.99, 1.0, 3.99, 4.0, 5.99, 6.0, 9.99].iter().map(|&m| t.find(m)).collect();
+        let found: Vec<usize> = [0.0, 0.99, 1.0, 3.99, 4.0, 5.99, 6.0, 9.99]
+            .iter()
+            .map(|&m| t.find(m))
+            .collect();
         assert_eq!(found, vec![0, 0, 2, 2, 3, 3, 4, 4]);
         t.set(2, 0.0);
         assert_eq!(t.total(), 7.0);

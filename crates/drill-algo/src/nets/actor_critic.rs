@@ -28,7 +28,10 @@ fn mlp(sizes: &[usize], out_gain: f64, device: &Device) -> Vec<Linear> {
         .enumerate()
         .map(|(i, w)| {
             let gain = if i + 1 == n { out_gain } else { 2f64.sqrt() };
-            let mut layer = LinearConfig::new(w[0], w[1]).with_bias(false).with_initializer(Initializer::Orthogonal { gain }).init(device);
+            let mut layer = LinearConfig::new(w[0], w[1])
+                .with_bias(false)
+                .with_initializer(Initializer::Orthogonal { gain })
+                .init(device);
             layer.bias = Some(Param::from_tensor(Tensor::zeros([w[1]], device)));
             layer
         })
@@ -59,14 +62,33 @@ pub struct Actor {
 
 impl Actor {
     /// `obs → hidden… → out`, orthogonal init (gain √2, output 0.01, as CleanRL).
-    pub fn new(obs_dim: usize, hidden: &[usize], act_dim: usize, head: ActorHead, activation: Activation, init_log_std: f64, device: &Device) -> Self {
+    pub fn new(
+        obs_dim: usize,
+        hidden: &[usize],
+        act_dim: usize,
+        head: ActorHead,
+        activation: Activation,
+        init_log_std: f64,
+        device: &Device,
+    ) -> Self {
         let conditioned = head == ActorHead::GaussianConditioned;
         let mut sizes = vec![obs_dim];
         sizes.extend_from_slice(hidden);
         sizes.push(if conditioned { 2 * act_dim } else { act_dim });
-        let n_std = if head == ActorHead::GaussianIndependent { act_dim } else { 0 };
-        let log_std = Param::from_tensor(Tensor::<1>::ones([n_std], device).mul_scalar(init_log_std));
-        Self { layers: mlp(&sizes, 0.01, device), log_std, act_dim, conditioned, use_tanh: activation == Activation::Tanh }
+        let n_std = if head == ActorHead::GaussianIndependent {
+            act_dim
+        } else {
+            0
+        };
+        let log_std =
+            Param::from_tensor(Tensor::<1>::ones([n_std], device).mul_scalar(init_log_std));
+        Self {
+            layers: mlp(&sizes, 0.01, device),
+            log_std,
+            act_dim,
+            conditioned,
+            use_tanh: activation == Activation::Tanh,
+        }
     }
 
     /// Categorical logits `[batch, n]`.
@@ -83,7 +105,11 @@ impl Actor {
             let log_std = out.narrow(1, self.act_dim, self.act_dim).clamp(-20.0, 2.0);
             (mean, log_std)
         } else {
-            let log_std = self.log_std.val().unsqueeze_dim::<2>(0).expand([batch, self.act_dim]);
+            let log_std = self
+                .log_std
+                .val()
+                .unsqueeze_dim::<2>(0)
+                .expand([batch, self.act_dim]);
             (out, log_std)
         }
     }
@@ -111,7 +137,10 @@ impl Critic {
         let mut sizes = vec![obs_dim];
         sizes.extend_from_slice(hidden);
         sizes.push(1);
-        Self { layers: mlp(&sizes, 1.0, device), use_tanh: activation == Activation::Tanh }
+        Self {
+            layers: mlp(&sizes, 1.0, device),
+            use_tanh: activation == Activation::Tanh,
+        }
     }
 
     /// Values `[batch]`.

@@ -20,8 +20,12 @@ impl NatureCnn {
     /// A new network for `actions` actions.
     pub fn new(actions: usize, device: &Device) -> Self {
         Self {
-            c1: Conv2dConfig::new([4, 32], [8, 8]).with_stride([4, 4]).init(device),
-            c2: Conv2dConfig::new([32, 64], [4, 4]).with_stride([2, 2]).init(device),
+            c1: Conv2dConfig::new([4, 32], [8, 8])
+                .with_stride([4, 4])
+                .init(device),
+            c2: Conv2dConfig::new([32, 64], [4, 4])
+                .with_stride([2, 2])
+                .init(device),
             c3: Conv2dConfig::new([64, 64], [3, 3]).init(device),
             fc: LinearConfig::new(64 * 7 * 7, 512).init(device),
             out: LinearConfig::new(512, actions).init(device),

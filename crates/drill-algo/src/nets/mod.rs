@@ -16,6 +16,10 @@ use burn::tensor::Device;
 pub(crate) fn linears(sizes: &[usize], init: &Initializer, device: &Device) -> Vec<Linear> {
     sizes
         .windows(2)
-        .map(|w| LinearConfig::new(w[0], w[1]).with_initializer(init.clone()).init(device))
+        .map(|w| {
+            LinearConfig::new(w[0], w[1])
+                .with_initializer(init.clone())
+                .init(device)
+        })
         .collect()
 }

@@ -17,19 +17,32 @@ pub struct QNet {
 
 impl QNet {
     /// A new network with PyTorch's default (Kaiming-uniform) initialisation.
-    pub fn new(obs_dim: usize, hidden: &[usize], actions: usize, dueling: bool, device: &Device) -> Self {
+    pub fn new(
+        obs_dim: usize,
+        hidden: &[usize],
+        actions: usize,
+        dueling: bool,
+        device: &Device,
+    ) -> Self {
         let init = LinearConfig::new(1, 1).initializer;
         let mut sizes = vec![obs_dim];
         sizes.extend_from_slice(hidden);
         let h = *sizes.last().unwrap();
         let encoder = super::linears(&sizes, &init, device);
         let (advantage, value) = if dueling {
-            (super::linears(&[h, h, actions], &init, device), super::linears(&[h, h, 1], &init, device))
+            (
+                super::linears(&[h, h, actions], &init, device),
+                super::linears(&[h, h, 1], &init, device),
+            )
         } else {
             (super::linears(&[h, actions], &init, device), vec![])
         };
         let _: &Initializer = &init;
-        Self { encoder, advantage, value }
+        Self {
+            encoder,
+            advantage,
+            value,
+        }
     }
 
     /// Q-values `[batch, actions]` for observations `[batch, obs_dim]`.

@@ -23,7 +23,14 @@ pub struct Adam {
 impl Adam {
     /// Fresh moments for `n` parameters with PyTorch's defaults except `eps`.
     pub fn new(n: usize, eps: f32) -> Self {
-        Self { beta1: 0.9, beta2: 0.999, eps, m: vec![0.0; n], v: vec![0.0; n], t: 0 }
+        Self {
+            beta1: 0.9,
+            beta2: 0.999,
+            eps,
+            m: vec![0.0; n],
+            v: vec![0.0; n],
+            t: 0,
+        }
     }
 
     /// One update of `params` with `grads` at learning rate `lr`.
@@ -37,7 +44,12 @@ impl Adam {
         let step_size = lr / bc1;
         let bc2_sqrt = bc2.sqrt();
         let eps = self.eps;
-        for (((p, g), m), v) in params.iter_mut().zip(grads).zip(&mut self.m).zip(&mut self.v) {
+        for (((p, g), m), v) in params
+            .iter_mut()
+            .zip(grads)
+            .zip(&mut self.m)
+            .zip(&mut self.v)
+        {
             // Moments of parameters whose gradient stays zero decay geometrically into the
             // subnormal range, where x86 arithmetic is ~100x slower (measured: Adam took 37% of
             // a DQN update). Flushing below FLUSH changes nothing a float32 update can see.

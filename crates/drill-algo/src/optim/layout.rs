@@ -45,8 +45,20 @@ impl ModuleVisitor for Collect<'_> {
         let value = param.val();
         let shape = value.shape().to_vec();
         let len = shape.iter().product();
-        let name = self.path.iter().filter(|s| !s.is_empty()).cloned().collect::<Vec<_>>().join(".");
-        self.slots.push(ParamSlot { name, shape, offset: self.len, len, id: param.id });
+        let name = self
+            .path
+            .iter()
+            .filter(|s| !s.is_empty())
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(".");
+        self.slots.push(ParamSlot {
+            name,
+            shape,
+            offset: self.len,
+            len,
+            id: param.id,
+        });
         self.len += len;
         if let Some(values) = self.values.as_deref_mut() {
             let data = value.into_data().convert::<f32>();
@@ -66,10 +78,15 @@ impl ModuleMapper for Write<'_> {
         let slot = &self.slots[self.next];
         self.next += 1;
         let values = self.src[slot.offset..slot.offset + slot.len].to_vec();
-        let shape: [usize; D] = slot.shape.clone().try_into().expect("rank matches the layout");
+        let shape: [usize; D] = slot
+            .shape
+            .clone()
+            .try_into()
+            .expect("rank matches the layout");
         param.map(|t| {
             let grad = t.is_require_grad();
-            Tensor::<D>::from_data(TensorData::new(values, shape), &t.device()).set_require_grad(grad)
+            Tensor::<D>::from_data(TensorData::new(values, shape), &t.device())
+                .set_require_grad(grad)
         })
     }
 }
@@ -77,23 +94,46 @@ impl ModuleMapper for Write<'_> {
 impl ParamLayout {
     /// The layout of `module`'s float parameters.
     pub fn of<M: Module>(module: &M) -> Self {
-        let mut c = Collect { path: vec![], slots: vec![], len: 0, values: None };
+        let mut c = Collect {
+            path: vec![],
+            slots: vec![],
+            len: 0,
+            values: None,
+        };
         module.visit(&mut c);
-        Self { slots: c.slots, len: c.len }
+        Self {
+            slots: c.slots,
+            len: c.len,
+        }
     }
 
     /// The layout and a copy of the parameter values.
     pub fn with_values<M: Module>(module: &M) -> (Self, Vec<f32>) {
         let mut values = Vec::new();
-        let mut c = Collect { path: vec![], slots: vec![], len: 0, values: Some(&mut values) };
+        let mut c = Collect {
+            path: vec![],
+            slots: vec![],
+            len: 0,
+            values: Some(&mut values),
+        };
         module.visit(&mut c);
-        (Self { slots: c.slots, len: c.len }, values)
+        (
+            Self {
+                slots: c.slots,
+                len: c.len,
+            },
+            values,
+        )
     }
 
     /// Overwrite `module`'s parameters with `src` (same layout). Parameter ids are kept.
     pub fn write<M: Module>(&self, module: M, src: &[f32]) -> M {
         assert_eq!(src.len(), self.len, "flat buffer does not match the layout");
-        let mut w = Write { slots: &self.slots, next: 0, src };
+        let mut w = Write {
+            slots: &self.slots,
+            next: 0,
+            src,
+        };
         module.map(&mut w)
     }
 
@@ -111,7 +151,9 @@ impl ParamLayout {
                 r => panic!("parameters of rank {r} are not supported"),
             };
             match data {
-                Some(d) => dst.copy_from_slice(d.convert::<f32>().as_slice::<f32>().expect("f32 gradient")),
+                Some(d) => {
+                    dst.copy_from_slice(d.convert::<f32>().as_slice::<f32>().expect("f32 gradient"))
+                }
                 None => dst.fill(0.0),
             }
         }

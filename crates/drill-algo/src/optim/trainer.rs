@@ -30,7 +30,13 @@ impl<M: Module> Trainer<M> {
     pub fn new(model: M, adam_eps: f32) -> Self {
         let (layout, params) = ParamLayout::with_values(&model);
         let n = layout.len;
-        Self { model: Some(model), layout, params, grads: vec![0.0; n], adam: Adam::new(n, adam_eps) }
+        Self {
+            model: Some(model),
+            layout,
+            params,
+            grads: vec![0.0; n],
+            adam: Adam::new(n, adam_eps),
+        }
     }
 
     /// The model (autodiff), for forward passes that build a loss.

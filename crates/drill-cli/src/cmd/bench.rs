@@ -47,7 +47,9 @@ struct Report {
 impl Report {
     fn row(&self, case: &str, unit: &str, median: f64, iters: usize, note: &str) {
         if self.json {
-            println!(r#"{{"case":"{case}","median_{unit}":{median:.3},"iters":{iters},"note":"{note}"}}"#);
+            println!(
+                r#"{{"case":"{case}","median_{unit}":{median:.3},"iters":{iters},"note":"{note}"}}"#
+            );
         } else {
             println!("{case:<28} {median:>14.3} {unit:<10} ({iters} iters) {note}");
         }
@@ -105,7 +107,13 @@ fn env_bench(report: &Report, want: &dyn Fn(&str) -> bool, iters: Option<usize>)
                 (steps / 5) as f64 / t.elapsed().as_secs_f64()
             })
             .collect();
-        report.row("cartpole-single", "steps/s", median(rates), steps, "1 thread, Env::step + reset");
+        report.row(
+            "cartpole-single",
+            "steps/s",
+            median(rates),
+            steps,
+            "1 thread, Env::step + reset",
+        );
     }
     for n in [8usize, 64, 256] {
         let name = format!("cartpole-vec{n}");
@@ -125,17 +133,31 @@ fn env_bench(report: &Report, want: &dyn Fn(&str) -> bool, iters: Option<usize>)
                 (calls * n) as f64 / t.elapsed().as_secs_f64()
             })
             .collect();
-        report.row(&name, "steps/s", median(rates), calls * n * 5, "1 thread, VecEnv with auto-reset + TimeLimit");
+        report.row(
+            &name,
+            "steps/s",
+            median(rates),
+            calls * n * 5,
+            "1 thread, VecEnv with auto-reset + TimeLimit",
+        );
     }
 }
 
 fn random_batch(bs: usize, obs_dim: usize, actions: u32, rng: &mut impl Rng) -> Batch {
     Batch {
-        obs: (0..bs * obs_dim).map(|_| rng.random_range(-1.0..1.0)).collect(),
-        next_obs: (0..bs * obs_dim).map(|_| rng.random_range(-1.0..1.0)).collect(),
-        actions: (0..bs).map(|_| i64::from(rng.random_range(0..actions))).collect(),
+        obs: (0..bs * obs_dim)
+            .map(|_| rng.random_range(-1.0..1.0))
+            .collect(),
+        next_obs: (0..bs * obs_dim)
+            .map(|_| rng.random_range(-1.0..1.0))
+            .collect(),
+        actions: (0..bs)
+            .map(|_| i64::from(rng.random_range(0..actions)))
+            .collect(),
         rewards: vec![1.0; bs],
-        dones: (0..bs).map(|k| if k % 10 == 0 { 1.0 } else { 0.0 }).collect(),
+        dones: (0..bs)
+            .map(|k| if k % 10 == 0 { 1.0 } else { 0.0 })
+            .collect(),
         discounts: vec![0.97; bs],
         weights: vec![1.0; bs],
         indices: (0..bs).collect(),
@@ -150,8 +172,18 @@ fn learner_bench(report: &Report, want: &dyn Fn(&str) -> bool, iters: Option<usi
     let policy = DqnPolicy::default();
     // (name, hidden sizes, dueling): the anchor net of the notes, and DI-engine's CartPole net.
     for (name, hidden, dueling, note) in [
-        ("dqn-update", vec![128usize, 128], false, "4-128-128-2, batch 64, Adam, double-DQN target"),
-        ("dqn-update-dueling", vec![128, 128, 64], true, "DI-engine cartpole net: 4-128-128-64 + dueling head, batch 64"),
+        (
+            "dqn-update",
+            vec![128usize, 128],
+            false,
+            "4-128-128-2, batch 64, Adam, double-DQN target",
+        ),
+        (
+            "dqn-update-dueling",
+            vec![128, 128, 64],
+            true,
+            "DI-engine cartpole net: 4-128-128-64 + dueling head, batch 64",
+        ),
     ] {
         if !want(name) {
             continue;
@@ -171,25 +203,45 @@ fn learner_bench(report: &Report, want: &dyn Fn(&str) -> bool, iters: Option<usi
         let mut out = [0u32; 8];
         let n = iters.unwrap_or(20000);
         let us = time_us(100.min(n), n, || greedy(&net, &obs, 4, &device, &mut out));
-        report.row("inference-b8", "us", us, n, &format!("4-128-128-2 greedy actions, {threads} thread(s)"));
+        report.row(
+            "inference-b8",
+            "us",
+            us,
+            n,
+            &format!("4-128-128-2 greedy actions, {threads} thread(s)"),
+        );
     }
     if want("nature-cnn-update") {
         let ad = device.clone().autodiff();
         let mut trainer = Trainer::new(NatureCnn::new(6, &ad), 1e-8);
         let target = NatureCnn::new(6, &device);
         let bs = 32;
-        let obs = Tensor::<4>::random([bs, 4, 84, 84], Distribution::Uniform(0.0, 1.0), &device).into_data();
+        let obs = Tensor::<4>::random([bs, 4, 84, 84], Distribution::Uniform(0.0, 1.0), &device)
+            .into_data();
         let actions = TensorData::new((0..bs as i64).map(|k| k % 6).collect::<Vec<_>>(), [bs, 1]);
         let n = iters.unwrap_or(30);
         let us = time_us(2.min(n), n, || {
-            let next = target.forward(Tensor::<4>::from_data(obs.clone(), &device)).max_dim(1).reshape([bs]);
+            let next = target
+                .forward(Tensor::<4>::from_data(obs.clone(), &device))
+                .max_dim(1)
+                .reshape([bs]);
             let y = next.mul_scalar(0.99).add_scalar(1.0);
             let x = Tensor::<4>::from_data(obs.clone(), &ad);
-            let q = trainer.model().forward(x).gather(1, Tensor::<2, Int>::from_data(actions.clone(), &ad)).reshape([bs]);
+            let q = trainer
+                .model()
+                .forward(x)
+                .gather(1, Tensor::<2, Int>::from_data(actions.clone(), &ad))
+                .reshape([bs]);
             let td = q - Tensor::<1>::from_data(y.into_data(), &ad);
             trainer.backward((td.clone() * td).mean());
             trainer.step(1e-4, 0.0);
         });
-        report.row("nature-cnn-update", "us", us, n, &format!("4x84x84, batch 32, Adam, {threads} thread(s)"));
+        report.row(
+            "nature-cnn-update",
+            "us",
+            us,
+            n,
+            &format!("4x84x84, batch 32, Adam, {threads} thread(s)"),
+        );
     }
 }

@@ -32,9 +32,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let episodes = args.episodes.unwrap_or(config.env.n_evaluator_episode);
     let r = drill_algo::evaluate(&config, &ck, episodes, args.seed, &device)?;
     if args.json {
-        println!(r#"{{"eval_reward_mean":{},"eval_reward_std":{},"eval_episodes":{}}}"#, r.mean, r.std, r.returns.len());
+        println!(
+            r#"{{"eval_reward_mean":{},"eval_reward_std":{},"eval_episodes":{}}}"#,
+            r.mean,
+            r.std,
+            r.returns.len()
+        );
     } else {
-        println!("{} on {}: {:.2} ± {:.2} over {} episodes", args.checkpoint.display(), config.env.id, r.mean, r.std, r.returns.len());
+        println!(
+            "{} on {}: {:.2} ± {:.2} over {} episodes",
+            args.checkpoint.display(),
+            config.env.id,
+            r.mean,
+            r.std,
+            r.returns.len()
+        );
     }
     Ok(())
 }

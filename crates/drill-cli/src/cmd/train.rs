@@ -37,14 +37,36 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         overrides.push(format!("seed={seed}"));
     }
     let config = Config::load(&args.config, &overrides)?;
+    drill_algo::validate(&config)?;
     let device = select_device(&config)?;
     let resume = args.resume.as_deref().map(Checkpoint::load).transpose()?;
-    let dir = args.exp_dir.clone().unwrap_or_else(|| PathBuf::from(&config.exp_name));
-    let mut exp = Experiment::create(&dir, &config, args.quiet).with_context(|| format!("cannot create experiment folder {}", dir.display()))?;
-    tracing::info!("training {} on {} → {}", config.policy.kind(), config.env.id, exp.dir().display());
-    let result = drill_algo::train(&config, &mut RunContext { device, reporter: &mut exp, resume })?;
-    exp.finish(&result).with_context(|| format!("cannot write {}/result.json", exp.dir().display()))?;
-    let stop = if result.stop_reached { "stop value reached" } else { "stopped at the step limit" };
+    let dir = args
+        .exp_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(&config.exp_name));
+    let mut exp = Experiment::create(&dir, &config, args.quiet)
+        .with_context(|| format!("cannot create experiment folder {}", dir.display()))?;
+    tracing::info!(
+        "training {} on {} → {}",
+        config.policy.kind(),
+        config.env.id,
+        exp.dir().display()
+    );
+    let result = drill_algo::train(
+        &config,
+        &mut RunContext {
+            device,
+            reporter: &mut exp,
+            resume,
+        },
+    )?;
+    exp.finish(&result)
+        .with_context(|| format!("cannot write {}/result.json", exp.dir().display()))?;
+    let stop = if result.stop_reached {
+        "stop value reached"
+    } else {
+        "stopped at the step limit"
+    };
     tracing::info!(
         "{stop}: eval {:.1} ± {:.1} over {} episodes, {} env steps, {} iters, {:.2} s ({:.0} env steps/s)",
         result.eval_reward_mean,

@@ -45,7 +45,10 @@ fn dsdt(s: &[f64; 5]) -> [f64; 5] {
     );
     let a = s[4];
     let (theta1, theta2, dtheta1, dtheta2) = (s[0], s[1], s[2], s[3]);
-    let d1 = m1 * lc1.powi(2) + m2 * (l1.powi(2) + lc2.powi(2) + 2.0 * l1 * lc2 * theta2.cos()) + i1 + i2;
+    let d1 = m1 * lc1.powi(2)
+        + m2 * (l1.powi(2) + lc2.powi(2) + 2.0 * l1 * lc2 * theta2.cos())
+        + i1
+        + i2;
     let d2 = m2 * (lc2.powi(2) + l1 * lc2 * theta2.cos()) + i2;
     let phi2 = m2 * lc2 * g * (theta1 + theta2 - PI / 2.0).cos();
     let phi1 = -m2 * l1 * lc2 * dtheta2.powi(2) * theta2.sin()
@@ -137,7 +140,11 @@ impl Env for Acrobot {
         self.write_obs(obs);
         let s = self.state;
         let terminated = -s[0].cos() - (s[1] + s[0]).cos() > 1.0;
-        Step { reward: if terminated { 0.0 } else { -1.0 }, terminated, truncated: false }
+        Step {
+            reward: if terminated { 0.0 } else { -1.0 },
+            terminated,
+            truncated: false,
+        }
     }
 
     fn state(&self) -> Vec<f64> {

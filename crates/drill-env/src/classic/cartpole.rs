@@ -85,7 +85,11 @@ impl Env for CartPole {
         self.write_obs(obs);
         let terminated = !(-X_THRESHOLD..=X_THRESHOLD).contains(&x)
             || !(-THETA_THRESHOLD..=THETA_THRESHOLD).contains(&theta);
-        Step { reward: 1.0, terminated, truncated: false }
+        Step {
+            reward: 1.0,
+            terminated,
+            truncated: false,
+        }
     }
 
     fn state(&self) -> Vec<f64> {

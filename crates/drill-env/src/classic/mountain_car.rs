@@ -78,7 +78,11 @@ impl Env for MountainCar {
         let terminated = position >= GOAL_POSITION && velocity >= GOAL_VELOCITY;
         self.state = [position, velocity];
         self.write_obs(obs);
-        Step { reward: -1.0, terminated, truncated: false }
+        Step {
+            reward: -1.0,
+            terminated,
+            truncated: false,
+        }
     }
 
     fn state(&self) -> Vec<f64> {

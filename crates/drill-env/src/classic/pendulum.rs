@@ -79,14 +79,19 @@ impl Env for Pendulum {
         let [th, thdot] = self.state;
         // Gymnasium clips the float32 action and computes the torque terms in float32.
         let u = u.clamp(-MAX_TORQUE as f32, MAX_TORQUE as f32);
-        let costs = angle_normalize(th).powi(2) + 0.1 * thdot * thdot + f64::from(0.001f32 * (u * u));
+        let costs =
+            angle_normalize(th).powi(2) + 0.1 * thdot * thdot + f64::from(0.001f32 * (u * u));
         let torque = f64::from(3.0f32 / (M * L * L) as f32 * u);
         let newthdot = thdot + (3.0 * G / (2.0 * L) * th.sin() + torque) * DT;
         let newthdot = newthdot.clamp(-MAX_SPEED, MAX_SPEED);
         let newth = th + newthdot * DT;
         self.state = [newth, newthdot];
         self.write_obs(obs);
-        Step { reward: -costs, terminated: false, truncated: false }
+        Step {
+            reward: -costs,
+            terminated: false,
+            truncated: false,
+        }
     }
 
     fn state(&self) -> Vec<f64> {

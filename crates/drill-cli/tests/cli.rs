@@ -1,0 +1,291 @@
+//! End-to-end tests of the `drill` binary: real training runs in temporary folders.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn drill(args: &[&str], cwd: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_drill"))
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .expect("drill runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn result(dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("result.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn di_engine_cartpole_dqn_config_reaches_its_stop_value() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = repo().join("configs/cartpole_dqn.toml");
+    let out = drill(
+        &[
+            "train",
+            config.to_str().unwrap(),
+            "--seed",
+            "0",
+            "--exp-dir",
+            "run",
+            "--quiet",
+        ],
+        tmp.path(),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let dir = tmp.path().join("run");
+    let r = result(&dir);
+    assert_eq!(r["stop_reached"], true, "{r}");
+    assert!(r["eval_reward_mean"].as_f64().unwrap() >= 195.0);
+    assert_eq!(r["eval_episodes"], 5);
+    assert_eq!(r["world_size"], 1);
+    assert_eq!(r["restarts"], 0);
+    for key in [
+        "env_steps",
+        "train_iters",
+        "wall_seconds",
+        "env_steps_per_sec",
+        "eval_reward_std",
+    ] {
+        assert!(r[key].as_f64().unwrap() >= 0.0, "{key} in {r}");
+    }
+    // The folder: resolved config, checkpoints, TensorBoard events, metrics.
+    let resolved = std::fs::read_to_string(dir.join("config.toml")).unwrap();
+    assert!(
+        resolved.contains("replay_buffer_size = 20000") && resolved.contains("learning_starts = 0"),
+        "{resolved}"
+    );
+    for ck in ["final", "best", "latest"] {
+        assert!(
+            dir.join(format!("ckpt/{ck}.safetensors")).is_file(),
+            "{ck} checkpoint"
+        );
+    }
+    let tb = std::fs::read_dir(dir.join("tb"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let scalars = drill_exp::read_scalars(&tb).unwrap();
+    assert!(
+        scalars
+            .iter()
+            .any(|(t, _, v)| t == "eval/episodic_return_mean" && *v >= 195.0)
+    );
+    assert!(
+        std::fs::read_to_string(dir.join("metrics.jsonl"))
+            .unwrap()
+            .lines()
+            .count()
+            > 10
+    );
+
+    // The checkpoint evaluates to a good policy.
+    let ck = dir.join("ckpt/final.safetensors");
+    let cfg = dir.join("config.toml");
+    let out = drill(
+        &[
+            "eval",
+            ck.to_str().unwrap(),
+            "--config",
+            cfg.to_str().unwrap(),
+            "--episodes",
+            "10",
+            "--json",
+        ],
+        tmp.path(),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let e: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(e["eval_episodes"], 10);
+    assert!(e["eval_reward_mean"].as_f64().unwrap() > 150.0, "{e}");
+
+    // A second run with the same folder never overwrites the first.
+    let out = drill(
+        &[
+            "train",
+            config.to_str().unwrap(),
+            "--exp-dir",
+            "run",
+            "--quiet",
+            "--set",
+            "max_env_step=100",
+        ],
+        tmp.path(),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(tmp.path().join("run_2/result.json").is_file());
+    assert_eq!(result(&dir), r);
+
+    // Resuming restores the counters.
+    let out = drill(
+        &[
+            "train",
+            config.to_str().unwrap(),
+            "--exp-dir",
+            "resumed",
+            "--quiet",
+            "--resume",
+            ck.to_str().unwrap(),
+        ],
+        tmp.path(),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let resumed = result(&tmp.path().join("resumed"));
+    assert!(
+        resumed["train_iters"].as_u64() >= r["train_iters"].as_u64(),
+        "{resumed}"
+    );
+
+    // The plot is a PNG.
+    let out = drill(&["plot", "run", "run_2", "-o", "curve.png"], tmp.path());
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        &std::fs::read(tmp.path().join("curve.png")).unwrap()[1..4],
+        b"PNG"
+    );
+}
+
+#[test]
+fn ppo_learns_cartpole_v1_and_runs_continuous_pendulum() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = repo().join("configs/cartpole_v1_ppo.toml");
+    let out = drill(
+        &[
+            "train",
+            config.to_str().unwrap(),
+            "--exp-dir",
+            "ppo",
+            "--quiet",
+        ],
+        tmp.path(),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let r = result(&tmp.path().join("ppo"));
+    assert_eq!(r["stop_reached"], true, "{r}");
+    assert_eq!(r["eval_episodes"], 100);
+
+    let config = repo().join("configs/pendulum_ppo.toml");
+    let out = drill(
+        &[
+            "train",
+            config.to_str().unwrap(),
+            "--exp-dir",
+            "pend",
+            "--quiet",
+            "--set",
+            "max_env_step=4096",
+        ],
+        tmp.path(),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let r = result(&tmp.path().join("pend"));
+    assert!(r["env_steps"].as_u64().unwrap() >= 4096);
+    assert!(
+        r["eval_reward_mean"].as_f64().unwrap() < 0.0,
+        "Pendulum returns are negative: {r}"
+    );
+}
+
+#[test]
+fn bad_configs_fail_before_training_naming_the_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = repo().join("configs/cartpole_dqn.toml");
+    let c = config.to_str().unwrap();
+    let out = drill(
+        &[
+            "train",
+            c,
+            "--set",
+            "policy.learn.batchsize=3",
+            "--exp-dir",
+            "x",
+        ],
+        tmp.path(),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains(
+            "unknown key `policy.learn.batchsize` (did you mean `policy.learn.batch_size`?)"
+        ),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        !tmp.path().join("x").exists(),
+        "nothing written for a rejected config"
+    );
+    let out = drill(&["train", c, "--set", "env.id=CartPole-v9"], tmp.path());
+    assert!(
+        stderr(&out).contains("bad value for `env.id`: unknown environment id \"CartPole-v9\""),
+        "{}",
+        stderr(&out)
+    );
+    let out = drill(
+        &["train", c, "--set", "policy.model.obs_shape=5"],
+        tmp.path(),
+    );
+    assert!(
+        stderr(&out).contains("bad value for `policy.model.obs_shape`: is 5 but CartPole-v0 has 4"),
+        "{}",
+        stderr(&out)
+    );
+    let out = drill(&["train", c, "--set", "env.id=Pendulum-v1"], tmp.path());
+    assert!(
+        stderr(&out).contains("DQN needs discrete actions"),
+        "{}",
+        stderr(&out)
+    );
+    let out = drill(&["train", c, "--set", "policy.cuda=true"], tmp.path());
+    if !cfg!(feature = "cuda") {
+        assert!(
+            stderr(&out).contains("built without CUDA"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    let out = drill(&["train", "missing.toml"], tmp.path());
+    assert!(
+        stderr(&out).contains("cannot read config missing.toml"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_diverging_loss_stops_with_the_iteration_and_keeps_the_last_good_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = repo().join("configs/cartpole_dqn.toml");
+    let out = drill(
+        &[
+            "train",
+            config.to_str().unwrap(),
+            "--exp-dir",
+            "nan",
+            "--quiet",
+            "--set",
+            "policy.learn.learning_rate=1e30",
+        ],
+        tmp.path(),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("non-finite loss") && err.contains("at train iteration"),
+        "{err}"
+    );
+    let best = tmp.path().join("nan/ckpt/best.safetensors");
+    assert!(
+        best.is_file(),
+        "the checkpoint from before the divergence stays"
+    );
+    assert!(!tmp.path().join("nan/ckpt/final.safetensors").exists());
+}
