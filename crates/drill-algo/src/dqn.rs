@@ -202,7 +202,7 @@ impl DqnLearner {
                 *tp = t * op + (1.0 - t) * *tp;
             }
             self.write_target();
-        } else if self.iters % self.target_update_freq == 0 {
+        } else if self.iters.is_multiple_of(self.target_update_freq) {
             self.target_params.copy_from_slice(&self.online.params);
             self.write_target();
         }
@@ -292,7 +292,7 @@ pub fn train(
 
     loop {
         // ALGO: evaluate every eval_freq train iterations (and before training).
-        if learner.iters % p.eval.evaluator.eval_freq == 0
+        if learner.iters.is_multiple_of(p.eval.evaluator.eval_freq)
             && last_eval
                 .as_ref()
                 .is_none_or(|(it, _): &(u64, _)| *it != learner.iters)
@@ -378,12 +378,12 @@ pub fn train(
                 if rb.priority {
                     buffer.update_priorities(&batch.indices, &td);
                 }
-                if learner.iters % p.eval.evaluator.eval_freq == 0 {
+                if learner.iters.is_multiple_of(p.eval.evaluator.eval_freq) {
                     break;
                 }
             }
             acting = learner.online.inference();
-            if learner.iters % 20 == 0 {
+            if learner.iters.is_multiple_of(20) {
                 ctx.reporter
                     .scalar("losses/td_loss", f64::from(stats.loss), env_steps);
                 ctx.reporter

@@ -6,17 +6,10 @@ use serde::{Deserialize, Serialize};
 /// `[policy.eval]`: evaluation schedule.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[derive(Default)]
 pub struct EvalConfig {
     /// `[policy.eval.evaluator]`.
     pub evaluator: EvaluatorConfig,
-}
-
-impl Default for EvalConfig {
-    fn default() -> Self {
-        Self {
-            evaluator: EvaluatorConfig::default(),
-        }
-    }
 }
 
 /// `[policy.eval.evaluator]`.

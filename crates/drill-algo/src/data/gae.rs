@@ -19,7 +19,9 @@ pub fn gae(
     adv: &mut [f32],
 ) {
     let n = rewards.len();
-    assert!(n % num_envs == 0 && values.len() == n && next_values.len() == n && adv.len() == n);
+    assert!(
+        n.is_multiple_of(num_envs) && values.len() == n && next_values.len() == n && adv.len() == n
+    );
     let steps = n / num_envs;
     for i in 0..num_envs {
         let mut last = 0.0f32;
