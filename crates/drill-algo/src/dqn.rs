@@ -7,17 +7,16 @@
 
 use crate::checkpoint::Checkpoint;
 use crate::data::{Batch, NStep, ReplayBuffer};
-use crate::eval::{ActionBuf, Evaluator};
+use crate::eval::ActionBuf;
 use crate::explore::epsilon;
 use crate::nets::QNet;
 use crate::optim::{ParamLayout, Trainer};
-use crate::run::{Progress, RunContext, TrainError, TrainResult};
+use crate::run::{RunContext, TrainError, TrainResult};
+use crate::session::Session;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use drill_config::{Config, DqnPolicy};
-use drill_env::{Actions, make_vec};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
-use std::time::Instant;
+use drill_env::Actions;
+use rand::Rng;
 
 /// The Q-network for `env_id` as `[policy.model]` describes it, checking its shapes.
 pub fn build_qnet(cfg: &Config, p: &DqnPolicy, device: &Device) -> Result<QNet, TrainError> {
@@ -225,12 +224,10 @@ impl DqnLearner {
         ck.meta.insert("train_iters".into(), self.iters.to_string());
     }
 
-    /// A whole checkpoint: [`Self::save`] plus the env-step counter and the algorithm name.
-    pub fn checkpoint(&self, env_steps: u64) -> Checkpoint {
+    /// A checkpoint holding what [`Self::save`] writes.
+    pub fn checkpoint(&self) -> Checkpoint {
         let mut ck = Checkpoint::default();
         self.save(&mut ck);
-        ck.meta.insert("env_steps".into(), env_steps.to_string());
-        ck.meta.insert("algo".into(), "dqn".into());
         ck
     }
 
@@ -250,26 +247,20 @@ pub fn train(
     p: &DqnPolicy,
     ctx: &mut RunContext<'_>,
 ) -> Result<TrainResult, TrainError> {
-    let start = Instant::now();
     // PLUMBING: seeding, environments, networks, storage.
-    ctx.device.seed(cfg.seed);
-    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed.wrapping_add(0x5eed));
-    let (n_env, n_eval) = (cfg.env.collector_env_num, cfg.env.evaluator_env_num);
-    let mut venv = make_vec(&cfg.env.id, n_env, cfg.seed, cfg.env.env_threads)?;
-    let mut evaluator = Evaluator::new(
-        &cfg.env.id,
-        n_eval,
-        cfg.env.n_evaluator_episode,
-        cfg.seed + n_env as u64,
-    )?;
-    let obs_dim = venv.spec().obs_dim;
-    let device = ctx.device.clone().autodiff();
+    let mut s = Session::new(cfg, ctx, "dqn")?;
+    let n_env = cfg.env.collector_env_num;
+    let obs_dim = s.venv.spec().obs_dim;
+    let n_actions = s.venv.spec().action_space.dim() as u32;
     let plain = ctx.device.clone();
-    let mut learner = DqnLearner::new(build_qnet(cfg, p, &device)?, p, obs_dim, &ctx.device);
-    let mut env_steps = 0u64;
+    let mut learner = DqnLearner::new(
+        build_qnet(cfg, p, &plain.clone().autodiff())?,
+        p,
+        obs_dim,
+        &plain,
+    );
     if let Some(ck) = &ctx.resume {
         learner.load(ck)?;
-        env_steps = ck.counter("env_steps")?;
     }
     let rb = &p.other.replay_buffer;
     let mut buffer = if rb.priority {
@@ -279,75 +270,55 @@ pub fn train(
     };
     let mut nstep = NStep::new(p.nstep, p.discount_factor as f32, n_env, obs_dim);
     let learning_starts = p.learn.learning_starts.max(p.learn.batch_size);
-    let vec_steps_per_collect = p.collect.n_sample.div_ceil(n_env);
+    let eval_freq = p.eval.evaluator.eval_freq;
     let mut actions = vec![0u32; n_env];
     let mut prev_obs = vec![0.0f32; n_env * obs_dim];
     let mut batch = Batch::default();
     let mut td = Vec::new();
     let mut acting = learner.online.inference();
-    let mut last_eval = None;
-    let mut best_eval = f64::NEG_INFINITY;
-    let mut stop_reached = false;
-    venv.reset(None);
 
     loop {
-        // ALGO: evaluate every eval_freq train iterations (and before training).
-        if learner.iters.is_multiple_of(p.eval.evaluator.eval_freq)
-            && last_eval
-                .as_ref()
-                .is_none_or(|(it, _): &(u64, _)| *it != learner.iters)
-        {
-            let result = evaluator.run(|obs, out| {
+        // ALGO: evaluate greedily every eval_freq train iterations (and before training).
+        if s.eval_due(learner.iters, eval_freq) {
+            let policy = |obs: &[f32], out: &mut ActionBuf| {
                 if let ActionBuf::Discrete(a) = out {
                     greedy(&acting, obs, obs_dim, &plain, a);
                 }
-            });
-            ctx.reporter
-                .scalar("eval/episodic_return_mean", result.mean, env_steps);
-            ctx.reporter
-                .scalar("eval/episodic_return_std", result.std, env_steps);
-            let mut build = || learner.checkpoint(env_steps);
-            if result.mean > best_eval {
-                best_eval = result.mean;
-                ctx.reporter
-                    .checkpoint("best", &mut build)
-                    .map_err(checkpoint_io)?;
-            }
-            ctx.reporter
-                .checkpoint("latest", &mut build)
-                .map_err(checkpoint_io)?;
-            stop_reached = cfg.env.stop_value.is_some_and(|v| result.mean >= v);
-            last_eval = Some((learner.iters, result));
-            if stop_reached {
+            };
+            if s.evaluate(cfg, ctx, learner.iters, policy, &mut || {
+                learner.checkpoint()
+            })? {
                 break;
             }
         }
-        if cfg.max_env_step.is_some_and(|m| env_steps >= m)
-            || cfg.max_train_iter.is_some_and(|m| learner.iters >= m)
-        {
+        if s.limits_reached(cfg, learner.iters) {
             break;
         }
 
         // ALGO: collect n_sample transitions with epsilon-greedy actions.
-        for _ in 0..vec_steps_per_collect {
-            let eps = epsilon(&p.other.eps, env_steps);
-            prev_obs.copy_from_slice(venv.obs());
+        for _ in 0..p.collect.n_sample.div_ceil(n_env) {
+            let eps = epsilon(&p.other.eps, s.env_steps);
+            prev_obs.copy_from_slice(s.venv.obs());
             greedy(&acting, &prev_obs, obs_dim, &plain, &mut actions);
-            let n_actions = venv.spec().action_space.dim() as u32;
             for a in actions.iter_mut() {
-                if rng.random::<f64>() < eps {
-                    *a = rng.random_range(0..n_actions);
+                if s.rng.random::<f64>() < eps {
+                    *a = s.rng.random_range(0..n_actions);
                 }
             }
-            venv.step(Actions::Discrete(&actions));
+            s.venv.step(Actions::Discrete(&actions));
+            let venv = &s.venv;
             for i in 0..n_env {
                 let (term, trunc) = (venv.terminated()[i], venv.truncated()[i]);
+                let (obs, next) = (
+                    &prev_obs[i * obs_dim..(i + 1) * obs_dim],
+                    &venv.final_obs()[i * obs_dim..(i + 1) * obs_dim],
+                );
                 nstep.push(
                     i,
-                    &prev_obs[i * obs_dim..(i + 1) * obs_dim],
+                    obs,
                     actions[i],
                     venv.rewards()[i],
-                    &venv.final_obs()[i * obs_dim..(i + 1) * obs_dim],
+                    next,
                     term,
                     trunc,
                     |t| buffer.push(&t),
@@ -356,18 +327,19 @@ pub fn train(
                     ctx.reporter.scalar(
                         "charts/episodic_return",
                         venv.final_returns()[i],
-                        env_steps,
+                        s.env_steps,
                     );
                 }
             }
-            env_steps += n_env as u64;
+            s.env_steps += n_env as u64;
         }
 
-        // ALGO: update_per_collect gradient steps on uniform (or prioritized) minibatches.
+        // ALGO: update_per_collect gradient steps on uniform (or prioritized) minibatches,
+        // pausing at an evaluation boundary as DI-engine's learner does.
         if buffer.len() >= learning_starts {
-            let mut stats = Default::default();
+            let mut stats = UpdateStats::default();
             for _ in 0..p.learn.update_per_collect {
-                buffer.sample(p.learn.batch_size, rb.priority_beta, &mut rng, &mut batch);
+                buffer.sample(p.learn.batch_size, rb.priority_beta, &mut s.rng, &mut batch);
                 stats = learner.update(&batch, rb.priority.then_some(&mut td));
                 if !stats.loss.is_finite() {
                     return Err(TrainError::NonFinite {
@@ -378,64 +350,33 @@ pub fn train(
                 if rb.priority {
                     buffer.update_priorities(&batch.indices, &td);
                 }
-                if learner.iters.is_multiple_of(p.eval.evaluator.eval_freq) {
+                if learner.iters.is_multiple_of(eval_freq) {
                     break;
                 }
             }
             acting = learner.online.inference();
-            if learner.iters.is_multiple_of(20) {
-                ctx.reporter
-                    .scalar("losses/td_loss", f64::from(stats.loss), env_steps);
-                ctx.reporter
-                    .scalar("losses/q_values", f64::from(stats.q_mean), env_steps);
-                ctx.reporter.scalar(
-                    "charts/epsilon",
-                    epsilon(&p.other.eps, env_steps),
-                    env_steps,
-                );
-            }
+            ctx.reporter
+                .scalar("losses/td_loss", f64::from(stats.loss), s.env_steps);
+            ctx.reporter
+                .scalar("losses/q_values", f64::from(stats.q_mean), s.env_steps);
+            ctx.reporter.scalar(
+                "charts/epsilon",
+                epsilon(&p.other.eps, s.env_steps),
+                s.env_steps,
+            );
         }
-        let secs = start.elapsed().as_secs_f64();
-        ctx.reporter.progress(&Progress {
-            env_steps,
-            train_iters: learner.iters,
-            last_eval: last_eval.as_ref().map(|(_, r)| r.mean),
-            env_steps_per_sec: env_steps as f64 / secs,
-            max_env_step: cfg.max_env_step,
-        });
+        s.progress(cfg, ctx, learner.iters);
     }
-
-    // PLUMBING: final checkpoint and result.
-    ctx.reporter
-        .checkpoint("final", &mut || learner.checkpoint(env_steps))
-        .map_err(checkpoint_io)?;
-    let wall = start.elapsed().as_secs_f64();
-    let (_, eval) = last_eval.expect("evaluated at least once");
-    Ok(TrainResult {
-        stop_reached,
-        env_steps,
-        train_iters: learner.iters,
-        wall_seconds: wall,
-        env_steps_per_sec: env_steps as f64 / wall,
-        eval_reward_mean: eval.mean,
-        eval_reward_std: eval.std,
-        eval_episodes: eval.returns.len(),
-        world_size: 1,
-        restarts: 0,
-    })
-}
-
-pub(crate) fn checkpoint_io(source: std::io::Error) -> TrainError {
-    TrainError::Checkpoint(crate::checkpoint::CheckpointError::Io {
-        path: "ckpt/".into(),
-        source,
-    })
+    let iters = learner.iters;
+    s.finish(ctx, iters, &mut || learner.checkpoint())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::nets::QNet;
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha8Rng;
 
     fn batch(seed: u64) -> Batch {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -479,7 +420,9 @@ mod tests {
         }
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ck.safetensors");
-        a.checkpoint(123).save(&path).unwrap();
+        let mut ck = a.checkpoint();
+        ck.meta.insert("env_steps".into(), "123".into());
+        ck.save(&path).unwrap();
         let loaded = Checkpoint::load(&path).unwrap();
         assert_eq!(loaded.counter("env_steps").unwrap(), 123);
         let mut b = learner(2);
@@ -511,7 +454,7 @@ mod tests {
     #[test]
     fn loading_a_mismatched_checkpoint_names_the_tensor() {
         let a = learner(1);
-        let mut ck = a.checkpoint(0);
+        let mut ck = a.checkpoint();
         ck.tensors.remove("model.encoder.0.weight");
         ck.path = "x.safetensors".into();
         let err = learner(2).load(&ck).unwrap_err().to_string();

@@ -3,7 +3,8 @@
 //! - [`dqn`] and [`ppo`]: each algorithm in one file, read top to bottom.
 //! - [`nets`]: the networks; [`optim`]: flat parameters and Adam.
 //! - [`data`]: replay buffer, n-step returns, GAE; [`explore`]: epsilon schedules.
-//! - [`eval`]: the evaluator; [`checkpoint`]: safetensors checkpoints.
+//! - [`eval`]: the evaluator; [`checkpoint`]: safetensors checkpoints; [`session`]: the
+//!   plumbing every training loop shares.
 //! - [`run`]: what a run reports ([`run::Reporter`]) and returns ([`run::TrainResult`]);
 //!   [`train()`] picks the algorithm from the config.
 
@@ -16,6 +17,7 @@ pub mod nets;
 pub mod optim;
 pub mod ppo;
 pub mod run;
+pub mod session;
 
 pub use run::{NullReporter, Progress, Reporter, RunContext, TrainError, TrainResult};
 

@@ -8,21 +8,20 @@
 
 use crate::checkpoint::Checkpoint;
 use crate::data::gae;
-use crate::dqn::{check_shape, checkpoint_io};
-use crate::eval::{ActionBuf, Evaluator};
+use crate::dqn::check_shape;
+use crate::eval::ActionBuf;
 use crate::nets::{Actor, ActorCritic, ActorHead, Critic};
 use crate::optim::Trainer;
-use crate::run::{Progress, RunContext, TrainError, TrainResult};
+use crate::run::{RunContext, TrainError, TrainResult};
+use crate::session::Session;
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use drill_config::{Config, PpoPolicy, SigmaType};
-use drill_env::{ActionSpace, make_vec};
+use drill_env::ActionSpace;
+use rand::Rng;
 use rand::seq::SliceRandom;
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 use rand_distr::StandardNormal;
 use std::f32::consts::PI;
-use std::time::Instant;
 
 /// The actor-critic for `env.id` as `[policy.model]` describes it.
 pub fn build_agent(
@@ -134,29 +133,18 @@ pub fn train(
     p: &PpoPolicy,
     ctx: &mut RunContext<'_>,
 ) -> Result<TrainResult, TrainError> {
-    let start = Instant::now();
     // PLUMBING: seeding, environments, networks, rollout storage (allocated once).
-    ctx.device.seed(cfg.seed);
-    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed.wrapping_add(0x5eed));
-    let (n_env, n_eval) = (cfg.env.collector_env_num, cfg.env.evaluator_env_num);
-    let mut venv = make_vec(&cfg.env.id, n_env, cfg.seed, cfg.env.env_threads)?;
-    let mut evaluator = Evaluator::new(
-        &cfg.env.id,
-        n_eval,
-        cfg.env.n_evaluator_episode,
-        cfg.seed + n_env as u64,
-    )?;
-    let space = venv.spec().action_space.clone();
-    let obs_dim = venv.spec().obs_dim;
+    let mut s = Session::new(cfg, ctx, "ppo")?;
+    let n_env = cfg.env.collector_env_num;
+    let space = s.venv.spec().action_space.clone();
+    let obs_dim = s.venv.spec().obs_dim;
     let act_dim = if space.is_discrete() { 1 } else { space.dim() };
-    let ad = ctx.device.clone().autodiff();
     let plain = ctx.device.clone();
+    let ad = plain.clone().autodiff();
     let mut trainer = Trainer::new(build_agent(cfg, p, &ad)?, 1e-5);
-    let mut env_steps = 0u64;
     let mut iters = 0u64;
     if let Some(ck) = &ctx.resume {
         ck.get_trainer("model", &mut trainer)?;
-        env_steps = ck.counter("env_steps")?;
         iters = ck.counter("train_iters")?;
     }
     let steps = p.collect.n_sample / n_env;
@@ -179,50 +167,23 @@ pub fn train(
     };
     let mut order: Vec<usize> = (0..total).collect();
     let mut agent = trainer.inference();
-    let mut last_eval: Option<(u64, crate::eval::EvalResult)> = None;
-    let mut best_eval = f64::NEG_INFINITY;
-    let mut stop_reached = false;
-    let checkpoint = |trainer: &Trainer<ActorCritic>, env_steps: u64, iters: u64| {
+    let checkpoint = |trainer: &Trainer<ActorCritic>| {
         let mut ck = Checkpoint::default();
         ck.put_trainer("model", trainer);
-        ck.meta.insert("env_steps".into(), env_steps.to_string());
-        ck.meta.insert("train_iters".into(), iters.to_string());
-        ck.meta.insert("algo".into(), "ppo".into());
         ck
     };
-    venv.reset(None);
 
     loop {
-        // ALGO: evaluate every eval_freq train iterations (and before training).
-        let due = last_eval
-            .as_ref()
-            .is_none_or(|(it, _)| iters >= it + p.eval.evaluator.eval_freq);
-        if due {
-            let result = evaluator
-                .run(|obs, out| act_deterministic(&agent, &space, obs, obs_dim, &plain, out));
-            ctx.reporter
-                .scalar("eval/episodic_return_mean", result.mean, env_steps);
-            ctx.reporter
-                .scalar("eval/episodic_return_std", result.std, env_steps);
-            let mut build = || checkpoint(&trainer, env_steps, iters);
-            if result.mean > best_eval {
-                best_eval = result.mean;
-                ctx.reporter
-                    .checkpoint("best", &mut build)
-                    .map_err(checkpoint_io)?;
-            }
-            ctx.reporter
-                .checkpoint("latest", &mut build)
-                .map_err(checkpoint_io)?;
-            stop_reached = cfg.env.stop_value.is_some_and(|v| result.mean >= v);
-            last_eval = Some((iters, result));
-            if stop_reached {
+        // ALGO: evaluate deterministically every eval_freq train iterations (and before training).
+        if s.eval_due(iters, p.eval.evaluator.eval_freq) {
+            let policy = |obs: &[f32], out: &mut ActionBuf| {
+                act_deterministic(&agent, &space, obs, obs_dim, &plain, out)
+            };
+            if s.evaluate(cfg, ctx, iters, policy, &mut || checkpoint(&trainer))? {
                 break;
             }
         }
-        if cfg.max_env_step.is_some_and(|m| env_steps >= m)
-            || cfg.max_train_iter.is_some_and(|m| iters >= m)
-        {
+        if s.limits_reached(cfg, iters) {
             break;
         }
 
@@ -230,7 +191,7 @@ pub fn train(
         for t in 0..steps {
             let rows = t * n_env..(t + 1) * n_env;
             let obs = &mut obs_buf[rows.start * obs_dim..rows.end * obs_dim];
-            obs.copy_from_slice(venv.obs());
+            obs.copy_from_slice(s.venv.obs());
             let x = Tensor::<2>::from_data(TensorData::new(obs.to_vec(), [n_env, obs_dim]), &plain);
             match (&space, &mut actions) {
                 (ActionSpace::Discrete(k), ActionBuf::Discrete(a)) => {
@@ -238,7 +199,7 @@ pub fn train(
                     let logp = logp.as_slice::<f32>().unwrap();
                     for i in 0..n_env {
                         let row = &logp[i * k..(i + 1) * k];
-                        let mut u: f32 = rng.random();
+                        let mut u: f32 = s.rng.random();
                         let mut choice = k - 1;
                         for (j, lp) in row.iter().enumerate() {
                             u -= lp.exp();
@@ -263,7 +224,7 @@ pub fn train(
                         let mut lp = 0.0;
                         for d in 0..act_dim {
                             let k = i * act_dim + d;
-                            let z: f32 = rng.sample(StandardNormal);
+                            let z: f32 = s.rng.sample(StandardNormal);
                             let sample = mean[k] + log_std[k].exp() * z;
                             act_buf[rows.start * act_dim + k] = sample;
                             a[k] = sample.clamp(low[d], high[d]);
@@ -274,7 +235,8 @@ pub fn train(
                 }
                 _ => unreachable!("action buffer matches the space"),
             }
-            venv.step(actions.as_actions());
+            s.venv.step(actions.as_actions());
+            let venv = &s.venv;
             next_obs_buf[rows.start * obs_dim..rows.end * obs_dim]
                 .copy_from_slice(venv.final_obs());
             for i in 0..n_env {
@@ -294,16 +256,20 @@ pub fn train(
                     ctx.reporter.scalar(
                         "charts/episodic_return",
                         venv.final_returns()[i],
-                        env_steps,
+                        s.env_steps,
                     );
                 }
             }
-            env_steps += n_env as u64;
+            s.env_steps += n_env as u64;
         }
 
         // ALGO: values of every state and next state, then GAE advantages and returns.
         let values = critic_values(&agent.critic, &obs_buf, obs_dim, &plain);
         let next_values = critic_values(&agent.critic, &next_obs_buf, obs_dim, &plain);
+        let (gamma, lambda) = (
+            p.collect.discount_factor as f32,
+            p.collect.gae_lambda as f32,
+        );
         gae(
             &rew_buf,
             &values,
@@ -311,46 +277,36 @@ pub fn train(
             &term_buf,
             &end_buf,
             n_env,
-            p.collect.discount_factor as f32,
-            p.collect.gae_lambda as f32,
+            gamma,
+            lambda,
             &mut adv,
         );
         let returns: Vec<f32> = adv.iter().zip(&values).map(|(a, v)| a + v).collect();
 
         // ALGO: epoch_per_collect passes of shuffled minibatches.
         let lr = if p.learn.lr_anneal {
-            let frac = 1.0
-                - env_steps as f64
-                    / cfg
-                        .max_env_step
-                        .expect("validated: lr_anneal needs max_env_step")
-                        as f64;
-            p.learn.learning_rate * frac.max(0.0)
+            let max = cfg
+                .max_env_step
+                .expect("validated: lr_anneal needs max_env_step") as f64;
+            p.learn.learning_rate * (1.0 - s.env_steps as f64 / max).max(0.0)
         } else {
             p.learn.learning_rate
         };
+        let rollout = Rollout {
+            obs: &obs_buf,
+            actions: &act_buf,
+            logp: &logp_buf,
+            adv: &adv,
+            returns: &returns,
+            values: &values,
+            obs_dim,
+            act_dim,
+        };
         let mut stats = MinibatchStats::default();
         'epochs: for _ in 0..p.learn.epoch_per_collect {
-            order.shuffle(&mut rng);
+            order.shuffle(&mut s.rng);
             for mb in order.chunks(p.learn.batch_size) {
-                stats = minibatch_update(
-                    &mut trainer,
-                    p,
-                    &space,
-                    &ad,
-                    mb,
-                    Rollout {
-                        obs: &obs_buf,
-                        actions: &act_buf,
-                        logp: &logp_buf,
-                        adv: &adv,
-                        returns: &returns,
-                        values: &values,
-                        obs_dim,
-                        act_dim,
-                    },
-                    lr,
-                );
+                stats = minibatch_update(&mut trainer, p, &space, &ad, mb, &rollout, lr);
                 iters += 1;
                 if !stats.loss.is_finite() {
                     return Err(TrainError::NonFinite {
@@ -364,50 +320,23 @@ pub fn train(
             }
         }
         agent = trainer.inference();
-        ctx.reporter.scalar(
-            "losses/policy_loss",
-            f64::from(stats.policy_loss),
-            env_steps,
-        );
+        let step = s.env_steps;
         ctx.reporter
-            .scalar("losses/value_loss", f64::from(stats.value_loss), env_steps);
+            .scalar("losses/policy_loss", f64::from(stats.policy_loss), step);
         ctx.reporter
-            .scalar("losses/entropy", f64::from(stats.entropy), env_steps);
+            .scalar("losses/value_loss", f64::from(stats.value_loss), step);
         ctx.reporter
-            .scalar("losses/approx_kl", f64::from(stats.approx_kl), env_steps);
+            .scalar("losses/entropy", f64::from(stats.entropy), step);
         ctx.reporter
-            .scalar("losses/clipfrac", f64::from(stats.clipfrac), env_steps);
-        ctx.reporter.scalar("charts/learning_rate", lr, env_steps);
-        let secs = start.elapsed().as_secs_f64();
+            .scalar("losses/approx_kl", f64::from(stats.approx_kl), step);
         ctx.reporter
-            .scalar("charts/SPS", env_steps as f64 / secs, env_steps);
-        ctx.reporter.progress(&Progress {
-            env_steps,
-            train_iters: iters,
-            last_eval: last_eval.as_ref().map(|(_, r)| r.mean),
-            env_steps_per_sec: env_steps as f64 / secs,
-            max_env_step: cfg.max_env_step,
-        });
+            .scalar("losses/clipfrac", f64::from(stats.clipfrac), step);
+        ctx.reporter.scalar("charts/learning_rate", lr, step);
+        ctx.reporter
+            .scalar("charts/SPS", step as f64 / s.seconds(), step);
+        s.progress(cfg, ctx, iters);
     }
-
-    // PLUMBING: final checkpoint and result.
-    ctx.reporter
-        .checkpoint("final", &mut || checkpoint(&trainer, env_steps, iters))
-        .map_err(checkpoint_io)?;
-    let wall = start.elapsed().as_secs_f64();
-    let (_, eval) = last_eval.expect("evaluated at least once");
-    Ok(TrainResult {
-        stop_reached,
-        env_steps,
-        train_iters: iters,
-        wall_seconds: wall,
-        env_steps_per_sec: env_steps as f64 / wall,
-        eval_reward_mean: eval.mean,
-        eval_reward_std: eval.std,
-        eval_episodes: eval.returns.len(),
-        world_size: 1,
-        restarts: 0,
-    })
+    s.finish(ctx, iters, &mut || checkpoint(&trainer))
 }
 
 fn critic_values(critic: &Critic, obs: &[f32], obs_dim: usize, device: &Device) -> Vec<f32> {
@@ -463,7 +392,7 @@ pub fn minibatch_update(
     space: &ActionSpace,
     ad: &Device,
     mb: &[usize],
-    r: Rollout<'_>,
+    r: &Rollout<'_>,
     lr: f64,
 ) -> MinibatchStats {
     let (b, d, ad_dim) = (mb.len(), r.obs_dim, r.act_dim);
