@@ -119,8 +119,8 @@ pub struct DqnLearner {
 pub struct UpdateStats {
     /// Mean (weighted) squared TD error.
     pub loss: f32,
-    /// Mean Q of the taken actions.
-    pub q_mean: f32,
+    /// Mean TD target `y` (the bootstrapped Q estimate).
+    pub target_q_mean: f32,
     /// Gradient norm.
     pub grad_norm: f32,
 }
@@ -171,6 +171,7 @@ impl DqnLearner {
                 batch.rewards[k] + batch.discounts[k] * not_done * qt[k * na + a]
             })
             .collect();
+        let target_q_mean = y.iter().sum::<f32>() / bs as f32;
         // ALGO: loss = mean(w * (Q(s, a) - y)^2).
         let ad = self.ad_device.clone();
         let obs = Tensor::<2>::from_data(TensorData::new(batch.obs.clone(), [bs, d]), &ad);
@@ -182,14 +183,18 @@ impl DqnLearner {
             .forward(obs)
             .gather(1, actions)
             .reshape([bs]);
-        let td = q_sa.clone() - Tensor::<1>::from_data(TensorData::new(y, [bs]), &ad);
-        let weights = Tensor::<1>::from_data(TensorData::new(batch.weights.clone(), [bs]), &ad);
-        let loss = (td.clone() * td.clone() * weights).mean();
+        let td = q_sa - Tensor::<1>::from_data(TensorData::new(y, [bs]), &ad);
+        let sq = td.clone().square();
+        // Uniform replay has unit weights: skip the multiply (and its backward).
+        let loss = if batch.weights.iter().all(|&w| w == 1.0) {
+            sq.mean()
+        } else {
+            (sq * Tensor::<1>::from_data(TensorData::new(batch.weights.clone(), [bs]), &ad)).mean()
+        };
         if let Some(out) = td_out {
             out.clear();
             out.extend_from_slice(td.clone().into_data().as_slice::<f32>().unwrap());
         }
-        let q_mean = q_sa.mean().into_scalar::<f32>();
         let loss_value = loss.clone().into_scalar::<f32>();
         self.online.backward(loss);
         let step = self.online.step(self.lr, 0.0);
@@ -207,7 +212,7 @@ impl DqnLearner {
         }
         UpdateStats {
             loss: loss_value,
-            q_mean,
+            target_q_mean,
             grad_norm: step.grad_norm,
         }
     }
@@ -357,8 +362,11 @@ pub fn train(
             acting = learner.online.inference();
             ctx.reporter
                 .scalar("losses/td_loss", f64::from(stats.loss), s.env_steps);
-            ctx.reporter
-                .scalar("losses/q_values", f64::from(stats.q_mean), s.env_steps);
+            ctx.reporter.scalar(
+                "losses/target_q_mean",
+                f64::from(stats.target_q_mean),
+                s.env_steps,
+            );
             ctx.reporter.scalar(
                 "charts/epsilon",
                 epsilon(&p.other.eps, s.env_steps),

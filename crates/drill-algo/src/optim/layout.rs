@@ -137,17 +137,18 @@ impl ParamLayout {
         module.map(&mut w)
     }
 
-    /// Copy the gradients of `module`'s parameters into `out` (zeros where a parameter got none).
+    /// Move the gradients of `module`'s parameters into `out` (zeros where a parameter got
+    /// none). Taking them out of `grads` lets the backend hand over the buffers without a copy.
     /// The parameter ids are those of the module this layout was taken from.
-    pub fn read_grads(&self, grads: &GradientsParams, out: &mut [f32]) {
+    pub fn read_grads(&self, grads: &mut GradientsParams, out: &mut [f32]) {
         assert_eq!(out.len(), self.len);
         for slot in &self.slots {
             let dst = &mut out[slot.offset..slot.offset + slot.len];
             let data = match slot.shape.len() {
-                1 => grads.get::<1>(slot.id).map(Tensor::into_data),
-                2 => grads.get::<2>(slot.id).map(Tensor::into_data),
-                3 => grads.get::<3>(slot.id).map(Tensor::into_data),
-                4 => grads.get::<4>(slot.id).map(Tensor::into_data),
+                1 => grads.remove::<1>(slot.id).map(Tensor::into_data),
+                2 => grads.remove::<2>(slot.id).map(Tensor::into_data),
+                3 => grads.remove::<3>(slot.id).map(Tensor::into_data),
+                4 => grads.remove::<4>(slot.id).map(Tensor::into_data),
                 r => panic!("parameters of rank {r} are not supported"),
             };
             match data {

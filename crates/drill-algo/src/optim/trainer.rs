@@ -51,8 +51,8 @@ impl<M: Module> Trainer<M> {
 
     /// Backward `loss` and copy the gradients into [`Self::grads`].
     pub fn backward(&mut self, loss: Tensor<1>) {
-        let grads = GradientsParams::from_grads(loss.backward(), self.model());
-        self.layout.read_grads(&grads, &mut self.grads);
+        let mut grads = GradientsParams::from_grads(loss.backward(), self.model());
+        self.layout.read_grads(&mut grads, &mut self.grads);
     }
 
     /// Clip [`Self::grads`] to `max_norm` (0: off), take an Adam step at `lr` and write the new
