@@ -32,17 +32,10 @@ pub fn build_qnet(cfg: &Config, p: &DqnPolicy, device: &Device) -> Result<QNet, 
             )
             .into());
     };
-    check_shape(
+    check_shapes(
         cfg,
-        "policy.model.obs_shape",
-        p.model.obs_shape,
-        spec.obs_dim,
-    )?;
-    check_shape(
-        cfg,
-        "policy.model.action_shape",
-        p.model.action_shape,
-        actions,
+        (p.model.obs_shape, p.model.action_shape),
+        (spec.obs_dim, actions),
     )?;
     Ok(QNet::new(
         spec.obs_dim,
@@ -53,18 +46,23 @@ pub fn build_qnet(cfg: &Config, p: &DqnPolicy, device: &Device) -> Result<QNet, 
     ))
 }
 
-pub(crate) fn check_shape(
+/// Check `policy.model.obs_shape` / `action_shape` (when given) against the environment's.
+pub(crate) fn check_shapes(
     cfg: &Config,
-    path: &str,
-    given: Option<usize>,
-    env: usize,
+    given: (Option<usize>, Option<usize>),
+    env: (usize, usize),
 ) -> Result<(), TrainError> {
-    match given {
-        Some(g) if g != env => Err(cfg
-            .error(path, format!("is {g} but {} has {env}", cfg.env.id))
-            .into()),
-        _ => Ok(()),
+    for (path, given, env) in [
+        ("policy.model.obs_shape", given.0, env.0),
+        ("policy.model.action_shape", given.1, env.1),
+    ] {
+        if let Some(g) = given.filter(|&g| g != env) {
+            return Err(cfg
+                .error(path, format!("is {g} but {} has {env}", cfg.env.id))
+                .into());
+        }
     }
+    Ok(())
 }
 
 /// Greedy actions for a batch of observations.

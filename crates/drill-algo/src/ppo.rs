@@ -8,7 +8,7 @@
 
 use crate::checkpoint::Checkpoint;
 use crate::data::gae;
-use crate::dqn::check_shape;
+use crate::dqn::check_shapes;
 use crate::eval::ActionBuf;
 use crate::nets::{Actor, ActorCritic, ActorHead, Critic};
 use crate::optim::Trainer;
@@ -38,17 +38,10 @@ pub fn build_agent(
             SigmaType::Conditioned => (low.len(), ActorHead::GaussianConditioned),
         },
     };
-    check_shape(
+    check_shapes(
         cfg,
-        "policy.model.obs_shape",
-        p.model.obs_shape,
-        spec.obs_dim,
-    )?;
-    check_shape(
-        cfg,
-        "policy.model.action_shape",
-        p.model.action_shape,
-        act_dim,
+        (p.model.obs_shape, p.model.action_shape),
+        (spec.obs_dim, act_dim),
     )?;
     Ok(ActorCritic {
         actor: Actor::new(

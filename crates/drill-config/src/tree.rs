@@ -219,22 +219,10 @@ impl Config {
         };
         let e = &self.env;
         c.check(!e.id.is_empty(), "env.id", "must name an environment");
-        c.check(
-            e.collector_env_num >= 1,
-            "env.collector_env_num",
-            "must be at least 1",
-        );
-        c.check(
-            e.evaluator_env_num >= 1,
-            "env.evaluator_env_num",
-            "must be at least 1",
-        );
-        c.check(
-            e.n_evaluator_episode >= 1,
-            "env.n_evaluator_episode",
-            "must be at least 1",
-        );
-        c.check(e.env_threads >= 1, "env.env_threads", "must be at least 1");
+        c.at_least_1("env.collector_env_num", e.collector_env_num as u64);
+        c.at_least_1("env.evaluator_env_num", e.evaluator_env_num as u64);
+        c.at_least_1("env.n_evaluator_episode", e.n_evaluator_episode as u64);
+        c.at_least_1("env.env_threads", e.env_threads as u64);
         if let Some(v) = e.stop_value {
             c.check(v.is_finite(), "env.stop_value", "must be finite");
         }
@@ -248,43 +236,29 @@ impl Config {
             "max_train_iter",
             "must be at least 1 (omit for no limit)",
         );
-        c.check(
-            self.policy.eval_freq() >= 1,
-            "policy.eval.evaluator.eval_freq",
-            "must be at least 1",
-        );
+        c.at_least_1("policy.eval.evaluator.eval_freq", self.policy.eval_freq());
         match &self.policy {
             Policy::Dqn(p) => {
                 c.unit("policy.discount_factor", p.discount_factor);
-                c.check(p.nstep >= 1, "policy.nstep", "must be at least 1");
+                c.at_least_1("policy.nstep", p.nstep as u64);
                 c.hidden(
                     "policy.model.encoder_hidden_size_list",
                     &p.model.encoder_hidden_size_list,
                 );
-                c.check(
-                    p.learn.batch_size >= 1,
-                    "policy.learn.batch_size",
-                    "must be at least 1",
-                );
-                c.check(
-                    p.learn.update_per_collect >= 1,
+                c.at_least_1("policy.learn.batch_size", p.learn.batch_size as u64);
+                c.at_least_1(
                     "policy.learn.update_per_collect",
-                    "must be at least 1",
+                    p.learn.update_per_collect as u64,
                 );
                 c.positive("policy.learn.learning_rate", p.learn.learning_rate);
-                c.check(
-                    p.learn.target_update_freq >= 1,
+                c.at_least_1(
                     "policy.learn.target_update_freq",
-                    "must be at least 1",
+                    p.learn.target_update_freq,
                 );
                 if let Some(theta) = p.learn.target_theta {
                     c.unit("policy.learn.target_theta", theta);
                 }
-                c.check(
-                    p.collect.n_sample >= 1,
-                    "policy.collect.n_sample",
-                    "must be at least 1",
-                );
+                c.at_least_1("policy.collect.n_sample", p.collect.n_sample as u64);
                 c.check(
                     p.collect.unroll_len == 1,
                     "policy.collect.unroll_len",
@@ -329,16 +303,11 @@ impl Config {
                     "policy.model.init_log_std",
                     "must be finite",
                 );
-                c.check(
-                    p.learn.epoch_per_collect >= 1,
+                c.at_least_1(
                     "policy.learn.epoch_per_collect",
-                    "must be at least 1",
+                    p.learn.epoch_per_collect as u64,
                 );
-                c.check(
-                    p.learn.batch_size >= 1,
-                    "policy.learn.batch_size",
-                    "must be at least 1",
-                );
+                c.at_least_1("policy.learn.batch_size", p.learn.batch_size as u64);
                 c.positive("policy.learn.learning_rate", p.learn.learning_rate);
                 c.check(
                     p.learn.value_weight >= 0.0,
@@ -408,6 +377,9 @@ impl Checker<'_> {
         if !ok && self.first.is_none() {
             self.first = Some(value_err(self.source, path, message.to_string()));
         }
+    }
+    fn at_least_1(&mut self, path: &str, v: u64) {
+        self.check(v >= 1, path, "must be at least 1");
     }
     fn positive(&mut self, path: &str, v: f64) {
         self.check(
