@@ -1,7 +1,7 @@
 //! What a training run reports and returns: [`Reporter`], [`Progress`], [`TrainResult`],
 //! [`TrainError`], and the context an algorithm runs in ([`RunContext`]).
 
-use crate::checkpoint::Checkpoint;
+use crate::checkpoint::{Checkpoint, CheckpointError};
 use burn::tensor::Device;
 use serde::{Deserialize, Serialize};
 
@@ -19,7 +19,7 @@ pub trait Reporter {
         &mut self,
         name: &str,
         build: &mut dyn FnMut() -> Checkpoint,
-    ) -> std::io::Result<()>;
+    ) -> Result<(), CheckpointError>;
 }
 
 /// A reporter that drops everything.
@@ -28,7 +28,11 @@ pub struct NullReporter;
 impl Reporter for NullReporter {
     fn scalar(&mut self, _: &str, _: f64, _: u64) {}
     fn progress(&mut self, _: &Progress) {}
-    fn checkpoint(&mut self, _: &str, _: &mut dyn FnMut() -> Checkpoint) -> std::io::Result<()> {
+    fn checkpoint(
+        &mut self,
+        _: &str,
+        _: &mut dyn FnMut() -> Checkpoint,
+    ) -> Result<(), CheckpointError> {
         Ok(())
     }
 }

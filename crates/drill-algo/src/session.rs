@@ -85,13 +85,9 @@ impl Session {
         let mut build = || with_counters(checkpoint(), env_steps, iters, algo);
         if result.mean > self.best_eval {
             self.best_eval = result.mean;
-            ctx.reporter
-                .checkpoint("best", &mut build)
-                .map_err(checkpoint_io)?;
+            ctx.reporter.checkpoint("best", &mut build)?;
         }
-        ctx.reporter
-            .checkpoint("latest", &mut build)
-            .map_err(checkpoint_io)?;
+        ctx.reporter.checkpoint("latest", &mut build)?;
         self.stop_reached = cfg.env.stop_value.is_some_and(|v| result.mean >= v);
         self.last_eval = Some((iters, result));
         Ok(self.stop_reached)
@@ -127,11 +123,9 @@ impl Session {
         checkpoint: &mut dyn FnMut() -> Checkpoint,
     ) -> Result<TrainResult, TrainError> {
         let (env_steps, algo) = (self.env_steps, self.algo);
-        ctx.reporter
-            .checkpoint("final", &mut || {
-                with_counters(checkpoint(), env_steps, iters, algo)
-            })
-            .map_err(checkpoint_io)?;
+        ctx.reporter.checkpoint("final", &mut || {
+            with_counters(checkpoint(), env_steps, iters, algo)
+        })?;
         let wall = self.seconds();
         let (_, eval) = self
             .last_eval
@@ -156,11 +150,4 @@ fn with_counters(mut ck: Checkpoint, env_steps: u64, iters: u64, algo: &str) -> 
     ck.meta.insert("train_iters".into(), iters.to_string());
     ck.meta.insert("algo".into(), algo.into());
     ck
-}
-
-fn checkpoint_io(source: std::io::Error) -> TrainError {
-    TrainError::Checkpoint(crate::checkpoint::CheckpointError::Io {
-        path: "ckpt/".into(),
-        source,
-    })
 }

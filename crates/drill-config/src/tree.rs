@@ -331,7 +331,7 @@ impl Config {
                     "must be >= 0 (0: off)",
                 );
                 c.check(
-                    p.learn.lr_anneal.then_some(()).is_none() || self.max_env_step.is_some(),
+                    !p.learn.lr_anneal || self.max_env_step.is_some(),
                     "policy.learn.lr_anneal",
                     "needs max_env_step to anneal over",
                 );

@@ -1,7 +1,7 @@
 //! [`Experiment`]: creates the folder and turns reports into files and a progress bar.
 
 use crate::EventWriter;
-use drill_algo::checkpoint::Checkpoint;
+use drill_algo::checkpoint::{Checkpoint, CheckpointError};
 use drill_algo::{Progress, Reporter, TrainResult};
 use drill_config::Config;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -139,17 +139,51 @@ impl Reporter for Experiment {
         &mut self,
         name: &str,
         build: &mut dyn FnMut() -> Checkpoint,
-    ) -> std::io::Result<()> {
+    ) -> Result<(), CheckpointError> {
         if name == "latest" && self.last_latest.is_some_and(|t| t.elapsed() < LATEST_EVERY) {
             return Ok(());
         }
         if name == "latest" {
             self.last_latest = Some(Instant::now());
         }
-        self.tb.flush()?;
-        self.metrics.flush()?;
-        build()
-            .save(&self.dir.join("ckpt").join(format!("{name}.safetensors")))
-            .map_err(std::io::Error::other)
+        // Logs up to this point land with the checkpoint; failing to flush them is a logging
+        // problem (warned, as in `scalar`), not a reason to lose the checkpoint.
+        if let Err(e) = self.tb.flush().and_then(|_| self.metrics.flush()) {
+            tracing::warn!("cannot flush metrics in {}: {e}", self.dir.display());
+        }
+        build().save(&self.dir.join("ckpt").join(format!("{name}.safetensors")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_checkpoint_write_names_the_file_and_runs_never_share_a_folder() {
+        let tmp = tempfile::tempdir().unwrap();
+        let config = Config::parse("[env]\nid = \"CartPole-v0\"\n", "t.toml", &[]).unwrap();
+        let dir = tmp.path().join("run");
+        let mut exp = Experiment::create(&dir, &config, true).unwrap();
+        assert_eq!(exp.dir(), dir);
+        assert!(dir.join("config.toml").is_file());
+        // A file where the checkpoint folder should be makes the write fail.
+        std::fs::remove_dir(dir.join("ckpt")).unwrap();
+        std::fs::write(dir.join("ckpt"), b"").unwrap();
+        let err = exp
+            .checkpoint("best", &mut Checkpoint::default)
+            .unwrap_err()
+            .to_string();
+        let want = format!("checkpoint {}", dir.join("ckpt/best.safetensors").display());
+        assert!(err.starts_with(&want), "{err}");
+        // `latest` is throttled: a second request right after the first is skipped.
+        std::fs::remove_file(dir.join("ckpt")).unwrap();
+        std::fs::create_dir(dir.join("ckpt")).unwrap();
+        exp.checkpoint("latest", &mut Checkpoint::default).unwrap();
+        exp.checkpoint("latest", &mut || panic!("not rebuilt within 10 s"))
+            .unwrap();
+        assert!(dir.join("ckpt/latest.safetensors").is_file());
+        let second = Experiment::create(&dir, &config, true).unwrap();
+        assert_eq!(second.dir(), tmp.path().join("run_2"));
     }
 }
