@@ -68,8 +68,9 @@ struct Shard<'a> {
 
 impl Shard<'_> {
     fn step<E: Env>(self, envs: &mut [E], actions: Actions<'_>, obs_dim: usize) {
+        // Values per copy; only continuous actions use it.
         let act_dim = match actions {
-            Actions::Discrete(a) => a.len() / envs.len().max(1),
+            Actions::Discrete(_) => 1,
             Actions::Continuous(a) => a.len() / envs.len().max(1),
         };
         for (i, env) in envs.iter_mut().enumerate() {
