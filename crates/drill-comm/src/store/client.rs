@@ -1,0 +1,331 @@
+//! The store client: torch's TCPStore API (set, get, wait, add, compare_set, delete), with a
+//! key prefix so restart attempts and groups do not collide.
+
+use std::io::{BufReader, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::proto::{self, MAX_KEY, MAX_VALUE, MISSING, OK, Op, Request, TIMEOUT};
+use crate::auth::{self, Token};
+use crate::error::{CommError, Result};
+
+struct Conn {
+    stream: TcpStream,
+    reader: BufReader<TcpStream>,
+}
+
+/// A connection to a store server, viewed under a key prefix. Clones share the connection.
+#[derive(Clone)]
+pub struct Store {
+    conn: Arc<Mutex<Conn>>,
+    addr: String,
+    prefix: String,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Store({}, prefix {:?})", self.addr, self.prefix)
+    }
+}
+
+impl Store {
+    /// Connect to `host:port`, retrying until `timeout` (the server may not be up yet).
+    pub fn connect(host: &str, port: u16, token: &Token, timeout: Duration) -> Result<Store> {
+        let addr = format!("{host}:{port}");
+        let deadline = Instant::now() + timeout;
+        let mut last;
+        loop {
+            match Self::try_connect(&addr, token) {
+                Ok(stream) => {
+                    let reader = BufReader::new(
+                        stream
+                            .try_clone()
+                            .map_err(|e| CommError::io(format!("store {addr}"), e))?,
+                    );
+                    return Ok(Store {
+                        conn: Arc::new(Mutex::new(Conn { stream, reader })),
+                        addr,
+                        prefix: String::new(),
+                        timeout,
+                    });
+                }
+                Err(e @ CommError::Auth { .. }) => return Err(e),
+                Err(e) => last = e.to_string(),
+            }
+            if Instant::now() >= deadline {
+                return Err(CommError::Store {
+                    addr,
+                    detail: format!(
+                        "could not connect within {timeout:?}: {last} (is rank 0 or the launcher running? MASTER_ADDR/MASTER_PORT right?)"
+                    ),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn try_connect(addr: &str, token: &Token) -> Result<TcpStream> {
+        let sock = addr
+            .to_socket_addrs()
+            .map_err(|e| CommError::io(format!("resolve {addr}"), e))?
+            .next()
+            .ok_or_else(|| CommError::Env(format!("{addr} resolves to no address")))?;
+        let mut s = TcpStream::connect_timeout(&sock, Duration::from_secs(2))
+            .map_err(|e| CommError::io(format!("connect {addr}"), e))?;
+        s.set_nodelay(true).ok();
+        auth::connect(&mut s, token, b"store")?;
+        Ok(s)
+    }
+
+    /// The same connection under `prefix/` added to this view's prefix.
+    pub fn with_prefix(&self, prefix: &str) -> Store {
+        let mut s = self.clone();
+        s.prefix = format!("{}{prefix}/", self.prefix);
+        s
+    }
+
+    /// Default timeout of blocking calls.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The local address of our connection (the interface that reaches the store).
+    pub fn local_ip(&self) -> Option<std::net::IpAddr> {
+        self.conn
+            .lock()
+            .ok()?
+            .stream
+            .local_addr()
+            .ok()
+            .map(|a| a.ip())
+    }
+
+    fn key(&self, k: &str) -> Result<String> {
+        let key = format!("{}{k}", self.prefix);
+        if key.len() > MAX_KEY {
+            return Err(self.err(format!("key {key:?} longer than {MAX_KEY} bytes")));
+        }
+        Ok(key)
+    }
+
+    fn err(&self, detail: String) -> CommError {
+        CommError::Store {
+            addr: self.addr.clone(),
+            detail,
+        }
+    }
+
+    fn call(&self, req: Request) -> Result<(u8, Vec<u8>)> {
+        if req.args.iter().any(|a| a.len() > MAX_VALUE) {
+            return Err(self.err(format!("value larger than {MAX_VALUE} bytes")));
+        }
+        let op = req.op;
+        let mut c = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let slack = Duration::from_millis(req.timeout_ms) + Duration::from_secs(10);
+        let io = |e: std::io::Error| self.err(format!("{op:?}: {e} (the store host exited?)"));
+        c.stream.set_read_timeout(Some(slack)).map_err(io)?;
+        c.stream.write_all(&req.encode()).map_err(io)?;
+        proto::read_response(&mut c.reader).map_err(io)
+    }
+
+    /// Set `key` to `value`.
+    pub fn set(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.call(Request {
+            op: Op::Set,
+            keys: vec![self.key(key)?],
+            args: vec![value.to_vec()],
+            timeout_ms: 0,
+        })?;
+        Ok(())
+    }
+
+    /// The value of `key`, waiting up to the store's timeout for it to be set.
+    pub fn get(&self, key: &str) -> Result<Vec<u8>> {
+        self.get_timeout(key, self.timeout)
+    }
+
+    /// The value of `key`, waiting up to `timeout`.
+    pub fn get_timeout(&self, key: &str, timeout: Duration) -> Result<Vec<u8>> {
+        let k = self.key(key)?;
+        let (s, v) = self.call(Request {
+            op: Op::Get,
+            keys: vec![k.clone()],
+            args: vec![],
+            timeout_ms: timeout.as_millis() as u64,
+        })?;
+        match s {
+            OK => Ok(v),
+            _ => Err(self.err(format!("get {k:?}: not set within {timeout:?}"))),
+        }
+    }
+
+    /// Wait until every key is set, up to `timeout`.
+    pub fn wait(&self, keys: &[&str], timeout: Duration) -> Result<()> {
+        let ks = keys
+            .iter()
+            .map(|k| self.key(k))
+            .collect::<Result<Vec<_>>>()?;
+        let (s, _) = self.call(Request {
+            op: Op::Wait,
+            keys: ks.clone(),
+            args: vec![],
+            timeout_ms: timeout.as_millis() as u64,
+        })?;
+        match s {
+            OK => Ok(()),
+            TIMEOUT => Err(self.err(format!("wait {ks:?}: not all set within {timeout:?}"))),
+            _ => Err(self.err("wait: unexpected status".into())),
+        }
+    }
+
+    /// Whether every key is set (no waiting).
+    pub fn check(&self, keys: &[&str]) -> Result<bool> {
+        let ks = keys
+            .iter()
+            .map(|k| self.key(k))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(self
+            .call(Request {
+                op: Op::Check,
+                keys: ks,
+                args: vec![],
+                timeout_ms: 0,
+            })?
+            .1
+            == [1])
+    }
+
+    /// Add `delta` to the integer at `key` (missing = 0) and return the new value.
+    pub fn add(&self, key: &str, delta: i64) -> Result<i64> {
+        let (_, v) = self.call(Request {
+            op: Op::Add,
+            keys: vec![self.key(key)?],
+            args: vec![delta.to_le_bytes().to_vec()],
+            timeout_ms: 0,
+        })?;
+        let b: [u8; 8] = v
+            .try_into()
+            .map_err(|_| self.err("add: malformed reply".into()))?;
+        Ok(i64::from_le_bytes(b))
+    }
+
+    /// If `key` holds `expected` (or is missing and `expected` is empty), set it to `desired`.
+    /// Returns the value stored afterwards (torch's compare_set).
+    pub fn compare_set(&self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>> {
+        let (s, v) = self.call(Request {
+            op: Op::CompareSet,
+            keys: vec![self.key(key)?],
+            args: vec![expected.to_vec(), desired.to_vec()],
+            timeout_ms: 0,
+        })?;
+        match s {
+            OK | MISSING => Ok(v),
+            _ => Err(self.err("compare_set: unexpected status".into())),
+        }
+    }
+
+    /// Delete `key`; whether it existed.
+    pub fn delete(&self, key: &str) -> Result<bool> {
+        Ok(self
+            .call(Request {
+                op: Op::Delete,
+                keys: vec![self.key(key)?],
+                args: vec![],
+                timeout_ms: 0,
+            })?
+            .1
+            == [1])
+    }
+
+    /// Number of keys in the whole store.
+    pub fn num_keys(&self) -> Result<u64> {
+        let v = self
+            .call(Request {
+                op: Op::NumKeys,
+                keys: vec![],
+                args: vec![],
+                timeout_ms: 0,
+            })?
+            .1;
+        Ok(u64::from_le_bytes(v.try_into().map_err(|_| {
+            self.err("num_keys: malformed reply".into())
+        })?))
+    }
+
+    /// Store-based barrier among `n` participants under `name` (each call site a new name).
+    pub fn barrier(&self, name: &str, n: usize, timeout: Duration) -> Result<()> {
+        let arrived = self.add(&format!("{name}/count"), 1)?;
+        if arrived as usize == n {
+            self.set(&format!("{name}/done"), b"1")?;
+        }
+        self.wait(&[&format!("{name}/done")], timeout).map_err(|_| {
+            self.err(format!(
+                "barrier {name:?}: not all {n} participants arrived within {timeout:?}"
+            ))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreServer;
+
+    #[test]
+    fn torch_store_semantics() {
+        let token = Token::new(Some("t"));
+        let srv = StoreServer::bind("127.0.0.1:0", &token).unwrap();
+        let port = srv.addr().port();
+        let a = Store::connect("127.0.0.1", port, &token, Duration::from_secs(5)).unwrap();
+        let b = Store::connect("127.0.0.1", port, &token, Duration::from_secs(5))
+            .unwrap()
+            .with_prefix("x");
+        let waiter = {
+            let a = a.clone();
+            std::thread::spawn(move || a.get("x/late").unwrap())
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        b.set("late", b"hello").unwrap();
+        assert_eq!(waiter.join().unwrap(), b"hello");
+        assert_eq!(a.add("n", 5).unwrap(), 5);
+        assert_eq!(a.add("n", -2).unwrap(), 3);
+        assert_eq!(a.compare_set("c", b"", b"1").unwrap(), b"1");
+        assert_eq!(a.compare_set("c", b"0", b"2").unwrap(), b"1");
+        assert_eq!(a.compare_set("c", b"1", b"2").unwrap(), b"2");
+        assert!(a.delete("c").unwrap());
+        assert!(!a.delete("c").unwrap());
+        assert!(!a.check(&["c"]).unwrap());
+        let e = a
+            .get_timeout("never", Duration::from_millis(50))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not set within"), "{e}");
+        let e = a
+            .wait(&["never"], Duration::from_millis(50))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not all set"), "{e}");
+    }
+
+    #[test]
+    fn stranger_cannot_use_the_store() {
+        let srv = StoreServer::bind("127.0.0.1:0", &Token::new(Some("right"))).unwrap();
+        let e = Store::connect(
+            "127.0.0.1",
+            srv.addr().port(),
+            &Token::new(Some("wrong")),
+            Duration::from_secs(2),
+        );
+        assert!(matches!(e, Err(CommError::Auth { .. })), "{e:?}");
+        let ok = Store::connect(
+            "127.0.0.1",
+            srv.addr().port(),
+            &Token::new(Some("right")),
+            Duration::from_secs(2),
+        )
+        .unwrap();
+        ok.set("k", b"v").unwrap();
+    }
+}
