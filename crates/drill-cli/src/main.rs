@@ -30,8 +30,11 @@ enum Command {
     Eval(cmd::eval::Args),
     /// Plot evaluation return against env steps, one line per experiment folder.
     Plot(cmd::plot::Args),
-    /// Measure environment and learner speed.
+    /// Measure environment, learner and collective speed.
     Bench(cmd::bench::Args),
+    /// Start N ranks of any program (torchrun's flags): env protocol, prefixed output,
+    /// per-rank logs, restarts, signal forwarding. `drill launch --nproc-per-node 2 -- PROG ARGS`.
+    Launch(cmd::launch::Args),
 }
 
 fn main() -> ExitCode {
@@ -55,6 +58,10 @@ fn main() -> ExitCode {
         Command::Eval(args) => cmd::eval::run(args),
         Command::Plot(args) => cmd::plot::run(args),
         Command::Bench(args) => cmd::bench::run(args),
+        Command::Launch(args) => match cmd::launch::run(args) {
+            Ok(code) => return ExitCode::from(code.clamp(0, 255) as u8),
+            Err(e) => Err(e),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

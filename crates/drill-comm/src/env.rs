@@ -161,7 +161,9 @@ impl InitInfo {
             master_port: port,
             agent_store: get("DRILL_AGENT_STORE").is_some_and(|v| v == "1"),
             token: get("DRILL_JOB_TOKEN").filter(|t| !t.is_empty()),
-            run_id: get("DRILL_RESTART_COUNT").unwrap_or_else(|| "0".into()),
+            run_id: get("DRILL_RUN_ID")
+                .or_else(|| get("DRILL_RESTART_COUNT"))
+                .unwrap_or_else(|| "0".into()),
             timeout,
             source,
         })

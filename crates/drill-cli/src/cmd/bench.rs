@@ -22,6 +22,8 @@ pub enum Target {
     Env,
     /// DQN updates, Nature-CNN updates and batch-8 inference.
     Learner,
+    /// Collectives, verified then timed; run under `drill launch` (or mpirun).
+    Comm,
 }
 
 /// Arguments of `drill bench`.
@@ -38,6 +40,16 @@ pub struct Args {
     /// Timed repetitions per case (default: chosen per case).
     #[arg(long)]
     pub iters: Option<usize>,
+    /// comm: backend (tcp, mpi, nccl; default DRILL_BACKEND or tcp).
+    #[arg(long)]
+    pub backend: Option<String>,
+    /// comm: operations, comma-separated, or `all` (all_reduce, broadcast, all_gather,
+    /// reduce_scatter, barrier, tcp_stream = single-stream loopback TCP between ranks 0 and 1).
+    #[arg(long)]
+    pub ops: Option<String>,
+    /// comm: message sizes in bytes, comma-separated (K/M/G suffixes), default 1K,64K,1M,16M,64M.
+    #[arg(long)]
+    pub sizes: Option<String>,
 }
 
 struct Report {
@@ -84,6 +96,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     match args.target {
         Target::Env => env_bench(&report, &want, args.iters),
         Target::Learner => learner_bench(&report, &want, args.iters),
+        Target::Comm => {
+            return super::comm_bench::run(
+                args.backend.as_deref(),
+                args.ops.as_deref(),
+                args.sizes.as_deref(),
+                args.iters,
+                args.json,
+            );
+        }
     }
     Ok(())
 }

@@ -1,6 +1,8 @@
 //! One module per subcommand: its arguments and a `run` that calls the libraries.
 
 pub mod bench;
+pub mod comm_bench;
 pub mod eval;
+pub mod launch;
 pub mod plot;
 pub mod train;

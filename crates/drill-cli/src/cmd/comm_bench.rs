@@ -1,0 +1,260 @@
+//! `drill bench comm`: verified collective timings (nccl-tests' algbw/busbw), run under
+//! `drill launch` or mpirun.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use drill_comm::{BackendKind, InitOptions, ProcessGroup, ReduceOp};
+
+/// Operations the benchmark knows.
+pub const OPS: [&str; 6] = [
+    "all_reduce",
+    "broadcast",
+    "all_gather",
+    "reduce_scatter",
+    "barrier",
+    "tcp_stream",
+];
+const DEFAULT_SIZES: [usize; 5] = [1 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20];
+
+/// Parse `1024,1M,64MiB` style sizes.
+pub fn parse_sizes(s: &str) -> anyhow::Result<Vec<usize>> {
+    s.split(',')
+        .map(|t| {
+            let t = t.trim().to_ascii_lowercase();
+            let (num, mul) = match t.trim_end_matches("ib").trim_end_matches('b') {
+                x if x.ends_with('k') => (x[..x.len() - 1].to_string(), 1usize << 10),
+                x if x.ends_with('m') => (x[..x.len() - 1].to_string(), 1 << 20),
+                x if x.ends_with('g') => (x[..x.len() - 1].to_string(), 1 << 30),
+                x => (x.to_string(), 1),
+            };
+            num.parse::<usize>()
+                .map(|n| n * mul)
+                .with_context(|| format!("--sizes: {t:?} is not a size"))
+        })
+        .collect()
+}
+
+fn bus_factor(op: &str, n: usize) -> f64 {
+    let n = n as f64;
+    match op {
+        "all_reduce" => 2.0 * (n - 1.0) / n,
+        "all_gather" | "reduce_scatter" => (n - 1.0) / n,
+        _ => 1.0,
+    }
+}
+
+/// One measured operation: verify, then time `iters` runs (the slowest rank's time counts).
+fn bench_one(
+    pg: &ProcessGroup,
+    op: &str,
+    size: usize,
+    iters: usize,
+    tcp: &mut Option<TcpStream>,
+) -> anyhow::Result<Vec<f64>> {
+    let (n, r) = (pg.world_size(), pg.rank());
+    let count = size / 4;
+    let val = |rank: usize, i: usize| ((rank + i) % 7) as f32;
+    let mut buf: Vec<f32> = (0..count).map(|i| val(r, i)).collect();
+    let mut out = vec![0f32; count * n];
+    let mut part = vec![0f32; count / n.max(1)];
+    let full: Vec<f32> = (0..part.len() * n).map(|i| val(r, i)).collect();
+    let mut run = |verify: bool| -> anyhow::Result<()> {
+        match op {
+            "all_reduce" => {
+                if verify {
+                    buf.iter_mut().enumerate().for_each(|(i, x)| *x = val(r, i));
+                }
+                pg.all_reduce(&mut buf, ReduceOp::Sum)?;
+                if verify {
+                    for (i, &x) in buf.iter().enumerate() {
+                        let want: f32 = (0..n).map(|q| val(q, i)).sum();
+                        if x != want {
+                            bail!(
+                                "all_reduce {size} B: rank {r} element {i} is {x}, expected {want}"
+                            );
+                        }
+                    }
+                }
+            }
+            "broadcast" => {
+                if verify && r != 0 {
+                    buf.iter_mut().for_each(|x| *x = -1.0);
+                }
+                pg.broadcast(&mut buf, 0)?;
+                if verify && let Some(i) = (0..count).find(|&i| buf[i] != val(0, i)) {
+                    bail!(
+                        "broadcast {size} B: rank {r} element {i} is {}, expected {}",
+                        buf[i],
+                        val(0, i)
+                    );
+                }
+            }
+            "all_gather" => {
+                pg.all_gather(&buf, &mut out)?;
+                if verify
+                    && let Some(i) =
+                        (0..count * n).find(|&i| out[i] != val(i / count.max(1), i % count.max(1)))
+                {
+                    bail!("all_gather {size} B: rank {r} element {i} is wrong");
+                }
+            }
+            "reduce_scatter" => {
+                pg.reduce_scatter(&full, &mut part, ReduceOp::Sum)?;
+                if verify {
+                    for (j, &x) in part.iter().enumerate() {
+                        let i = r * part.len() + j;
+                        let want: f32 = (0..n).map(|q| val(q, i)).sum();
+                        if x != want {
+                            bail!(
+                                "reduce_scatter {size} B: rank {r} element {j} is {x}, expected {want}"
+                            );
+                        }
+                    }
+                }
+            }
+            "barrier" => pg.barrier()?,
+            "tcp_stream" => {
+                let s = tcp.as_mut().context("tcp_stream needs 2 ranks")?;
+                let bytes: &mut [u8] = bytemuck_bytes(&mut buf);
+                if r == 0 {
+                    s.write_all(bytes)?;
+                    s.read_exact(&mut [0u8; 1])?;
+                } else if r == 1 {
+                    s.read_exact(bytes)?;
+                    s.write_all(&[1])?;
+                }
+            }
+            other => bail!("unknown op {other:?}; known: {}", OPS.join(", ")),
+        }
+        Ok(())
+    };
+    run(true).with_context(|| format!("verifying {op} at {size} bytes"))?;
+    pg.barrier()?;
+    let mut times = Vec::with_capacity(iters);
+    for _ in 0..iters {
+        let t = Instant::now();
+        run(false)?;
+        times.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    // The operation takes as long as its slowest rank.
+    pg.all_reduce(&mut times, ReduceOp::Max)?;
+    Ok(times)
+}
+
+fn bytemuck_bytes(v: &mut [f32]) -> &mut [u8] {
+    let len = std::mem::size_of_val(v);
+    // f32 has no invalid bit patterns; this views the same memory as bytes.
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), len) }
+}
+
+/// Run the comm benchmark on this rank.
+pub fn run(
+    backend: Option<&str>,
+    ops: Option<&str>,
+    sizes: Option<&str>,
+    iters: Option<usize>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let backend = backend
+        .map(|b| {
+            BackendKind::parse(b)
+                .with_context(|| format!("--backend {b:?}: expected tcp, mpi or nccl"))
+        })
+        .transpose()?;
+    let pg = ProcessGroup::init(InitOptions {
+        backend,
+        ..Default::default()
+    })
+    .context("joining the job (run under `drill launch` or mpirun)")?;
+    let ops: Vec<String> = match ops {
+        None | Some("all") => OPS
+            .iter()
+            .filter(|o| **o != "tcp_stream" || pg.world_size() >= 2)
+            .map(|s| s.to_string())
+            .collect(),
+        Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
+    };
+    for o in &ops {
+        if !OPS.contains(&o.as_str()) {
+            bail!("--ops: unknown op {o:?}; known: {}", OPS.join(", "));
+        }
+    }
+    let sizes = match sizes {
+        Some(s) => parse_sizes(s)?,
+        None => DEFAULT_SIZES.to_vec(),
+    };
+    let (n, r) = (pg.world_size(), pg.rank());
+    let mut tcp = None;
+    if ops.iter().any(|o| o == "tcp_stream") && n >= 2 {
+        // A plain loopback TCP stream between ranks 0 and 1: the single-stream limit.
+        let port = if r == 0 {
+            let l = TcpListener::bind("127.0.0.1:0")?;
+            let p = l.local_addr()?.port();
+            pg.broadcast_object(Some(&p), 0)?;
+            tcp = Some(l.accept()?.0);
+            p
+        } else {
+            let p: u16 = pg.broadcast_object(None, 0)?;
+            if r == 1 {
+                tcp = Some(TcpStream::connect(("127.0.0.1", p))?);
+            }
+            p
+        };
+        let _ = port;
+        if let Some(s) = &tcp {
+            s.set_nodelay(true)?;
+        }
+    }
+    if r == 0 && !json {
+        println!(
+            "# drill bench comm: backend {}, {} ranks; times are medians over iterations of the slowest rank",
+            pg.backend_name(),
+            n
+        );
+        println!(
+            "{:<15} {:>12} {:>7} {:>11} {:>11} {:>11} {:>10} {:>10}",
+            "op", "bytes", "iters", "median_us", "min_us", "max_us", "algbw_GB/s", "busbw_GB/s"
+        );
+    }
+    for op in &ops {
+        let op_sizes: Vec<usize> = if op == "barrier" {
+            vec![0]
+        } else {
+            sizes.clone()
+        };
+        for &size in &op_sizes {
+            let size = size / (4 * n) * (4 * n);
+            let it = iters.unwrap_or_else(|| (200_000_000 / size.max(1 << 14)).clamp(5, 2000));
+            let mut times = bench_one(&pg, op, size, it, &mut tcp)?;
+            if r != 0 {
+                continue;
+            }
+            times.sort_by(f64::total_cmp);
+            let med = times[times.len() / 2];
+            let algbw = if size == 0 {
+                0.0
+            } else {
+                size as f64 / (med * 1e-6) / 1e9
+            };
+            let busbw = algbw * bus_factor(op, n);
+            if json {
+                println!(
+                    r#"{{"op":"{op}","backend":"{}","world_size":{n},"size_bytes":{size},"iters":{it},"median_us":{med:.3},"min_us":{:.3},"max_us":{:.3},"algbw_gbps":{algbw:.4},"busbw_gbps":{busbw:.4}}}"#,
+                    pg.backend_name(),
+                    times[0],
+                    times[times.len() - 1]
+                );
+            } else {
+                println!(
+                    "{op:<15} {size:>12} {it:>7} {med:>11.2} {:>11.2} {:>11.2} {algbw:>10.3} {busbw:>10.3}",
+                    times[0],
+                    times[times.len() - 1]
+                );
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,278 @@
+//! One attempt: start this node's ranks, watch them, stop them all on the first failure.
+
+use std::fmt;
+use std::fs::File;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::output::{Stream, pump};
+use crate::rendezvous::{Placement, Rendezvous};
+use crate::{LaunchConfig, LaunchError};
+
+/// The failure that ended an attempt.
+#[derive(Clone, Debug)]
+pub struct Failure {
+    /// Global rank (`None` when another node reported it).
+    pub rank: Option<usize>,
+    /// Node index.
+    pub node_rank: usize,
+    /// Process id.
+    pub pid: u32,
+    /// Exit status (`None` for a remote report).
+    pub status: Option<ExitStatus>,
+    /// The rank's stderr log, if logging.
+    pub log: Option<PathBuf>,
+    /// Another node's report.
+    pub remote: Option<String>,
+}
+
+impl Failure {
+    /// Exit code to pass on.
+    pub fn exit_code(&self) -> i32 {
+        match self.status {
+            Some(s) => s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)),
+            None => 1,
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(r) = &self.remote {
+            return write!(f, "another node failed: {r}");
+        }
+        let how = match self.status {
+            Some(s) if s.code().is_some() => format!("exited with code {}", s.code().unwrap_or(0)),
+            Some(s) => format!("was killed by signal {}", s.signal().unwrap_or(0)),
+            None => "failed".into(),
+        };
+        write!(
+            f,
+            "rank {} (node {}, pid {}) {how}",
+            self.rank.unwrap_or(0),
+            self.node_rank,
+            self.pid
+        )?;
+        match &self.log {
+            Some(p) => write!(f, "; its stderr: {}", p.display()),
+            None => write!(
+                f,
+                "; its output is above, prefixed [rank {}]",
+                self.rank.unwrap_or(0)
+            ),
+        }
+    }
+}
+
+/// How an attempt ended.
+pub enum RoundEnd {
+    /// All local ranks exited 0.
+    Success,
+    /// A rank (here or elsewhere) failed.
+    Failed(Failure),
+    /// The launcher was signalled.
+    Interrupted(i32),
+}
+
+struct Worker {
+    rank: usize,
+    child: Child,
+    status: Option<ExitStatus>,
+    pumps: Vec<JoinHandle<()>>,
+    log: Option<PathBuf>,
+}
+
+fn io(context: String) -> impl FnOnce(std::io::Error) -> LaunchError {
+    move |source| LaunchError::Io { context, source }
+}
+
+/// Start, watch and end one attempt.
+pub fn run_round(
+    cfg: &LaunchConfig,
+    p: &Placement,
+    token: &str,
+    restart: usize,
+    rdzv: &Rendezvous,
+    signal: &AtomicUsize,
+) -> Result<RoundEnd, LaunchError> {
+    let dir = match &cfg.log_dir {
+        Some(d) => {
+            let dir = d.join(format!("attempt_{restart}"));
+            std::fs::create_dir_all(&dir)
+                .map_err(io(format!("create log folder {}", dir.display())))?;
+            Some(dir)
+        }
+        None => None,
+    };
+    let mut workers = Vec::with_capacity(cfg.nproc_per_node);
+    for local in 0..cfg.nproc_per_node {
+        let rank = p.rank_offset + local;
+        let mut cmd = Command::new(&cfg.program);
+        cmd.args(&cfg.args)
+            .env("RANK", rank.to_string())
+            .env("LOCAL_RANK", local.to_string())
+            .env("WORLD_SIZE", p.world_size.to_string())
+            .env("LOCAL_WORLD_SIZE", cfg.nproc_per_node.to_string())
+            .env("GROUP_RANK", p.node_rank.to_string())
+            .env("NODE_RANK", p.node_rank.to_string())
+            .env("MASTER_ADDR", &p.master_addr)
+            .env("MASTER_PORT", p.master_port.to_string())
+            .env("DRILL_RESTART_COUNT", restart.to_string())
+            .env("TORCHELASTIC_RESTART_COUNT", restart.to_string())
+            .env("DRILL_RUN_ID", format!("{}-{restart}", cfg.rdzv_id))
+            .env("DRILL_JOB_TOKEN", token)
+            .env("DRILL_AGENT_STORE", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if std::env::var_os("OMP_NUM_THREADS").is_none() {
+            cmd.env("OMP_NUM_THREADS", "1");
+        }
+        // Each worker leads its own process group, so signals reach the programs it starts
+        // too, and dies with the launcher, even if that is SIGKILLed: no orphans.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setpgid(0, 0) != 0
+                    || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                stop_all(&mut workers, libc::SIGTERM, cfg.grace);
+                return Err(LaunchError::Io {
+                    context: format!("start rank {rank}: {}", cfg.program),
+                    source: e,
+                });
+            }
+        };
+        let (fo, fe, log) = match &dir {
+            Some(d) => {
+                let o = d.join(format!("rank_{rank}.stdout"));
+                let e = d.join(format!("rank_{rank}.stderr"));
+                let fo = File::create(&o).map_err(io(format!("create {}", o.display())))?;
+                let fe = File::create(&e).map_err(io(format!("create {}", e.display())))?;
+                (Some(fo), Some(fe), Some(e))
+            }
+            None => (None, None, None),
+        };
+        let prefix = format!("[rank {rank}] ");
+        let pumps = vec![
+            pump(
+                child.stdout.take().expect("piped"),
+                prefix.clone(),
+                Stream::Out,
+                fo,
+            ),
+            pump(child.stderr.take().expect("piped"), prefix, Stream::Err, fe),
+        ];
+        workers.push(Worker {
+            rank,
+            child,
+            status: None,
+            pumps,
+            log,
+        });
+    }
+
+    let tick = cfg
+        .monitor_interval
+        .clamp(Duration::from_millis(5), Duration::from_secs(5));
+    let mut last_remote_check = Instant::now();
+    loop {
+        let sig = signal.load(Ordering::SeqCst);
+        if sig != 0 {
+            eprintln!("drill launch: got signal {sig}; passing it to every rank");
+            stop_all(&mut workers, sig as i32, cfg.grace);
+            join_pumps(&mut workers);
+            return Ok(RoundEnd::Interrupted(sig as i32));
+        }
+        let mut failure = None;
+        for w in workers.iter_mut().filter(|w| w.status.is_none()) {
+            if let Ok(Some(s)) = w.child.try_wait() {
+                w.status = Some(s);
+                if !s.success() && failure.is_none() {
+                    failure = Some(Failure {
+                        rank: Some(w.rank),
+                        node_rank: p.node_rank,
+                        pid: w.child.id(),
+                        status: Some(s),
+                        log: w.log.clone(),
+                        remote: None,
+                    });
+                }
+            }
+        }
+        if let Some(f) = failure {
+            rdzv.report_failure(restart, &f.to_string());
+            stop_all(&mut workers, libc::SIGTERM, cfg.grace);
+            join_pumps(&mut workers);
+            return Ok(RoundEnd::Failed(f));
+        }
+        if workers.iter().all(|w| w.status.is_some()) {
+            join_pumps(&mut workers);
+            return Ok(RoundEnd::Success);
+        }
+        if cfg.nnodes > 1 && last_remote_check.elapsed() >= Duration::from_millis(100) {
+            last_remote_check = Instant::now();
+            if let Some(r) = rdzv.remote_failure(restart) {
+                stop_all(&mut workers, libc::SIGTERM, cfg.grace);
+                join_pumps(&mut workers);
+                return Ok(RoundEnd::Failed(Failure {
+                    rank: None,
+                    node_rank: p.node_rank,
+                    pid: 0,
+                    status: None,
+                    log: None,
+                    remote: Some(r),
+                }));
+            }
+        }
+        std::thread::sleep(tick.min(Duration::from_millis(20)));
+    }
+}
+
+/// Send `sig` to every live worker, wait up to `grace`, then SIGKILL what is left.
+fn stop_all(workers: &mut [Worker], sig: i32, grace: Duration) {
+    for w in workers.iter_mut() {
+        if w.status.is_none() && matches!(w.child.try_wait(), Ok(None)) {
+            unsafe { libc::kill(-(w.child.id() as i32), sig) };
+        }
+    }
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline
+        && workers
+            .iter_mut()
+            .any(|w| matches!(w.child.try_wait(), Ok(None)))
+    {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for w in workers.iter_mut() {
+        if matches!(w.child.try_wait(), Ok(None)) {
+            unsafe { libc::kill(-(w.child.id() as i32), libc::SIGKILL) };
+        }
+        if let Ok(s) = w.child.wait() {
+            w.status.get_or_insert(s);
+        }
+    }
+}
+
+/// Kill what the workers left behind in their process groups, then wait for their output.
+fn join_pumps(workers: &mut [Worker]) {
+    for w in workers.iter() {
+        unsafe { libc::kill(-(w.child.id() as i32), libc::SIGKILL) };
+    }
+    for w in workers.iter_mut() {
+        for p in w.pumps.drain(..) {
+            let _ = p.join();
+        }
+    }
+}
