@@ -105,7 +105,7 @@ fn the_group_restarts_with_an_incremented_restart_count() {
 
 #[test]
 fn sigterm_reaches_every_worker() {
-    let mut child = drill()
+    let child = drill()
         .args([
             "launch",
             "--standalone",

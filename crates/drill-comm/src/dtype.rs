@@ -127,7 +127,7 @@ macro_rules! native {
             }
             fn div(acc: &mut [Self], n: usize) {
                 let n = n as $t;
-                acc.iter_mut().for_each(|a| *a = *a / n);
+                acc.iter_mut().for_each(|a| *a /= n);
             }
             fn from_i64(v: i64) -> Self {
                 v as $t

@@ -493,7 +493,7 @@ impl ProcessGroup {
         op: ReduceOp,
     ) -> Result<Work<Vec<T>>> {
         let n = self.inner.size;
-        if send.len() % n != 0 {
+        if !send.len().is_multiple_of(n) {
             return Err(CommError::usage(
                 "reduce_scatter",
                 format!(

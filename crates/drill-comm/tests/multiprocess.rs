@@ -378,7 +378,7 @@ fn info(r: usize) -> Info {
     Info {
         name: format!("rank-{r}"),
         values: vec![r as f64; r * 3],
-        step: (r % 2 == 0).then_some(r as u64),
+        step: r.is_multiple_of(2).then_some(r as u64),
     }
 }
 
@@ -453,8 +453,6 @@ fn collectives(pg: &ProcessGroup) {
         .to_string();
     assert!(e.contains("expected"), "{e}");
     pg.barrier().unwrap();
-    let shm = pg.store().map(|_| ()).map(|_| 0).unwrap_or(0);
-    let _ = shm;
     println!("shm_peers={}", shm_peers());
 }
 

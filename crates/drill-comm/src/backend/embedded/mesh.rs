@@ -352,7 +352,7 @@ impl Mesh {
             } else {
                 std::thread::sleep(Duration::from_micros(50));
             }
-            if idle % 16 == 0 {
+            if idle.is_multiple_of(16) {
                 self.check_waiting(cx, sends, recvs, &mut since, &mut left_seen)?;
             }
         }
