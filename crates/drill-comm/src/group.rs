@@ -557,12 +557,7 @@ impl ProcessGroup {
         Self::decode("broadcast_object", &bytes)
     }
 
-    fn gather_bytes(
-        &self,
-        op: &str,
-        mine: &[u8],
-        root: Option<usize>,
-    ) -> Result<Option<Vec<Vec<u8>>>> {
+    fn gather_bytes(&self, mine: &[u8], root: Option<usize>) -> Result<Option<Vec<Vec<u8>>>> {
         let n = self.inner.size;
         let mut lens = vec![0i64; n];
         self.all_gather(&[mine.len() as i64], &mut lens)?;
@@ -580,7 +575,6 @@ impl ProcessGroup {
                 }
             }
         }
-        let _ = op;
         Ok(Some(
             lens.iter()
                 .enumerate()
@@ -592,9 +586,7 @@ impl ProcessGroup {
     /// Every rank's value, in rank order, on every rank.
     pub fn all_gather_object<T: Serialize + DeserializeOwned>(&self, obj: &T) -> Result<Vec<T>> {
         let mine = Self::encode("all_gather_object", obj)?;
-        let all = self
-            .gather_bytes("all_gather_object", &mine, None)?
-            .expect("all ranks receive");
+        let all = self.gather_bytes(&mine, None)?.expect("all ranks receive");
         all.iter()
             .map(|b| Self::decode("all_gather_object", b))
             .collect()
@@ -608,7 +600,7 @@ impl ProcessGroup {
     ) -> Result<Option<Vec<T>>> {
         self.check_rank("gather_object", "root", root)?;
         let mine = Self::encode("gather_object", obj)?;
-        match self.gather_bytes("gather_object", &mine, Some(root))? {
+        match self.gather_bytes(&mine, Some(root))? {
             None => Ok(None),
             Some(all) => all
                 .iter()

@@ -190,20 +190,16 @@ pub fn run(
     let mut tcp = None;
     if ops.iter().any(|o| o == "tcp_stream") && n >= 2 {
         // A plain loopback TCP stream between ranks 0 and 1: the single-stream limit.
-        let port = if r == 0 {
+        if r == 0 {
             let l = TcpListener::bind("127.0.0.1:0")?;
-            let p = l.local_addr()?.port();
-            pg.broadcast_object(Some(&p), 0)?;
+            pg.broadcast_object(Some(&l.local_addr()?.port()), 0)?;
             tcp = Some(l.accept()?.0);
-            p
         } else {
-            let p: u16 = pg.broadcast_object(None, 0)?;
+            let port: u16 = pg.broadcast_object(None, 0)?;
             if r == 1 {
-                tcp = Some(TcpStream::connect(("127.0.0.1", p))?);
+                tcp = Some(TcpStream::connect(("127.0.0.1", port))?);
             }
-            p
-        };
-        let _ = port;
+        }
         if let Some(s) = &tcp {
             s.set_nodelay(true)?;
         }

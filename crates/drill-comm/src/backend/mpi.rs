@@ -214,14 +214,11 @@ impl Backend for Mpi {
         if recv.is_empty() {
             return Ok(());
         }
-        // Reduce the whole buffer, keep our block: simple, and correct for every dtype.
-        let mut all = send.to_vec();
-        let words = all.len().div_ceil(8);
-        let mut aligned = vec![0u64; words];
-        bytemuck::cast_slice_mut::<u64, u8>(&mut aligned)[..all.len()].copy_from_slice(&all);
-        let bytes = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut aligned)[..all.len()];
-        self.reduce_any(bytes, dtype, op, None);
-        all.copy_from_slice(bytes);
+        // Reduce the whole buffer (in an aligned copy), keep our block: correct for every dtype.
+        let mut aligned = vec![0u64; send.len().div_ceil(8)];
+        let all = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut aligned)[..send.len()];
+        all.copy_from_slice(send);
+        self.reduce_any(all, dtype, op, None);
         let r = self.rank();
         recv.copy_from_slice(&all[r * recv.len()..(r + 1) * recv.len()]);
         Ok(())
