@@ -247,9 +247,21 @@ impl Embedded {
         m.peers.iter().flatten().filter(|p| p.link.is_shm()).count()
     }
 
+    /// A collective: numbered by the group's own counter.
     fn op<R>(&mut self, op: OpCode, f: impl FnOnce(&mut View, &Cx) -> Result<R>) -> Result<R> {
         let seq = self.seq;
         self.seq = self.seq.wrapping_add(1);
+        self.on_mesh(op, seq, f)
+    }
+
+    /// Run `f` on the locked mesh for operation `op` numbered `seq` (the tag for send/recv),
+    /// failing first if the job is already broken.
+    fn on_mesh<R>(
+        &self,
+        op: OpCode,
+        seq: u32,
+        f: impl FnOnce(&mut View, &Cx) -> Result<R>,
+    ) -> Result<R> {
         let cx = Cx {
             op,
             group: self.id,
@@ -437,30 +449,17 @@ impl Backend for Embedded {
 
     fn send(&mut self, buf: &[u8], dst: usize, tag: u32) -> Result<()> {
         let g = self.ranks[dst];
-        let cx = Cx {
-            op: OpCode::P2p,
-            group: self.id,
-            name: &self.name,
-            seq: tag,
-            timeout: self.timeout,
-        };
-        let mut m = self.mesh.lock().unwrap_or_else(|p| p.into_inner());
-        m.check(&cx)?;
-        m.run(&cx, &mut [send_to(g, buf)], &mut [])
+        self.on_mesh(OpCode::P2p, tag, |v, cx| {
+            v.mesh.run(cx, &mut [send_to(g, buf)], &mut [])
+        })
     }
 
     fn recv(&mut self, buf: &mut [u8], src: usize, tag: u32) -> Result<()> {
         let g = self.ranks[src];
-        let cx = Cx {
-            op: OpCode::P2p,
-            group: self.id,
-            name: &self.name,
-            seq: tag,
-            timeout: self.timeout,
-        };
-        let mut m = self.mesh.lock().unwrap_or_else(|p| p.into_inner());
-        m.check(&cx)?;
-        m.run(&cx, &mut [], &mut [recv_from(g, Sink::Copy(buf))])
+        self.on_mesh(OpCode::P2p, tag, |v, cx| {
+            v.mesh
+                .run(cx, &mut [], &mut [recv_from(g, Sink::Copy(buf))])
+        })
     }
 
     fn new_group(
