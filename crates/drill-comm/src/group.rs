@@ -167,9 +167,28 @@ impl ProcessGroup {
                         },
                     )?)
                 } else {
+                    #[cfg(feature = "nccl")]
+                    {
+                        let heartbeat = Store::connect(
+                            &info.master_addr,
+                            info.master_port,
+                            &token,
+                            info.timeout,
+                        )?
+                        .with_prefix(&format!("drill/{}", info.run_id));
+                        Box::new(crate::backend::nccl::Nccl::connect(
+                            info.rank,
+                            info.world_size,
+                            info.local_rank,
+                            &store.with_prefix("world"),
+                            heartbeat.with_prefix("world"),
+                            info.timeout,
+                        )?)
+                    }
+                    #[cfg(not(feature = "nccl"))]
                     return Err(CommError::Backend {
                         backend: "nccl",
-                        detail: "this build of drill has no NCCL backend yet; use the embedded (tcp) or MPI backend".into(),
+                        detail: "drill was built without NCCL: rebuild with `--features nccl` (CUDA and NCCL are loaded at run time)".into(),
                     });
                 };
                 (backend, Some(store), server)

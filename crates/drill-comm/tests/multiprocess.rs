@@ -28,6 +28,8 @@ fn main() {
     ];
     #[cfg(feature = "mpi")]
     scenarios.push(("mpi_collectives", mpi_collectives));
+    #[cfg(feature = "nccl")]
+    scenarios.push(("nccl_backend", nccl_backend));
     let mut failed = 0;
     for (name, f) in &scenarios {
         if filter.as_deref().is_some_and(|flt| !name.contains(flt)) {
@@ -172,9 +174,58 @@ fn mpi_collectives() {
     }
 }
 
+/// With CUDA: the collective checks on NCCL, one rank per visible device (NCCL refuses two
+/// ranks on one device). Without: joining must fail with an error naming what is missing.
+#[cfg(feature = "nccl")]
+fn nccl_backend() {
+    match drill_comm::backend::nccl::available_devices() {
+        Ok(devices) if devices > 0 => {
+            for n in 1..=devices.min(4) {
+                let outs = spawn("collectives", n)
+                    .env("DRILL_BACKEND", "nccl")
+                    .run()
+                    .unwrap();
+                expect_all_ok(&outs);
+            }
+            println!(
+                "nccl: collectives checked on 1..={} devices",
+                devices.min(4)
+            );
+        }
+        other => {
+            let outs = spawn("nccl_unavailable", 1)
+                .env("DRILL_BACKEND", "nccl")
+                .run()
+                .unwrap();
+            expect_all_ok(&outs);
+            assert!(
+                outs[0].stdout.contains("libcuda") || outs[0].stdout.contains("CUDA device"),
+                "{}",
+                outs[0].stdout
+            );
+            println!("nccl: no usable CUDA here ({other:?}); checked the error path only");
+        }
+    }
+}
+
 // ---------------------------------------------------------------- children
 
 fn run_child(name: &str) {
+    if name == "nccl_unavailable" {
+        let e = ProcessGroup::from_env().map(|_| ()).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                CommError::Backend {
+                    backend: "nccl",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        println!("{e}");
+        return;
+    }
     let pg = ProcessGroup::from_env().expect("init");
     match name {
         "collectives" => collectives(&pg),

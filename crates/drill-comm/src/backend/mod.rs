@@ -4,6 +4,8 @@
 pub mod embedded;
 #[cfg(feature = "mpi")]
 pub mod mpi;
+#[cfg(feature = "nccl")]
+pub mod nccl;
 
 use crate::dtype::{DType, ReduceOp};
 use crate::error::Result;
@@ -74,7 +76,7 @@ pub enum BackendKind {
     Tcp,
     /// MPI (feature `mpi`, under mpirun/srun).
     Mpi,
-    /// NCCL (CUDA devices; not built yet, see README).
+    /// NCCL (feature `nccl`, CUDA devices).
     Nccl,
 }
 
