@@ -189,12 +189,17 @@ impl Checkpoint {
             path: path.to_path_buf(),
             source,
         })?;
+        Self::from_bytes(&bytes, path)
+    }
+
+    /// Parse safetensors bytes (as [`Self::to_bytes`] writes); `path` names them in errors.
+    pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Self, CheckpointError> {
         let format = |e: safetensors::SafeTensorError| CheckpointError::Format {
             path: path.to_path_buf(),
             message: e.to_string(),
         };
-        let (_, metadata) = safetensors::SafeTensors::read_metadata(&bytes).map_err(format)?;
-        let st = safetensors::SafeTensors::deserialize(&bytes).map_err(format)?;
+        let (_, metadata) = safetensors::SafeTensors::read_metadata(bytes).map_err(format)?;
+        let st = safetensors::SafeTensors::deserialize(bytes).map_err(format)?;
         let mut ck = Checkpoint {
             path: path.to_path_buf(),
             ..Default::default()

@@ -145,8 +145,24 @@ impl DqnLearner {
         }
     }
 
+    /// Train data-parallel on `pg`: rank 0's online and target networks are broadcast, and
+    /// every update averages gradients across ranks.
+    pub fn distribute(
+        &mut self,
+        pg: drill_comm::ProcessGroup,
+        opts: crate::ddp::DdpOptions,
+    ) -> Result<(), TrainError> {
+        pg.broadcast(&mut self.target_params, 0)?;
+        self.write_target();
+        self.online.distribute(pg, opts)
+    }
+
     /// One gradient step on `batch`; returns the TD errors (for priorities) through `td_out`.
-    pub fn update(&mut self, batch: &Batch, td_out: Option<&mut Vec<f32>>) -> UpdateStats {
+    pub fn update(
+        &mut self,
+        batch: &Batch,
+        td_out: Option<&mut Vec<f32>>,
+    ) -> Result<UpdateStats, TrainError> {
         let (bs, d) = (batch.actions.len(), self.obs_dim);
         let plain = &self.device;
         // ALGO: double-DQN target y = r + gamma^m (1 - done) Q_target(s', argmax_a Q_online(s', a)).
@@ -194,8 +210,8 @@ impl DqnLearner {
             out.extend_from_slice(td.clone().into_data().as_slice::<f32>().unwrap());
         }
         let loss_value = loss.clone().into_scalar::<f32>();
-        self.online.backward(loss);
-        let step = self.online.step(self.lr, 0.0);
+        self.online.backward(loss)?;
+        let step = self.online.step(self.lr, 0.0)?;
         self.iters += 1;
         // ALGO: target network update (hard every N iterations, or soft every iteration).
         if let Some(theta) = self.target_theta {
@@ -208,11 +224,11 @@ impl DqnLearner {
             self.target_params.copy_from_slice(&self.online.params);
             self.write_target();
         }
-        UpdateStats {
+        Ok(UpdateStats {
             loss: loss_value,
             target_q_mean,
             grad_norm: step.grad_norm,
-        }
+        })
     }
 
     fn write_target(&mut self) {
@@ -244,6 +260,16 @@ impl DqnLearner {
     }
 }
 
+/// Rank 0's `local` decision, on every rank (the replay buffers fill alike but not in lock
+/// step when episodes end at different times).
+fn ready(s: &Session, local: bool) -> Result<bool, TrainError> {
+    let mut v = [u8::from(local)];
+    if let Some(pg) = s.dist() {
+        pg.broadcast(&mut v, 0)?;
+    }
+    Ok(v[0] == 1)
+}
+
 /// Train DQN as configured; stops at `env.stop_value`, `max_env_step` or `max_train_iter`.
 pub fn train(
     cfg: &Config,
@@ -265,6 +291,11 @@ pub fn train(
     if let Some(ck) = &ctx.resume {
         learner.load(ck)?;
     }
+    if let Some(pg) = s.dist() {
+        learner.distribute(pg.clone(), Session::ddp_options(cfg))?;
+    }
+    let batch_size = s.per_rank(cfg, p.learn.batch_size);
+    let n_sample = s.per_rank(cfg, p.collect.n_sample);
     let rb = &p.other.replay_buffer;
     let mut buffer = if rb.priority {
         ReplayBuffer::prioritized(rb.replay_buffer_size, obs_dim, rb.priority_alpha)
@@ -272,7 +303,7 @@ pub fn train(
         ReplayBuffer::new(rb.replay_buffer_size, obs_dim)
     };
     let mut nstep = NStep::new(p.nstep, p.discount_factor as f32, n_env, obs_dim);
-    let learning_starts = p.learn.learning_starts.max(p.learn.batch_size);
+    let learning_starts = p.learn.learning_starts.max(batch_size);
     let eval_freq = p.eval.evaluator.eval_freq;
     let mut actions = vec![0u32; n_env];
     let mut prev_obs = vec![0.0f32; n_env * obs_dim];
@@ -294,13 +325,15 @@ pub fn train(
                 break;
             }
         }
-        if s.limits_reached(cfg, learner.iters) {
+        if s.limits_reached(cfg, learner.iters)? {
             break;
         }
 
-        // ALGO: collect n_sample transitions with epsilon-greedy actions.
-        for _ in 0..p.collect.n_sample.div_ceil(n_env) {
-            let eps = epsilon(&p.other.eps, s.env_steps);
+        // ALGO: collect n_sample transitions with epsilon-greedy actions; the schedule runs
+        // on the global env-step count.
+        let mut local = 0u64;
+        for _ in 0..n_sample.div_ceil(n_env) {
+            let eps = epsilon(&p.other.eps, s.env_steps_now(local));
             prev_obs.copy_from_slice(s.venv.obs());
             greedy(&acting, &prev_obs, obs_dim, &plain, &mut actions);
             for a in actions.iter_mut() {
@@ -330,20 +363,22 @@ pub fn train(
                     ctx.reporter.scalar(
                         "charts/episodic_return",
                         venv.final_returns()[i],
-                        s.env_steps,
+                        s.env_steps_now(local),
                     );
                 }
             }
-            s.env_steps += n_env as u64;
+            local += n_env as u64;
         }
+        s.collected(local)?;
 
         // ALGO: update_per_collect gradient steps on uniform (or prioritized) minibatches,
-        // pausing at an evaluation boundary as DI-engine's learner does.
-        if buffer.len() >= learning_starts {
+        // pausing at an evaluation boundary as DI-engine's learner does. Under DDP every rank
+        // decides alike (rank 0's buffer fill), so all run the same number of updates.
+        if ready(&s, buffer.len() >= learning_starts)? {
             let mut stats = UpdateStats::default();
             for _ in 0..p.learn.update_per_collect {
-                buffer.sample(p.learn.batch_size, rb.priority_beta, &mut s.rng, &mut batch);
-                stats = learner.update(&batch, rb.priority.then_some(&mut td));
+                buffer.sample(batch_size, rb.priority_beta, &mut s.rng, &mut batch);
+                stats = learner.update(&batch, rb.priority.then_some(&mut td))?;
                 if !stats.loss.is_finite() {
                     return Err(TrainError::NonFinite {
                         iter: learner.iters,
@@ -358,13 +393,12 @@ pub fn train(
                 }
             }
             acting = learner.online.inference();
+            let mut logged = [stats.loss, stats.target_q_mean];
+            s.mean_across_ranks(&mut logged)?;
             ctx.reporter
-                .scalar("losses/td_loss", f64::from(stats.loss), s.env_steps);
-            ctx.reporter.scalar(
-                "losses/target_q_mean",
-                f64::from(stats.target_q_mean),
-                s.env_steps,
-            );
+                .scalar("losses/td_loss", f64::from(logged[0]), s.env_steps);
+            ctx.reporter
+                .scalar("losses/target_q_mean", f64::from(logged[1]), s.env_steps);
             ctx.reporter.scalar(
                 "charts/epsilon",
                 epsilon(&p.other.eps, s.env_steps),
@@ -422,7 +456,7 @@ mod tests {
     fn checkpoint_round_trip_gives_identical_outputs_and_continued_training() {
         let mut a = learner(1);
         for k in 0..7 {
-            a.update(&batch(k), None);
+            a.update(&batch(k), None).unwrap();
         }
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ck.safetensors");
@@ -445,8 +479,8 @@ mod tests {
             "identical outputs"
         );
         for k in 7..15 {
-            let sa = a.update(&batch(k), None);
-            let sb = b.update(&batch(k), None);
+            let sa = a.update(&batch(k), None).unwrap();
+            let sb = b.update(&batch(k), None).unwrap();
             assert_eq!(sa.loss.to_bits(), sb.loss.to_bits(), "update {k}");
         }
         assert_eq!(
@@ -474,10 +508,10 @@ mod tests {
     fn updates_reduce_the_td_error_on_a_fixed_batch() {
         let mut l = learner(3);
         let b = batch(5);
-        let first = l.update(&b, None).loss;
+        let first = l.update(&b, None).unwrap().loss;
         let mut last = first;
         for _ in 0..2 {
-            last = l.update(&b, None).loss;
+            last = l.update(&b, None).unwrap().loss;
         }
         assert!(last < first, "loss {first} -> {last}");
     }

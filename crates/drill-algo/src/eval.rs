@@ -32,7 +32,7 @@ impl ActionBuf {
 }
 
 /// Returns of one evaluation.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct EvalResult {
     /// Mean episode return.
     pub mean: f64,

@@ -5,11 +5,13 @@
 //! - [`data`]: replay buffer, n-step returns, GAE; [`explore`]: epsilon schedules.
 //! - [`eval`]: the evaluator; [`checkpoint`]: safetensors checkpoints; [`session`]: the
 //!   plumbing every training loop shares.
+//! - [`ddp`]: data-parallel training (gradient averaging, distributed sampler).
 //! - [`run`]: what a run reports ([`run::Reporter`]) and returns ([`run::TrainResult`]);
 //!   [`train()`] picks the algorithm from the config.
 
 pub mod checkpoint;
 pub mod data;
+pub mod ddp;
 pub mod dqn;
 pub mod eval;
 pub mod explore;

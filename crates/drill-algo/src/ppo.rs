@@ -140,7 +140,11 @@ pub fn train(
         ck.get_trainer("model", &mut trainer)?;
         iters = ck.counter("train_iters")?;
     }
-    let steps = p.collect.n_sample / n_env;
+    if let Some(pg) = s.dist() {
+        trainer.distribute(pg.clone(), Session::ddp_options(cfg))?;
+    }
+    let batch_size = s.per_rank(cfg, p.learn.batch_size);
+    let steps = (s.per_rank(cfg, p.collect.n_sample) / n_env).max(1);
     let total = steps * n_env;
     let mut obs_buf = vec![0f32; total * obs_dim];
     let mut next_obs_buf = vec![0f32; total * obs_dim];
@@ -176,7 +180,7 @@ pub fn train(
                 break;
             }
         }
-        if s.limits_reached(cfg, iters) {
+        if s.limits_reached(cfg, iters)? {
             break;
         }
 
@@ -249,12 +253,12 @@ pub fn train(
                     ctx.reporter.scalar(
                         "charts/episodic_return",
                         venv.final_returns()[i],
-                        s.env_steps,
+                        s.env_steps_now((t * n_env) as u64),
                     );
                 }
             }
-            s.env_steps += n_env as u64;
         }
+        s.collected(total as u64)?;
 
         // ALGO: values of every state and next state, then GAE advantages and returns.
         let values = critic_values(&agent.critic, &obs_buf, obs_dim, &plain);
@@ -298,8 +302,8 @@ pub fn train(
         let mut stats = MinibatchStats::default();
         'epochs: for _ in 0..p.learn.epoch_per_collect {
             order.shuffle(&mut s.rng);
-            for mb in order.chunks(p.learn.batch_size) {
-                stats = minibatch_update(&mut trainer, p, &space, &ad, mb, &rollout, lr);
+            for mb in order.chunks(batch_size) {
+                stats = minibatch_update(&mut trainer, p, &space, &ad, mb, &rollout, lr)?;
                 iters += 1;
                 if !stats.loss.is_finite() {
                     return Err(TrainError::NonFinite {
@@ -307,23 +311,38 @@ pub fn train(
                         value: f64::from(stats.loss),
                     });
                 }
-                if p.learn.target_kl > 0.0 && f64::from(stats.approx_kl) > p.learn.target_kl {
-                    break 'epochs;
+                // Early stop on KL: every rank must agree, so the averaged KL decides.
+                if p.learn.target_kl > 0.0 {
+                    let mut kl = [stats.approx_kl];
+                    s.mean_across_ranks(&mut kl)?;
+                    if f64::from(kl[0]) > p.learn.target_kl {
+                        break 'epochs;
+                    }
                 }
             }
         }
         agent = trainer.inference();
         let step = s.env_steps;
-        ctx.reporter
-            .scalar("losses/policy_loss", f64::from(stats.policy_loss), step);
-        ctx.reporter
-            .scalar("losses/value_loss", f64::from(stats.value_loss), step);
-        ctx.reporter
-            .scalar("losses/entropy", f64::from(stats.entropy), step);
-        ctx.reporter
-            .scalar("losses/approx_kl", f64::from(stats.approx_kl), step);
-        ctx.reporter
-            .scalar("losses/clipfrac", f64::from(stats.clipfrac), step);
+        let mut logged = [
+            stats.policy_loss,
+            stats.value_loss,
+            stats.entropy,
+            stats.approx_kl,
+            stats.clipfrac,
+        ];
+        s.mean_across_ranks(&mut logged)?;
+        for (tag, v) in [
+            "losses/policy_loss",
+            "losses/value_loss",
+            "losses/entropy",
+            "losses/approx_kl",
+            "losses/clipfrac",
+        ]
+        .into_iter()
+        .zip(logged)
+        {
+            ctx.reporter.scalar(tag, f64::from(v), step);
+        }
         ctx.reporter.scalar("charts/learning_rate", lr, step);
         ctx.reporter
             .scalar("charts/SPS", step as f64 / s.seconds(), step);
@@ -387,7 +406,7 @@ pub fn minibatch_update(
     mb: &[usize],
     r: &Rollout<'_>,
     lr: f64,
-) -> MinibatchStats {
+) -> Result<MinibatchStats, TrainError> {
     let (b, d, ad_dim) = (mb.len(), r.obs_dim, r.act_dim);
     let gather = |src: &[f32], width: usize| -> Vec<f32> {
         mb.iter()
@@ -474,7 +493,7 @@ pub fn minibatch_update(
         approx_kl,
         clipfrac,
     };
-    trainer.backward(loss);
-    trainer.step(lr, p.learn.grad_clip_value);
-    stats
+    trainer.backward(loss)?;
+    trainer.step(lr, p.learn.grad_clip_value)?;
+    Ok(stats)
 }

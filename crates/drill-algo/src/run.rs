@@ -99,6 +99,21 @@ pub enum TrainError {
     /// A checkpoint could not be written or read.
     #[error(transparent)]
     Checkpoint(#[from] crate::checkpoint::CheckpointError),
+    /// A collective failed (a rank died, timed out or disagreed).
+    #[error("distributed training: {0}")]
+    Comm(#[from] drill_comm::CommError),
+    /// Parameters are no longer identical across ranks.
+    #[error(
+        "DDP: parameter {tensor} differs between rank 0 and rank {rank} after optimizer step {step} (ranks ran different updates or a nondeterministic op)"
+    )]
+    Diverged {
+        /// First differing tensor, in visit order.
+        tensor: String,
+        /// First rank that differs from rank 0.
+        rank: usize,
+        /// Steps since the trainer was distributed.
+        step: u64,
+    },
 }
 
 /// Where and how an algorithm runs.
@@ -109,6 +124,11 @@ pub struct RunContext<'a> {
     pub reporter: &'a mut dyn Reporter,
     /// Continue from this checkpoint (parameters, optimizer, counters).
     pub resume: Option<Checkpoint>,
+    /// The process group for data-parallel training (`policy.multi_gpu`); `None` or a group
+    /// of one trains alone.
+    pub dist: Option<drill_comm::ProcessGroup>,
+    /// Times the group was restarted (`DRILL_RESTART_COUNT`), for `result.json`.
+    pub restarts: u32,
 }
 
 /// The device for `policy.cuda`: flex on CPU, or CUDA device 0 when built with `--features cuda`.

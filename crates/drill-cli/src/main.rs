@@ -2,6 +2,7 @@
 //! arguments and calls the library crates; each subcommand lives in `cmd/`.
 
 mod cmd;
+mod log;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -44,7 +45,8 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_env("DRILL_LOG")
                 .unwrap_or_else(|_| "info".into()),
         )
-        .with_writer(std::io::stderr)
+        .with_writer(log::Tee)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .init();
     if let Err(e) = rayon::ThreadPoolBuilder::new()
@@ -54,7 +56,10 @@ fn main() -> ExitCode {
         tracing::warn!("could not size the tensor thread pool: {e}");
     }
     let result = match cli.command {
-        Command::Train(args) => cmd::train::run(args),
+        Command::Train(args) => match cmd::train::run(args) {
+            Ok(code) => return ExitCode::from(code.clamp(0, 255) as u8),
+            Err(e) => Err(e),
+        },
         Command::Eval(args) => cmd::eval::run(args),
         Command::Plot(args) => cmd::plot::run(args),
         Command::Bench(args) => cmd::bench::run(args),

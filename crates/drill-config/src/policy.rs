@@ -189,6 +189,14 @@ pub struct DqnPolicy {
     /// Data-parallel training across ranks (DI-engine's name; `ddp` is an alias).
     #[serde(alias = "ddp")]
     pub multi_gpu: bool,
+    /// With `multi_gpu`: divide batch_size and n_sample by the world size (rounded up) so the
+    /// global batch stays the same (DI-engine's `to_ddp_config`).
+    pub ddp_split_batch: bool,
+    /// DDP gradient bucket cap in MiB (torch's `bucket_cap_mb`).
+    pub ddp_bucket_cap_mb: f64,
+    /// With `multi_gpu`: check every this many optimizer steps that parameters are
+    /// bit-identical on every rank (0: never).
+    pub ddp_check_every: u64,
     /// Reward discount gamma.
     pub discount_factor: f64,
     /// n of the n-step return.
@@ -211,6 +219,9 @@ impl Default for DqnPolicy {
             kind: "dqn".into(),
             cuda: false,
             multi_gpu: false,
+            ddp_split_batch: false,
+            ddp_bucket_cap_mb: 25.0,
+            ddp_check_every: 0,
             discount_factor: 0.97,
             nstep: 1,
             model: DqnModel::default(),
@@ -358,6 +369,14 @@ pub struct PpoPolicy {
     /// Data-parallel training across ranks (`ddp` is an alias).
     #[serde(alias = "ddp")]
     pub multi_gpu: bool,
+    /// With `multi_gpu`: divide batch_size and n_sample by the world size (rounded up) so the
+    /// global batch stays the same (DI-engine's `to_ddp_config`).
+    pub ddp_split_batch: bool,
+    /// DDP gradient bucket cap in MiB (torch's `bucket_cap_mb`).
+    pub ddp_bucket_cap_mb: f64,
+    /// With `multi_gpu`: check every this many optimizer steps that parameters are
+    /// bit-identical on every rank (0: never).
+    pub ddp_check_every: u64,
     /// `[policy.model]`.
     pub model: PpoModel,
     /// `[policy.learn]`.
@@ -374,6 +393,9 @@ impl Default for PpoPolicy {
             kind: "ppo".into(),
             cuda: false,
             multi_gpu: false,
+            ddp_split_batch: false,
+            ddp_bucket_cap_mb: 25.0,
+            ddp_check_every: 0,
             model: PpoModel::default(),
             learn: PpoLearn::default(),
             collect: PpoCollect::default(),

@@ -70,6 +70,14 @@ impl Policy {
         }
     }
 
+    /// `(policy.ddp_split_batch, policy.ddp_bucket_cap_mb, policy.ddp_check_every)`.
+    pub fn ddp(&self) -> (bool, f64, u64) {
+        match self {
+            Policy::Dqn(p) => (p.ddp_split_batch, p.ddp_bucket_cap_mb, p.ddp_check_every),
+            Policy::Ppo(p) => (p.ddp_split_batch, p.ddp_bucket_cap_mb, p.ddp_check_every),
+        }
+    }
+
     /// `policy.eval.evaluator.eval_freq`.
     pub fn eval_freq(&self) -> u64 {
         match self {
@@ -237,6 +245,7 @@ impl Config {
             "must be at least 1 (omit for no limit)",
         );
         c.at_least_1("policy.eval.evaluator.eval_freq", self.policy.eval_freq());
+        c.positive("policy.ddp_bucket_cap_mb", self.policy.ddp().1);
         match &self.policy {
             Policy::Dqn(p) => {
                 c.unit("policy.discount_factor", p.discount_factor);

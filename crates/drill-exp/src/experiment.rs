@@ -54,8 +54,25 @@ impl Experiment {
                 chosen.display()
             );
         }
+        Self::open(chosen, config, quiet, false)
+    }
+
+    /// Continue writing into `dir`, an experiment folder a failed attempt of the same run
+    /// created (after `drill train --max-restarts`): metrics are appended, TensorBoard gets a
+    /// new events file, checkpoints stay.
+    pub fn reopen(dir: &Path, config: &Config, quiet: bool) -> std::io::Result<Self> {
+        Self::open(dir.to_path_buf(), config, quiet, true)
+    }
+
+    fn open(chosen: PathBuf, config: &Config, quiet: bool, append: bool) -> std::io::Result<Self> {
         std::fs::create_dir_all(chosen.join("ckpt"))?;
         std::fs::write(chosen.join("config.toml"), config.to_toml())?;
+        let metrics = std::fs::OpenOptions::new()
+            .create(true)
+            .append(append)
+            .write(true)
+            .truncate(!append)
+            .open(chosen.join("metrics.jsonl"))?;
         let bar = (!quiet).then(|| {
             let bar = match config.max_env_step {
                 Some(n) => ProgressBar::new(n),
@@ -74,7 +91,7 @@ impl Experiment {
             .as_secs_f64();
         Ok(Self {
             tb: EventWriter::create(&chosen.join("tb"))?,
-            metrics: BufWriter::new(File::create(chosen.join("metrics.jsonl"))?),
+            metrics: BufWriter::new(metrics),
             dir: chosen,
             bar,
             last_draw: Instant::now() - Duration::from_secs(1),

@@ -142,21 +142,34 @@ impl ParamLayout {
     /// The parameter ids are those of the module this layout was taken from.
     pub fn read_grads(&self, grads: &mut GradientsParams, out: &mut [f32]) {
         assert_eq!(out.len(), self.len);
-        for slot in &self.slots {
-            let dst = &mut out[slot.offset..slot.offset + slot.len];
-            let data = match slot.shape.len() {
-                1 => grads.remove::<1>(slot.id).map(Tensor::into_data),
-                2 => grads.remove::<2>(slot.id).map(Tensor::into_data),
-                3 => grads.remove::<3>(slot.id).map(Tensor::into_data),
-                4 => grads.remove::<4>(slot.id).map(Tensor::into_data),
-                r => panic!("parameters of rank {r} are not supported"),
-            };
-            match data {
-                Some(d) => {
-                    dst.copy_from_slice(d.convert::<f32>().as_slice::<f32>().expect("f32 gradient"))
-                }
-                None => dst.fill(0.0),
+        for i in 0..self.slots.len() {
+            self.read_grad(i, grads, out, false);
+        }
+    }
+
+    /// Move the gradient of parameter `i` into its place in `out` (zeros if it got none), or
+    /// add it there when `add` (gradient accumulation).
+    pub fn read_grad(&self, i: usize, grads: &mut GradientsParams, out: &mut [f32], add: bool) {
+        let slot = &self.slots[i];
+        let dst = &mut out[slot.offset..slot.offset + slot.len];
+        let data = match slot.shape.len() {
+            1 => grads.remove::<1>(slot.id).map(Tensor::into_data),
+            2 => grads.remove::<2>(slot.id).map(Tensor::into_data),
+            3 => grads.remove::<3>(slot.id).map(Tensor::into_data),
+            4 => grads.remove::<4>(slot.id).map(Tensor::into_data),
+            r => panic!("parameters of rank {r} are not supported"),
+        };
+        match (data, add) {
+            (Some(d), false) => {
+                dst.copy_from_slice(d.convert::<f32>().as_slice::<f32>().expect("f32 gradient"))
             }
+            (Some(d), true) => {
+                let d = d.convert::<f32>();
+                let g = d.as_slice::<f32>().expect("f32 gradient");
+                dst.iter_mut().zip(g).for_each(|(a, b)| *a += b);
+            }
+            (None, false) => dst.fill(0.0),
+            (None, true) => {}
         }
     }
 }

@@ -1,6 +1,8 @@
 //! [`Trainer`]: a model with its flat parameters and Adam state.
 
 use super::{Adam, ParamLayout};
+use crate::ddp::{DdpOptions, GradSync};
+use crate::run::TrainError;
 use burn::module::Module;
 use burn::optim::GradientsParams;
 use burn::tensor::Tensor;
@@ -23,6 +25,10 @@ pub struct Trainer<M> {
     pub grads: Vec<f32>,
     /// Optimiser state.
     pub adam: Adam,
+    /// Gradient averaging across ranks (DDP), when distributed.
+    pub sync: Option<GradSync>,
+    /// `grads` holds gradients accumulated by [`Self::backward_no_sync`].
+    accumulated: bool,
 }
 
 impl<M: Module> Trainer<M> {
@@ -36,7 +42,26 @@ impl<M: Module> Trainer<M> {
             params,
             grads: vec![0.0; n],
             adam: Adam::new(n, adam_eps),
+            sync: None,
+            accumulated: false,
         }
+    }
+
+    /// Train data-parallel on `pg` (world size 1: nothing changes): rank 0's parameters are
+    /// broadcast to every rank, and every [`Self::backward`] averages gradients across ranks.
+    pub fn distribute(
+        &mut self,
+        pg: drill_comm::ProcessGroup,
+        opts: DdpOptions,
+    ) -> Result<(), TrainError> {
+        if pg.world_size() == 1 {
+            return Ok(());
+        }
+        let sync = GradSync::new(pg, &self.layout, opts);
+        sync.broadcast_params(&mut self.params)?;
+        self.sync_model();
+        self.sync = Some(sync);
+        Ok(())
     }
 
     /// The model (autodiff), for forward passes that build a loss.
@@ -49,15 +74,39 @@ impl<M: Module> Trainer<M> {
         self.model().valid()
     }
 
-    /// Backward `loss` and copy the gradients into [`Self::grads`].
-    pub fn backward(&mut self, loss: Tensor<1>) {
+    /// Backward `loss` into [`Self::grads`] (added to what [`Self::backward_no_sync`]
+    /// accumulated) and, when distributed, average them across ranks: each bucket's
+    /// all-reduce starts as soon as its gradients are packed.
+    pub fn backward(&mut self, loss: Tensor<1>) -> Result<(), TrainError> {
         let mut grads = GradientsParams::from_grads(loss.backward(), self.model());
-        self.layout.read_grads(&mut grads, &mut self.grads);
+        let add = std::mem::take(&mut self.accumulated);
+        for i in (0..self.layout.slots.len()).rev() {
+            self.layout.read_grad(i, &mut grads, &mut self.grads, add);
+            if let Some(sync) = &mut self.sync {
+                sync.slot_ready(i, &self.grads);
+            }
+        }
+        match &mut self.sync {
+            Some(sync) => sync.finish(&mut self.grads),
+            None => Ok(()),
+        }
+    }
+
+    /// Backward `loss` and add its gradients locally, without communicating (torch's
+    /// `no_sync`, for gradient accumulation); the next [`Self::backward`] adds its own and
+    /// averages the sum across ranks.
+    pub fn backward_no_sync(&mut self, loss: Tensor<1>) {
+        let mut grads = GradientsParams::from_grads(loss.backward(), self.model());
+        let add = std::mem::replace(&mut self.accumulated, true);
+        for i in 0..self.layout.slots.len() {
+            self.layout.read_grad(i, &mut grads, &mut self.grads, add);
+        }
     }
 
     /// Clip [`Self::grads`] to `max_norm` (0: off), take an Adam step at `lr` and write the new
-    /// parameters into the model.
-    pub fn step(&mut self, lr: f64, max_norm: f64) -> StepStats {
+    /// parameters into the model. When distributed, every `check_every` steps the parameters
+    /// are checked to be bit-identical across ranks.
+    pub fn step(&mut self, lr: f64, max_norm: f64) -> Result<StepStats, TrainError> {
         let norm = self.grads.iter().map(|g| g * g).sum::<f32>().sqrt();
         if max_norm > 0.0 && norm > max_norm as f32 {
             let scale = max_norm as f32 / (norm + 1e-6);
@@ -65,7 +114,10 @@ impl<M: Module> Trainer<M> {
         }
         self.adam.step(&mut self.params, &self.grads, lr as f32);
         self.sync_model();
-        StepStats { grad_norm: norm }
+        if let Some(sync) = &mut self.sync {
+            sync.after_step(&self.params)?;
+        }
+        Ok(StepStats { grad_norm: norm })
     }
 
     /// Write [`Self::params`] into the model (after loading or broadcasting parameters).

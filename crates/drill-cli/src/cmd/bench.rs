@@ -24,6 +24,9 @@ pub enum Target {
     Learner,
     /// Collectives, verified then timed; run under `drill launch` (or mpirun).
     Comm,
+    /// DQN update on DI-engine's CartPole net alone and with DDP gradient averaging across
+    /// the job's ranks: the sync overhead. Run under `drill launch --nproc-per-node 2`.
+    Ddp,
 }
 
 /// Arguments of `drill bench`.
@@ -89,12 +92,83 @@ fn time_us(warmup: usize, iters: usize, mut f: impl FnMut()) -> f64 {
     )
 }
 
+/// DQN updates (DI-engine's CartPole net, batch 64) without and with DDP on this job's ranks;
+/// every rank times both in lock step, rank 0 prints the medians and the overhead.
+fn ddp_bench(report: &Report, iters: Option<usize>) -> anyhow::Result<()> {
+    let pg = drill_comm::ProcessGroup::from_env()?;
+    let device = Device::flex();
+    device.seed(0);
+    let policy = DqnPolicy::default();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(pg.rank() as u64);
+    let batch = random_batch(64, 4, 2, &mut rng);
+    let make = || QNet::new(4, &[128, 128, 64], 2, true, &device.clone().autodiff());
+    let mut alone = DqnLearner::new(make(), &policy, 4, &device);
+    let mut ddp = DqnLearner::new(make(), &policy, 4, &device);
+    ddp.distribute(pg.clone(), drill_algo::ddp::DdpOptions::default())?;
+    let n = iters.unwrap_or(2000);
+    pg.barrier()?;
+    let t_alone = time_us(100.min(n), n, || {
+        alone.update(&batch, None).expect("one process");
+    });
+    pg.barrier()?;
+    let mut failed = None;
+    let t_ddp = time_us(100.min(n), n, || {
+        if let Err(e) = ddp.update(&batch, None) {
+            failed.get_or_insert(e);
+        }
+    });
+    if let Some(e) = failed {
+        return Err(e.into());
+    }
+    let params = ddp.online.params.len();
+    let mut grads = vec![0.0f32; params];
+    let t_sync = time_us(100.min(n), n, || {
+        pg.all_reduce(&mut grads, drill_comm::ReduceOp::Avg)
+            .expect("all_reduce");
+    });
+    let mut times = [t_alone, t_ddp, t_sync];
+    pg.all_reduce(&mut times, drill_comm::ReduceOp::Max)?;
+    if pg.is_main() {
+        let w = pg.world_size();
+        report.row(
+            "dqn-update-alone",
+            "us",
+            times[0],
+            n,
+            &format!("{params} params, batch 64, {w} ranks busy"),
+        );
+        report.row(
+            "dqn-update-ddp",
+            "us",
+            times[1],
+            n,
+            &format!("same, gradients averaged over {w} ranks"),
+        );
+        report.row(
+            "grad-all_reduce",
+            "us",
+            times[2],
+            n,
+            &format!("{} KiB, {}", params * 4 / 1024, pg.backend_name()),
+        );
+        report.row(
+            "ddp-overhead",
+            "percent",
+            100.0 * (times[1] - times[0]) / times[0],
+            n,
+            "(ddp - alone) / alone, slowest rank",
+        );
+    }
+    Ok(())
+}
+
 /// Run the selected benchmarks.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let report = Report { json: args.json };
     let want = |name: &str| args.case.as_deref().is_none_or(|c| c == name);
     match args.target {
         Target::Env => env_bench(&report, &want, args.iters),
+        Target::Ddp => return ddp_bench(&report, args.iters),
         Target::Learner => learner_bench(&report, &want, args.iters),
         Target::Comm => {
             return super::comm_bench::run(
@@ -214,7 +288,9 @@ fn learner_bench(report: &Report, want: &dyn Fn(&str) -> bool, iters: Option<usi
         let batch = random_batch(64, 4, 2, &mut rng);
         let n = iters.unwrap_or(2000);
         let us = time_us(50.min(n), n, || {
-            learner.update(&batch, None);
+            learner
+                .update(&batch, None)
+                .expect("one process: nothing to fail");
         });
         report.row(name, "us", us, n, &format!("{note}, {threads} thread(s)"));
     }
@@ -254,8 +330,12 @@ fn learner_bench(report: &Report, want: &dyn Fn(&str) -> bool, iters: Option<usi
                 .gather(1, Tensor::<2, Int>::from_data(actions.clone(), &ad))
                 .reshape([bs]);
             let td = q - Tensor::<1>::from_data(y.into_data(), &ad);
-            trainer.backward((td.clone() * td).mean());
-            trainer.step(1e-4, 0.0);
+            trainer
+                .backward((td.clone() * td).mean())
+                .expect("one process: nothing to fail");
+            trainer
+                .step(1e-4, 0.0)
+                .expect("one process: nothing to fail");
         });
         report.row(
             "nature-cnn-update",

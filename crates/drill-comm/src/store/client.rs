@@ -86,6 +86,13 @@ impl Store {
         s
     }
 
+    /// The same connection with no key prefix (keys shared by every attempt of a job).
+    pub fn unprefixed(&self) -> Store {
+        let mut s = self.clone();
+        s.prefix.clear();
+        s
+    }
+
     /// Default timeout of blocking calls.
     pub fn timeout(&self) -> Duration {
         self.timeout

@@ -1,0 +1,16 @@
+//! Data-parallel training (DI-engine's `multi_gpu`, torch's DDP) on drill-comm.
+//!
+//! - [`GradSync`]: the DDP wrapper. A [`Trainer`](crate::optim::Trainer) made distributed
+//!   with [`Trainer::distribute`](crate::optim::Trainer::distribute) starts equal on every
+//!   rank (rank 0's parameters are broadcast) and averages gradients in buckets after every
+//!   backward, before its optimizer step.
+//! - [`DistributedSampler`]: disjoint dataset shards per rank.
+//!
+//! The rank-aware parts of the RL loop (per-rank seeds, global counters, evaluation on rank 0)
+//! live in [`crate::session`].
+
+mod grad_sync;
+mod sampler;
+
+pub use grad_sync::{DdpOptions, GradSync};
+pub use sampler::DistributedSampler;
