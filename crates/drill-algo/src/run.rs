@@ -100,7 +100,7 @@ pub enum TrainError {
     #[error(transparent)]
     Checkpoint(#[from] crate::checkpoint::CheckpointError),
     /// A collective failed (a rank died, timed out or disagreed).
-    #[error("distributed training: {0}")]
+    #[error(transparent)]
     Comm(#[from] drill_comm::CommError),
     /// Parameters are no longer identical across ranks.
     #[error(

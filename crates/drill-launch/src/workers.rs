@@ -195,11 +195,18 @@ pub fn run_round(
             join_pumps(&mut workers);
             return Ok(RoundEnd::Interrupted(sig as i32));
         }
-        let mut failure = None;
+        // A rank killed by a signal is the cause; ranks that exited with an error in the same
+        // pass are usually reporting it (their peer is gone), so the signal wins.
+        let mut failure: Option<Failure> = None;
         for w in workers.iter_mut().filter(|w| w.status.is_none()) {
             if let Ok(Some(s)) = w.child.try_wait() {
                 w.status = Some(s);
-                if !s.success() && failure.is_none() {
+                let killed = s.signal().is_some();
+                let better = match &failure {
+                    None => true,
+                    Some(f) => killed && f.status.is_some_and(|fs| fs.signal().is_none()),
+                };
+                if !s.success() && better {
                     failure = Some(Failure {
                         rank: Some(w.rank),
                         node_rank: p.node_rank,

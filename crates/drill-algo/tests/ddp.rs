@@ -1,0 +1,432 @@
+//! DDP against one process, with real ranks on 127.0.0.1 (this binary re-run as each rank).
+//!
+//! `cargo test --release -p drill-algo --test ddp [FILTER]`.
+//! - 2 ranks × batch B give the parameters of 1 rank × batch 2B (DQN and PPO losses, and
+//!   gradient accumulation with `backward_no_sync`).
+//! - Each rank collects with its own seeds.
+//! - Diverging parameters are caught, naming the tensor and the rank.
+
+use std::time::{Duration, Instant};
+
+use burn::tensor::{Device, Tensor, TensorData};
+use drill_algo::data::Batch;
+use drill_algo::ddp::DdpOptions;
+use drill_algo::dqn::DqnLearner;
+use drill_algo::nets::{ActorCritic, QNet};
+use drill_algo::optim::Trainer;
+use drill_algo::ppo::{Rollout, minibatch_update};
+use drill_algo::session::Session;
+use drill_algo::{NullReporter, RunContext, TrainError};
+use drill_comm::ProcessGroup;
+use drill_comm::spawn::{RankOutput, Spawn};
+use drill_config::{Config, DqnPolicy, Policy, PpoPolicy};
+use drill_env::ActionSpace;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+const B: usize = 16;
+const STEPS: usize = 4;
+
+fn main() {
+    if let Ok(child) = std::env::var("DRILL_TEST_CHILD") {
+        let pg = ProcessGroup::from_env().expect("init");
+        let r = std::panic::catch_unwind(|| run_child(&child, pg));
+        std::process::exit(if r.is_ok() { 0 } else { 1 });
+    }
+    let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let scenarios: [(&str, fn()); 5] = [
+        (
+            "dqn_two_ranks_equal_one_rank_with_the_whole_batch",
+            dqn_equivalence,
+        ),
+        (
+            "ppo_two_ranks_equal_one_rank_with_the_whole_batch",
+            ppo_equivalence,
+        ),
+        (
+            "no_sync_accumulation_equals_the_whole_batch",
+            no_sync_equivalence,
+        ),
+        ("each_rank_collects_with_its_own_seeds", seeds_differ),
+        ("diverged_parameters_are_named", divergence_named),
+    ];
+    let mut failed = 0;
+    for (name, f) in scenarios {
+        if filter.as_deref().is_some_and(|flt| !name.contains(flt)) {
+            continue;
+        }
+        let t = Instant::now();
+        let ok = std::panic::catch_unwind(f).is_ok();
+        println!(
+            "test {name} ... {} ({:.1} s)",
+            if ok { "ok" } else { "FAILED" },
+            t.elapsed().as_secs_f64()
+        );
+        failed += usize::from(!ok);
+    }
+    if failed > 0 {
+        println!("{failed} DDP scenario(s) failed");
+        std::process::exit(1);
+    }
+}
+
+fn two_ranks(child: &str) -> Vec<RankOutput> {
+    let outs = Spawn::current_exe(2)
+        .env("DRILL_TEST_CHILD", child)
+        .timeout(Duration::from_secs(120))
+        .run()
+        .unwrap();
+    for o in &outs {
+        assert!(
+            o.success(),
+            "rank {} failed: {}\n{}",
+            o.rank,
+            o.stdout,
+            o.stderr
+        );
+    }
+    outs
+}
+
+/// The values printed after `key=` by a child, as f32 bit patterns.
+fn printed(out: &RankOutput, key: &str) -> Vec<f32> {
+    let line = out
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key}= in {}", out.stdout));
+    line.split(',')
+        .map(|h| f32::from_bits(u32::from_str_radix(h, 16).unwrap()))
+        .collect()
+}
+
+fn print(key: &str, v: &[f32]) {
+    let hex: Vec<String> = v.iter().map(|x| format!("{:08x}", x.to_bits())).collect();
+    println!("{key}={}", hex.join(","));
+}
+
+fn assert_close(got: &[f32], want: &[f32], what: &str) {
+    assert_eq!(got.len(), want.len());
+    let diff: f64 = got
+        .iter()
+        .zip(want)
+        .map(|(a, b)| f64::from(a - b).powi(2))
+        .sum::<f64>()
+        .sqrt();
+    let norm: f64 = want
+        .iter()
+        .map(|b| f64::from(*b).powi(2))
+        .sum::<f64>()
+        .sqrt();
+    let rel = diff / norm;
+    assert!(rel <= 1e-5, "{what}: relative error {rel:e}");
+    println!("  {what}: relative error {rel:.2e}");
+}
+
+// ------------------------------------------------------------------ DQN
+
+fn dqn_batch(k: usize) -> Batch {
+    let mut rng = ChaCha8Rng::seed_from_u64(100 + k as u64);
+    let n = 2 * B;
+    Batch {
+        obs: (0..n * 4).map(|_| rng.random_range(-1.0..1.0)).collect(),
+        next_obs: (0..n * 4).map(|_| rng.random_range(-1.0..1.0)).collect(),
+        actions: (0..n).map(|_| rng.random_range(0..2)).collect(),
+        rewards: (0..n).map(|_| rng.random_range(0.0..1.0)).collect(),
+        dones: (0..n).map(|i| f32::from(u8::from(i % 5 == 0))).collect(),
+        discounts: vec![0.97; n],
+        weights: vec![1.0; n],
+        indices: (0..n).collect(),
+    }
+}
+
+/// Rows `rows` of `b`.
+fn half(b: &Batch, rank: usize) -> Batch {
+    let rows = rank * B..(rank + 1) * B;
+    let r4 = rows.start * 4..rows.end * 4;
+    Batch {
+        obs: b.obs[r4.clone()].to_vec(),
+        next_obs: b.next_obs[r4].to_vec(),
+        actions: b.actions[rows.clone()].to_vec(),
+        rewards: b.rewards[rows.clone()].to_vec(),
+        dones: b.dones[rows.clone()].to_vec(),
+        discounts: b.discounts[rows.clone()].to_vec(),
+        weights: b.weights[rows.clone()].to_vec(),
+        indices: b.indices[rows].to_vec(),
+    }
+}
+
+fn dqn_learner() -> DqnLearner {
+    let device = Device::flex();
+    device.seed(1);
+    let mut p = DqnPolicy::default();
+    p.learn.target_update_freq = 2;
+    let net = QNet::new(4, &[32, 16], 2, true, &device.clone().autodiff());
+    DqnLearner::new(net, &p, 4, &device)
+}
+
+fn dqn_equivalence() {
+    let mut one = dqn_learner();
+    for k in 0..STEPS {
+        one.update(&dqn_batch(k), None).unwrap();
+    }
+    let outs = two_ranks("dqn");
+    for o in &outs {
+        assert_close(
+            &printed(o, "params"),
+            &one.online.params,
+            &format!("DQN rank {}", o.rank),
+        );
+    }
+    assert_eq!(
+        printed(&outs[0], "params"),
+        printed(&outs[1], "params"),
+        "bit-identical ranks"
+    );
+}
+
+// ------------------------------------------------------------------ PPO
+
+fn ppo_policy() -> (Config, PpoPolicy) {
+    let cfg = Config::parse(
+        "[env]\nid = \"CartPole-v1\"\n[policy]\ntype = \"ppo\"\n[policy.model]\nencoder_hidden_size_list = [32, 32]\n[policy.learn]\nadv_norm = false\ngrad_clip_value = 0.5\n",
+        "t.toml",
+        &[],
+    )
+    .unwrap();
+    let Policy::Ppo(p) = cfg.policy.clone() else {
+        unreachable!()
+    };
+    (cfg, p)
+}
+
+fn ppo_trainer() -> Trainer<ActorCritic> {
+    let (cfg, p) = ppo_policy();
+    let device = Device::flex();
+    device.seed(2);
+    Trainer::new(
+        drill_algo::ppo::build_agent(&cfg, &p, &device.autodiff()).unwrap(),
+        1e-5,
+    )
+}
+
+struct RolloutData {
+    obs: Vec<f32>,
+    actions: Vec<f32>,
+    logp: Vec<f32>,
+    adv: Vec<f32>,
+    returns: Vec<f32>,
+    values: Vec<f32>,
+}
+
+fn ppo_rollout(k: usize) -> RolloutData {
+    let mut rng = ChaCha8Rng::seed_from_u64(200 + k as u64);
+    let n = 2 * B;
+    RolloutData {
+        obs: (0..n * 4).map(|_| rng.random_range(-1.0..1.0)).collect(),
+        actions: (0..n)
+            .map(|_| f32::from(rng.random_range(0u8..2)))
+            .collect(),
+        logp: (0..n).map(|_| rng.random_range(-1.2..-0.3)).collect(),
+        adv: (0..n).map(|_| rng.random_range(-1.0..1.0)).collect(),
+        returns: (0..n).map(|_| rng.random_range(0.0..2.0)).collect(),
+        values: (0..n).map(|_| rng.random_range(0.0..2.0)).collect(),
+    }
+}
+
+fn ppo_steps(trainer: &mut Trainer<ActorCritic>, rows: std::ops::Range<usize>) {
+    let (_, p) = ppo_policy();
+    let ad = Device::flex().autodiff();
+    let mb: Vec<usize> = rows.collect();
+    for k in 0..STEPS {
+        let d = ppo_rollout(k);
+        let r = Rollout {
+            obs: &d.obs,
+            actions: &d.actions,
+            logp: &d.logp,
+            adv: &d.adv,
+            returns: &d.returns,
+            values: &d.values,
+            obs_dim: 4,
+            act_dim: 1,
+        };
+        minibatch_update(trainer, &p, &ActionSpace::Discrete(2), &ad, &mb, &r, 3e-3).unwrap();
+    }
+}
+
+fn ppo_equivalence() {
+    let mut one = ppo_trainer();
+    ppo_steps(&mut one, 0..2 * B);
+    let outs = two_ranks("ppo");
+    for o in &outs {
+        assert_close(
+            &printed(o, "params"),
+            &one.params,
+            &format!("PPO rank {}", o.rank),
+        );
+    }
+    assert_eq!(
+        printed(&outs[0], "params"),
+        printed(&outs[1], "params"),
+        "bit-identical ranks"
+    );
+}
+
+// ------------------------------------------------------------------ no_sync
+
+/// Mean squared Q error of `rows` of batch `k` (a simple differentiable loss).
+fn q_loss(trainer: &Trainer<QNet>, k: usize, rows: std::ops::Range<usize>) -> Tensor<1> {
+    let b = dqn_batch(k);
+    let n = rows.len();
+    let ad = Device::flex().autodiff();
+    let x = Tensor::<2>::from_data(
+        TensorData::new(b.obs[rows.start * 4..rows.end * 4].to_vec(), [n, 4]),
+        &ad,
+    );
+    let y = Tensor::<2>::from_data(
+        TensorData::new(
+            b.rewards[rows.clone()]
+                .iter()
+                .flat_map(|&r| [r, -r])
+                .collect::<Vec<_>>(),
+            [n, 2],
+        ),
+        &ad,
+    );
+    (trainer.model().forward(x) - y).square().mean()
+}
+
+fn q_trainer() -> Trainer<QNet> {
+    let device = Device::flex();
+    device.seed(3);
+    Trainer::new(QNet::new(4, &[16], 2, false, &device.autodiff()), 1e-8)
+}
+
+fn accumulate_steps(t: &mut Trainer<QNet>, rows: std::ops::Range<usize>) -> Result<(), TrainError> {
+    for step in 0..2 {
+        let l = q_loss(t, 2 * step, rows.clone());
+        t.backward_no_sync(l);
+        let l = q_loss(t, 2 * step + 1, rows.clone());
+        t.backward(l)?;
+        t.step(1e-2, 0.0)?;
+    }
+    Ok(())
+}
+
+fn no_sync_equivalence() {
+    let mut one = q_trainer();
+    accumulate_steps(&mut one, 0..2 * B).unwrap();
+    let outs = two_ranks("no_sync");
+    for o in &outs {
+        assert_close(
+            &printed(o, "params"),
+            &one.params,
+            &format!("no_sync rank {}", o.rank),
+        );
+    }
+}
+
+// ------------------------------------------------------------------ seeds, divergence
+
+fn seeds_differ() {
+    let outs = two_ranks("seeds");
+    let (a, b) = (printed(&outs[0], "obs"), printed(&outs[1], "obs"));
+    assert_ne!(a, b, "ranks must not collect the same data");
+    // Rank 0 collects exactly what a single process with the same seed collects.
+    let cfg = Config::parse("[env]\nid = \"CartPole-v1\"\n", "t.toml", &[]).unwrap();
+    let mut reporter = NullReporter;
+    let ctx = RunContext {
+        device: Device::flex(),
+        reporter: &mut reporter,
+        resume: None,
+        dist: None,
+        restarts: 0,
+    };
+    let s = Session::new(&cfg, &ctx, "test").unwrap();
+    assert_eq!(a, s.venv.obs(), "rank 0 = single process");
+}
+
+fn divergence_named() {
+    let outs = two_ranks("diverge");
+    for o in &outs {
+        assert!(
+            o.stdout.contains("differs between rank 0 and rank 1"),
+            "{}",
+            o.stdout
+        );
+    }
+}
+
+// ------------------------------------------------------------------ children
+
+fn run_child(name: &str, pg: ProcessGroup) {
+    let rank = pg.rank();
+    match name {
+        "dqn" => {
+            let mut l = dqn_learner();
+            l.distribute(pg, DdpOptions::default()).unwrap();
+            for k in 0..STEPS {
+                l.update(&half(&dqn_batch(k), rank), None).unwrap();
+            }
+            print("params", &l.online.params);
+        }
+        "ppo" => {
+            let mut t = ppo_trainer();
+            // Tiny buckets: several all-reduces in flight per backward.
+            let opts = DdpOptions {
+                bucket_cap_mb: 0.004,
+                first_bucket_mb: 0.001,
+                check_every: 1,
+            };
+            t.distribute(pg, opts).unwrap();
+            assert!(t.sync.as_ref().unwrap().bucket_sizes().len() > 2);
+            ppo_steps(&mut t, rank * B..(rank + 1) * B);
+            print("params", &t.params);
+        }
+        "no_sync" => {
+            let mut t = q_trainer();
+            t.distribute(pg, DdpOptions::default()).unwrap();
+            accumulate_steps(&mut t, rank * B..(rank + 1) * B).unwrap();
+            print("params", &t.params);
+        }
+        "seeds" => {
+            let cfg = Config::parse(
+                "[env]\nid = \"CartPole-v1\"\n[policy]\ntype = \"dqn\"\nmulti_gpu = true\n",
+                "t.toml",
+                &[],
+            )
+            .unwrap();
+            let mut reporter = NullReporter;
+            let ctx = RunContext {
+                device: Device::flex(),
+                reporter: &mut reporter,
+                resume: None,
+                dist: Some(pg),
+                restarts: 0,
+            };
+            let s = Session::new(&cfg, &ctx, "test").unwrap();
+            assert_eq!((s.rank(), s.world_size()), (rank, 2));
+            print("obs", s.venv.obs());
+        }
+        "diverge" => {
+            let mut t = q_trainer();
+            t.distribute(pg.clone(), DdpOptions::default()).unwrap();
+            let sync = t.sync.as_ref().unwrap();
+            sync.check_params(&t.params).unwrap();
+            if rank == 1 {
+                let second = t.layout.slots[1].offset;
+                t.params[second] += 1e-3;
+            }
+            let e = t
+                .sync
+                .as_ref()
+                .unwrap()
+                .check_params(&t.params)
+                .unwrap_err();
+            assert!(matches!(&e, TrainError::Diverged { rank: 1, .. }), "{e}");
+            assert!(e.to_string().contains(&t.layout.slots[1].name), "{e}");
+            println!("{e}");
+        }
+        other => panic!("unknown child {other}"),
+    }
+}

@@ -1,0 +1,158 @@
+//! `drill train --nproc-per-node`: data-parallel training end to end on 127.0.0.1 — the DDP
+//! config reaches its stop value with bit-identical parameters on every rank, a killed rank
+//! fails the job fast naming it, and with `--max-restarts` the job resumes from its newest
+//! checkpoint in the same folder.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn drill() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_drill"));
+    c.env_remove("RANK").env_remove("WORLD_SIZE");
+    c
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn result(dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("result.json")).unwrap()).unwrap()
+}
+
+#[test]
+fn cartpole_dqn_ddp_reaches_its_stop_value_with_identical_parameters_on_both_ranks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let exp = tmp.path().join("run");
+    let out = drill()
+        .arg("train")
+        .arg(repo().join("configs/cartpole_dqn_ddp.toml"))
+        .args(["--nproc-per-node", "2", "--quiet", "--exp-dir"])
+        .arg(&exp)
+        // Check bit-identical parameters across ranks after every optimizer step.
+        .args(["--set", "policy.ddp_check_every=1"])
+        .output()
+        .unwrap();
+    let log = text(&out);
+    assert!(out.status.success(), "{log}");
+    let r = result(&exp);
+    assert_eq!(r["stop_reached"], true, "{r}");
+    assert_eq!(r["world_size"], 2);
+    assert_eq!(r["restarts"], 0);
+    for rank in 0..2 {
+        let l = std::fs::read_to_string(exp.join(format!("logs/rank_{rank}.log"))).unwrap();
+        assert!(l.contains(&format!("rank {rank} of 2")), "{l}");
+    }
+    // One folder, written by rank 0 only.
+    assert!(!tmp.path().join("run_2").exists());
+}
+
+#[test]
+fn a_multi_gpu_config_alone_runs_as_world_size_1_and_a_plain_config_refuses_nproc() {
+    let tmp = tempfile::tempdir().unwrap();
+    let exp = tmp.path().join("alone");
+    let out = drill()
+        .arg("train")
+        .arg(repo().join("configs/cartpole_dqn_ddp.toml"))
+        .args(["--quiet", "--set", "max_env_step=200", "--exp-dir"])
+        .arg(&exp)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("world size 1"), "{}", text(&out));
+    assert_eq!(result(&exp)["world_size"], 1);
+
+    let out = drill()
+        .arg("train")
+        .arg(repo().join("configs/cartpole_dqn.toml"))
+        .args(["--nproc-per-node", "2"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out).contains("policy.multi_gpu"), "{}", text(&out));
+}
+
+/// `drill train --nproc-per-node 2` on a run that cannot reach its stop value before
+/// `max_env_step`, started in the background.
+fn long_run(exp: &Path, extra: &[&str]) -> Child {
+    drill()
+        .arg("train")
+        .arg(repo().join("configs/cartpole_dqn_ddp.toml"))
+        .args(["--nproc-per-node", "2", "--quiet", "--exp-dir"])
+        .arg(exp)
+        .args(["--set", "env.stop_value=1000", "--set", "max_env_step=5000"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// The pid of rank `rank` among `parent`'s children, once the ranks are training (their
+/// first checkpoint exists).
+fn rank_pid(parent: u32, rank: usize, exp: &Path) -> i32 {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(Instant::now() < deadline, "ranks never started training");
+        let children = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
+            .unwrap_or_default();
+        let ready = exp.join("ckpt/best.safetensors").is_file();
+        for pid in children.split_whitespace() {
+            let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            let is_rank = env
+                .split(|&b| b == 0)
+                .any(|v| v == format!("RANK={rank}").as_bytes());
+            if is_rank && ready {
+                return pid.parse().unwrap();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn killing_a_rank_fails_the_job_fast_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let exp = tmp.path().join("run");
+    let child = long_run(&exp, &[]);
+    let pid = rank_pid(child.id(), 1, &exp);
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let out = child.wait_with_output().unwrap();
+    let dt = t.elapsed();
+    let log = text(&out);
+    assert!(!out.status.success(), "{log}");
+    assert!(dt < Duration::from_secs(5), "took {dt:?}: {log}");
+    assert!(log.contains("rank 1"), "{log}");
+    assert!(log.contains("signal 9") || log.contains("SIGKILL"), "{log}");
+}
+
+#[test]
+fn with_max_restarts_a_killed_rank_is_restarted_and_the_run_resumes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let exp = tmp.path().join("run");
+    let child = long_run(&exp, &["--max-restarts", "1"]);
+    let pid = rank_pid(child.id(), 1, &exp);
+    std::thread::sleep(Duration::from_millis(800));
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let out = child.wait_with_output().unwrap();
+    let log = text(&out);
+    assert!(out.status.success(), "{log}");
+    assert!(log.contains("resuming from"), "{log}");
+    let r = result(&exp);
+    assert_eq!(r["restarts"], 1, "{r}");
+    assert_eq!(r["world_size"], 2);
+    assert!(r["env_steps"].as_u64().unwrap() >= 5000, "{r}");
+    // The same folder carried on: no second one was created.
+    assert!(!tmp.path().join("run_2").exists());
+}
