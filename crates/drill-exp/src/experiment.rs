@@ -20,9 +20,12 @@ pub struct Experiment {
     start: Instant,
     epoch: f64,
     last_latest: Option<Instant>,
+    latest_every: Duration,
 }
 
-/// `ckpt/latest.safetensors` is rewritten at most this often (`best` and `final` always are).
+/// `ckpt/latest.safetensors` is rewritten at most this often (`best` and `final` always are),
+/// unless the run can be restarted (`DRILL_MAX_RESTARTS` > 0, set by the launcher): then at
+/// every evaluation, so a restart loses as little as possible.
 const LATEST_EVERY: Duration = Duration::from_secs(10);
 
 /// `dir`, or `dir_2`, `dir_3`, … if it already holds files: a run never overwrites another.
@@ -98,6 +101,10 @@ impl Experiment {
             start: Instant::now(),
             epoch,
             last_latest: None,
+            latest_every: match std::env::var("DRILL_MAX_RESTARTS") {
+                Ok(v) if v.parse::<u64>().is_ok_and(|n| n > 0) => Duration::ZERO,
+                _ => LATEST_EVERY,
+            },
         })
     }
 
@@ -157,7 +164,11 @@ impl Reporter for Experiment {
         name: &str,
         build: &mut dyn FnMut() -> Checkpoint,
     ) -> Result<(), CheckpointError> {
-        if name == "latest" && self.last_latest.is_some_and(|t| t.elapsed() < LATEST_EVERY) {
+        if name == "latest"
+            && self
+                .last_latest
+                .is_some_and(|t| t.elapsed() < self.latest_every)
+        {
             return Ok(());
         }
         if name == "latest" {

@@ -123,6 +123,8 @@ pub fn run_round(
             .env("MASTER_PORT", p.master_port.to_string())
             .env("DRILL_RESTART_COUNT", restart.to_string())
             .env("TORCHELASTIC_RESTART_COUNT", restart.to_string())
+            .env("DRILL_MAX_RESTARTS", cfg.max_restarts.to_string())
+            .env("TORCHELASTIC_MAX_RESTARTS", cfg.max_restarts.to_string())
             .env("DRILL_RUN_ID", format!("{}-{restart}", cfg.rdzv_id))
             .env("DRILL_JOB_TOKEN", token)
             .env("DRILL_AGENT_STORE", "1")

@@ -82,8 +82,12 @@ impl<M: Module> Trainer<M> {
         let add = std::mem::take(&mut self.accumulated);
         for i in (0..self.layout.slots.len()).rev() {
             self.layout.read_grad(i, &mut grads, &mut self.grads, add);
-            if let Some(sync) = &mut self.sync {
-                sync.slot_ready(i, &self.grads);
+            if let Some(sync) = &mut self.sync
+                && let Err(e) = sync.slot_ready(i, &mut self.grads)
+            {
+                // Collect the buckets already in flight before reporting.
+                let _ = sync.finish(&mut self.grads);
+                return Err(e);
             }
         }
         match &mut self.sync {
