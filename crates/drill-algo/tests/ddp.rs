@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use burn::tensor::{Device, Tensor, TensorData};
 use drill_algo::data::Batch;
-use drill_algo::ddp::DdpOptions;
+use drill_algo::ddp::{DdpOptions, SyncBatchNorm};
 use drill_algo::dqn::DqnLearner;
 use drill_algo::nets::{ActorCritic, QNet};
 use drill_algo::optim::Trainer;
@@ -34,7 +34,7 @@ fn main() {
         std::process::exit(if r.is_ok() { 0 } else { 1 });
     }
     let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
-    let scenarios: [(&str, fn()); 5] = [
+    let scenarios: [(&str, fn()); 6] = [
         (
             "dqn_two_ranks_equal_one_rank_with_the_whole_batch",
             dqn_equivalence,
@@ -49,6 +49,10 @@ fn main() {
         ),
         ("each_rank_collects_with_its_own_seeds", seeds_differ),
         ("diverged_parameters_are_named", divergence_named),
+        (
+            "sync_batch_norm_halves_equal_the_whole_batch",
+            sync_batch_norm,
+        ),
     ];
     let mut failed = 0;
     for (name, f) in scenarios {
@@ -357,6 +361,56 @@ fn divergence_named() {
     }
 }
 
+// ------------------------------------------------------------------ SyncBatchNorm
+
+fn bn_input(k: usize) -> Vec<f32> {
+    let mut rng = ChaCha8Rng::seed_from_u64(300 + k as u64);
+    (0..2 * B * 3)
+        .map(|_| rng.random_range(-2.0..5.0))
+        .collect()
+}
+
+/// Two training forwards of rows `rows` of two batches; the outputs and running statistics.
+fn bn_run(
+    pg: Option<&ProcessGroup>,
+    rows: std::ops::Range<usize>,
+) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let ad = Device::flex().autodiff();
+    let bn = SyncBatchNorm::new(3, &ad);
+    let mut out = Vec::new();
+    for k in 0..2 {
+        let x = bn_input(k)[rows.start * 3..rows.end * 3].to_vec();
+        let x = Tensor::<2>::from_data(TensorData::new(x, [rows.len(), 3]), &ad);
+        let y = bn.forward(x, pg).unwrap();
+        out.extend(y.into_data().try_to_vec::<f32>().unwrap());
+    }
+    let (m, v) = bn.running_stats();
+    (out, m, v)
+}
+
+fn sync_batch_norm() {
+    let (whole, mean, var) = bn_run(None, 0..2 * B);
+    let outs = two_ranks("sync_bn");
+    for o in &outs {
+        let r = o.rank;
+        let want: Vec<f32> = (0..2)
+            .flat_map(|k| {
+                whole[k * 2 * B * 3 + r * B * 3..k * 2 * B * 3 + (r + 1) * B * 3].to_vec()
+            })
+            .collect();
+        assert_close(
+            &printed(o, "out"),
+            &want,
+            &format!("SyncBatchNorm outputs, rank {r}"),
+        );
+        assert_close(&printed(o, "mean"), &mean, "running mean");
+        assert_close(&printed(o, "var"), &var, "running var");
+    }
+    // Without synchronisation the halves would be normalised differently.
+    let (alone, _, _) = bn_run(None, 0..B);
+    assert!(alone.iter().zip(&whole).any(|(a, b)| (a - b).abs() > 1e-3));
+}
+
 // ------------------------------------------------------------------ children
 
 fn run_child(name: &str, pg: ProcessGroup) {
@@ -426,6 +480,12 @@ fn run_child(name: &str, pg: ProcessGroup) {
             assert!(matches!(&e, TrainError::Diverged { rank: 1, .. }), "{e}");
             assert!(e.to_string().contains(&t.layout.slots[1].name), "{e}");
             println!("{e}");
+        }
+        "sync_bn" => {
+            let (out, mean, var) = bn_run(Some(&pg), rank * B..(rank + 1) * B);
+            print("out", &out);
+            print("mean", &mean);
+            print("var", &var);
         }
         other => panic!("unknown child {other}"),
     }

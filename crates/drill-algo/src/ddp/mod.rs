@@ -5,12 +5,15 @@
 //!   rank (rank 0's parameters are broadcast) and averages gradients in buckets after every
 //!   backward, before its optimizer step.
 //! - [`DistributedSampler`]: disjoint dataset shards per rank.
+//! - [`SyncBatchNorm`]: batch statistics over every rank's batch.
 //!
 //! The rank-aware parts of the RL loop (per-rank seeds, global counters, evaluation on rank 0)
 //! live in [`crate::session`].
 
 mod grad_sync;
 mod sampler;
+mod sync_batch_norm;
 
 pub use grad_sync::{DdpOptions, GradSync};
 pub use sampler::DistributedSampler;
+pub use sync_batch_norm::SyncBatchNorm;
