@@ -6,14 +6,17 @@
 //!   backward, before its optimizer step.
 //! - [`DistributedSampler`]: disjoint dataset shards per rank.
 //! - [`SyncBatchNorm`]: batch statistics over every rank's batch.
+//! - [`DataParallel`]: one process, several devices (batch split, gradients combined).
 //!
 //! The rank-aware parts of the RL loop (per-rank seeds, global counters, evaluation on rank 0)
 //! live in [`crate::session`].
 
+mod data_parallel;
 mod grad_sync;
 mod sampler;
 mod sync_batch_norm;
 
+pub use data_parallel::DataParallel;
 pub use grad_sync::{DdpOptions, GradSync};
 pub use sampler::DistributedSampler;
 pub use sync_batch_norm::SyncBatchNorm;
