@@ -260,16 +260,6 @@ impl DqnLearner {
     }
 }
 
-/// Rank 0's `local` decision, on every rank (the replay buffers fill alike but not in lock
-/// step when episodes end at different times).
-fn ready(s: &Session, local: bool) -> Result<bool, TrainError> {
-    let mut v = [u8::from(local)];
-    if let Some(pg) = s.dist() {
-        pg.broadcast(&mut v, 0)?;
-    }
-    Ok(v[0] == 1)
-}
-
 /// Train DQN as configured; stops at `env.stop_value`, `max_env_step` or `max_train_iter`.
 pub fn train(
     cfg: &Config,
@@ -372,9 +362,10 @@ pub fn train(
         s.collected(local)?;
 
         // ALGO: update_per_collect gradient steps on uniform (or prioritized) minibatches,
-        // pausing at an evaluation boundary as DI-engine's learner does. Under DDP every rank
-        // decides alike (rank 0's buffer fill), so all run the same number of updates.
-        if ready(&s, buffer.len() >= learning_starts)? {
+        // pausing at an evaluation boundary as DI-engine's learner does. Under DDP rank 0's
+        // buffer decides (buffers fill alike but not in lock step when n-step episodes end at
+        // different times), so all ranks run the same number of updates.
+        if s.rank0_decides(buffer.len() >= learning_starts)? {
             let mut stats = UpdateStats::default();
             for _ in 0..p.learn.update_per_collect {
                 buffer.sample(batch_size, rb.priority_beta, &mut s.rng, &mut batch);

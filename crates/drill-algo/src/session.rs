@@ -234,14 +234,20 @@ impl Session {
 
     /// `max_env_step` or `max_train_iter` is reached: decided on rank 0 and broadcast.
     pub fn limits_reached(&self, cfg: &Config, iters: u64) -> Result<bool, TrainError> {
-        let mut stop = [u8::from(
+        self.rank0_decides(
             cfg.max_env_step.is_some_and(|m| self.env_steps >= m)
                 || cfg.max_train_iter.is_some_and(|m| iters >= m),
-        )];
+        )
+    }
+
+    /// Rank 0's `local` decision, on every rank, so control flow that runs collectives never
+    /// branches differently across ranks.
+    pub fn rank0_decides(&self, local: bool) -> Result<bool, TrainError> {
+        let mut v = [u8::from(local)];
         if let Some(pg) = &self.dist {
-            pg.broadcast(&mut stop, 0)?;
+            pg.broadcast(&mut v, 0)?;
         }
-        Ok(stop[0] == 1)
+        Ok(v[0] == 1)
     }
 
     /// Seconds since the session started.
