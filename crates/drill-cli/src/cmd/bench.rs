@@ -24,6 +24,8 @@ pub enum Target {
     Learner,
     /// Collectives, verified then timed; run under `drill launch` (or mpirun).
     Comm,
+    /// Task runtime: overhead per step of 5 no-op middlewares, with and without the StepTimer.
+    Task,
     /// DQN update on DI-engine's CartPole net alone and with DDP gradient averaging across
     /// the job's ranks: the sync overhead. Run under `drill launch --nproc-per-node 2`.
     Ddp,
@@ -164,6 +166,45 @@ fn ddp_bench(report: &Report, iters: Option<usize>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Per-step cost of the task runtime itself: 5 middlewares that do nothing.
+fn task_bench(report: &Report, iters: Option<usize>) {
+    use drill_task::{Middleware, OnlineRLContext, Task, TaskError, TaskHandle};
+    struct Noop;
+    impl Middleware<OnlineRLContext> for Noop {
+        fn name(&self) -> String {
+            "noop".into()
+        }
+        fn forward(&mut self, _: &mut OnlineRLContext, _: &TaskHandle) -> Result<(), TaskError> {
+            Ok(())
+        }
+    }
+    let n = iters.unwrap_or(1_000_000) as u64;
+    for timed in [false, true] {
+        let mut task = Task::<OnlineRLContext>::new();
+        if timed {
+            task.step_timer(0);
+        }
+        for _ in 0..5 {
+            task.use_mw(Noop);
+        }
+        let t = Instant::now();
+        task.run(Some(n)).expect("no-op middlewares cannot fail");
+        let us = t.elapsed().as_secs_f64() * 1e6 / n as f64;
+        let (case, note) = if timed {
+            (
+                "task-step-5-noop-timed",
+                "5 no-op middlewares, StepTimer on; mean per step",
+            )
+        } else {
+            (
+                "task-step-5-noop",
+                "5 no-op middlewares (forward + backward + renew); mean per step",
+            )
+        };
+        report.row(case, "us", us, n as usize, note);
+    }
+}
+
 /// Run the selected benchmarks.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let report = Report { json: args.json };
@@ -171,6 +212,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     match args.target {
         Target::Env => env_bench(&report, &want, args.iters),
         Target::Ddp => return ddp_bench(&report, args.iters),
+        Target::Task => task_bench(&report, args.iters),
         Target::Learner => learner_bench(&report, &want, args.iters),
         Target::Comm => {
             return super::comm_bench::run(

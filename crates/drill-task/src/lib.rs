@@ -1,0 +1,28 @@
+//! The task runtime (DI-engine's `ding.framework`): a [`Task`] runs a pipeline of
+//! [`Middleware`] once per step over a fresh [`Context`] (with the fields marked to keep carried
+//! over), times each middleware ([`StepTimer`]), carries [`Labels`] that decide what runs where,
+//! and an [`EventBus`] for `emit` / `on` / `once` / `off` / `wait_for`.
+//!
+//! A middleware's `forward` is the code before DI-engine's `yield` (run in registration order),
+//! its `backward` the code after it (run in reverse order):
+//!
+//! ```
+//! use drill_task::{Task, OnlineRLContext};
+//! let mut task = Task::<OnlineRLContext>::new();
+//! task.use_fn("collect", |ctx, _| { ctx.env_step += 8; Ok(()) });
+//! task.use_fn("train", |ctx, _| { ctx.train_iter += 1; Ok(()) });
+//! let ctx = task.run(Some(3)).unwrap();
+//! assert_eq!((ctx.env_step, ctx.train_iter), (24, 3));
+//! ```
+
+mod ctx;
+mod events;
+mod labels;
+mod task;
+mod timer;
+
+pub use ctx::{Context, Extensions, OnlineRLContext};
+pub use events::{Event, EventBus, HandlerId};
+pub use labels::Labels;
+pub use task::{Middleware, Task, TaskError, TaskHandle};
+pub use timer::{StepTimer, TimerStats};

@@ -1,0 +1,414 @@
+//! [`Task`]: runs the middleware pipeline step by step; [`TaskHandle`]: what a middleware can
+//! reach (finish, events, labels).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::ctx::Context;
+use crate::events::{Event, EventBus, HandlerId};
+use crate::labels::Labels;
+use crate::timer::{Clock, StepTimer};
+
+/// Why a task stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum TaskError {
+    /// A middleware failed.
+    #[error("middleware '{middleware}' ({phase}) at step {step}: {detail}")]
+    Middleware {
+        /// Its name.
+        middleware: String,
+        /// `forward` or `backward`.
+        phase: &'static str,
+        /// The task step.
+        step: u64,
+        /// What it said.
+        detail: String,
+    },
+    /// `wait_for` saw no event in time.
+    #[error("wait_for({event:?}) got nothing within {timeout:?}")]
+    Timeout {
+        /// The awaited event.
+        event: String,
+        /// The limit.
+        timeout: Duration,
+    },
+    /// A payload could not be encoded or decoded.
+    #[error("event {event:?}: payload {detail}")]
+    Payload {
+        /// The event.
+        event: String,
+        /// The serde error.
+        detail: String,
+    },
+    /// A middleware's own error.
+    #[error("{0}")]
+    Msg(String),
+}
+
+impl TaskError {
+    /// An error with a message, for middlewares.
+    pub fn msg(s: impl Into<String>) -> Self {
+        TaskError::Msg(s.into())
+    }
+}
+
+/// One stage of the pipeline. `forward` is DI-engine's code before `yield` (registration
+/// order), `backward` the code after it (reverse order).
+pub trait Middleware<C>: Send {
+    /// Name for timing and errors.
+    fn name(&self) -> String;
+    /// Before the rest of the pipeline.
+    fn forward(&mut self, ctx: &mut C, task: &TaskHandle) -> Result<(), TaskError>;
+    /// After the rest of the pipeline.
+    fn backward(&mut self, _ctx: &mut C, _task: &TaskHandle) -> Result<(), TaskError> {
+        Ok(())
+    }
+}
+
+struct FnMiddleware<F> {
+    name: String,
+    f: F,
+}
+
+impl<C, F> Middleware<C> for FnMiddleware<F>
+where
+    F: FnMut(&mut C, &TaskHandle) -> Result<(), TaskError> + Send,
+{
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+    fn forward(&mut self, ctx: &mut C, task: &TaskHandle) -> Result<(), TaskError> {
+        (self.f)(ctx, task)
+    }
+}
+
+/// What middlewares reach: the finish flag, events and labels. Cheap to clone.
+#[derive(Clone)]
+pub struct TaskHandle {
+    finish: Arc<AtomicBool>,
+    step: Arc<AtomicU64>,
+    events: EventBus,
+    labels: Arc<RwLock<Labels>>,
+}
+
+impl TaskHandle {
+    /// End the task after the current step (DI-engine's `task.finish = True`).
+    pub fn finish(&self) {
+        self.finish.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether [`Self::finish`] was called.
+    pub fn finished(&self) -> bool {
+        self.finish.load(Ordering::SeqCst)
+    }
+
+    /// The current step (0-based).
+    pub fn step(&self) -> u64 {
+        self.step.load(Ordering::Relaxed)
+    }
+
+    /// The event bus.
+    pub fn events(&self) -> &EventBus {
+        &self.events
+    }
+
+    /// Emit an event (see [`EventBus::emit`]).
+    pub fn emit<T: Serialize + ?Sized>(&self, name: &str, payload: &T) -> Result<(), TaskError> {
+        self.events.emit(name, payload)
+    }
+
+    /// Handle every later `name` event.
+    pub fn on(&self, name: &str, f: impl Fn(&Event) + Send + Sync + 'static) -> HandlerId {
+        self.events.on(name, f)
+    }
+
+    /// Handle the next `name` event.
+    pub fn once(&self, name: &str, f: impl Fn(&Event) + Send + Sync + 'static) -> HandlerId {
+        self.events.once(name, f)
+    }
+
+    /// Remove a handler.
+    pub fn off(&self, id: HandlerId) -> bool {
+        self.events.off(id)
+    }
+
+    /// Wait for the next `name` event.
+    pub fn wait_for(&self, name: &str, timeout: Duration) -> Result<Event, TaskError> {
+        self.events.wait_for(name, timeout)
+    }
+
+    /// This process's labels.
+    pub fn labels(&self) -> Labels {
+        self.labels
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Whether every glob pattern matches one of this process's labels (a malformed pattern
+    /// is an error naming it).
+    pub fn match_labels<S: AsRef<str>>(&self, patterns: &[S]) -> Result<bool, TaskError> {
+        self.labels
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .matches(patterns)
+            .map_err(TaskError::Msg)
+    }
+}
+
+/// The pipeline and its context.
+pub struct Task<C: Context> {
+    mws: Vec<Box<dyn Middleware<C>>>,
+    handle: TaskHandle,
+    timer: Option<StepTimer>,
+    ctx: C,
+}
+
+impl<C: Context> Default for Task<C> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<C: Context> Task<C> {
+    /// A standalone task; labels `standalone` plus those in `DRILL_LABELS` (comma-separated).
+    pub fn new() -> Self {
+        let mut labels = Labels::new(["standalone"]);
+        if let Ok(list) = std::env::var("DRILL_LABELS") {
+            labels.extend_from_list(&list);
+        }
+        Self::with_labels(labels)
+    }
+
+    /// A task with exactly `labels`.
+    pub fn with_labels(labels: Labels) -> Self {
+        Self {
+            mws: Vec::new(),
+            handle: TaskHandle {
+                finish: Arc::default(),
+                step: Arc::default(),
+                events: EventBus::default(),
+                labels: Arc::new(RwLock::new(labels)),
+            },
+            timer: None,
+            ctx: C::default(),
+        }
+    }
+
+    /// Append a middleware (DI-engine's `task.use`).
+    pub fn use_mw(&mut self, m: impl Middleware<C> + 'static) -> &mut Self {
+        self.mws.push(Box::new(m));
+        self
+    }
+
+    /// Append a closure as a forward-only middleware.
+    pub fn use_fn(
+        &mut self,
+        name: &str,
+        f: impl FnMut(&mut C, &TaskHandle) -> Result<(), TaskError> + Send + 'static,
+    ) -> &mut Self {
+        self.use_mw(FnMiddleware {
+            name: name.to_string(),
+            f,
+        })
+    }
+
+    /// Time every middleware (the `StepTimer` wrapper); log a table every `print_every` steps
+    /// (0: only read it with [`Self::timer`]).
+    pub fn step_timer(&mut self, print_every: u64) -> &mut Self {
+        self.timer = Some(StepTimer::new(print_every));
+        self
+    }
+
+    /// The timings, when enabled.
+    pub fn timer(&self) -> Option<&StepTimer> {
+        self.timer.as_ref()
+    }
+
+    /// What middlewares get: finish, events, labels.
+    pub fn handle(&self) -> &TaskHandle {
+        &self.handle
+    }
+
+    /// The current context.
+    pub fn ctx(&self) -> &C {
+        &self.ctx
+    }
+
+    /// Run one step: every `forward` in order, then every `backward` in reverse order.
+    pub fn step(&mut self) -> Result<(), TaskError> {
+        let step = self.handle.step();
+        // Names are read once per newly added middleware, not every step.
+        if let Some(t) = &mut self.timer
+            && t.stats().len() != self.mws.len()
+        {
+            t.ensure(self.mws.iter().map(|m| m.name()));
+        }
+        let h = &self.handle;
+        let err = |m: &dyn Middleware<C>, phase, e: TaskError| TaskError::Middleware {
+            middleware: m.name(),
+            phase,
+            step,
+            detail: e.to_string(),
+        };
+        match &mut self.timer {
+            None => {
+                for m in self.mws.iter_mut() {
+                    m.forward(&mut self.ctx, h)
+                        .map_err(|e| err(m.as_ref(), "forward", e))?;
+                }
+                for m in self.mws.iter_mut().rev() {
+                    m.backward(&mut self.ctx, h)
+                        .map_err(|e| err(m.as_ref(), "backward", e))?;
+                }
+            }
+            Some(timer) => {
+                for (k, m) in self.mws.iter_mut().enumerate() {
+                    let c = Clock::start();
+                    m.forward(&mut self.ctx, h)
+                        .map_err(|e| err(m.as_ref(), "forward", e))?;
+                    timer.record(k, c.spent(), true);
+                }
+                for (k, m) in self.mws.iter_mut().enumerate().rev() {
+                    let c = Clock::start();
+                    m.backward(&mut self.ctx, h)
+                        .map_err(|e| err(m.as_ref(), "backward", e))?;
+                    timer.record(k, c.spent(), false);
+                }
+                timer.end_step();
+            }
+        }
+        self.handle.step.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Run steps until a middleware calls `finish` or `max_step` steps ran; each step starts
+    /// from the renewed context of the last. Returns the last context.
+    pub fn run(&mut self, max_step: Option<u64>) -> Result<C, TaskError> {
+        let mut first = true;
+        while !self.handle.finished() && max_step.is_none_or(|m| self.handle.step() < m) {
+            if !first {
+                self.ctx.renew();
+            }
+            first = false;
+            self.step()?;
+        }
+        Ok(std::mem::take(&mut self.ctx))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::OnlineRLContext;
+    use std::sync::Mutex;
+
+    struct Trace {
+        name: &'static str,
+        log: Arc<Mutex<Vec<String>>>,
+    }
+
+    impl Middleware<OnlineRLContext> for Trace {
+        fn name(&self) -> String {
+            self.name.into()
+        }
+        fn forward(&mut self, _: &mut OnlineRLContext, _: &TaskHandle) -> Result<(), TaskError> {
+            self.log.lock().unwrap().push(format!("{}>", self.name));
+            Ok(())
+        }
+        fn backward(&mut self, _: &mut OnlineRLContext, _: &TaskHandle) -> Result<(), TaskError> {
+            self.log.lock().unwrap().push(format!("<{}", self.name));
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn forward_in_order_backward_reversed() {
+        let log = Arc::new(Mutex::new(vec![]));
+        let mut task = Task::<OnlineRLContext>::new();
+        for name in ["a", "b", "c"] {
+            task.use_mw(Trace {
+                name,
+                log: log.clone(),
+            });
+        }
+        task.run(Some(1)).unwrap();
+        assert_eq!(*log.lock().unwrap(), ["a>", "b>", "c>", "<c", "<b", "<a"]);
+    }
+
+    #[test]
+    fn kept_fields_survive_renew_and_the_rest_is_fresh() {
+        #[derive(Debug, PartialEq)]
+        struct Buffer(Vec<u32>);
+        struct Scratch;
+        let mut task = Task::<OnlineRLContext>::new();
+        task.use_fn("collect", |ctx, _| {
+            assert!(ctx.ext.get::<Scratch>().is_none(), "step data is fresh");
+            assert_eq!(ctx.eval_value, None);
+            ctx.env_step += 8;
+            ctx.ext.insert(Scratch);
+            match ctx.ext.get_mut::<Buffer>() {
+                Some(b) => b.0.push(1),
+                None => ctx.ext.keep(Buffer(vec![1])),
+            }
+            Ok(())
+        });
+        task.use_fn("eval", |ctx, task| {
+            ctx.eval_value = Some(1.0);
+            ctx.last_eval_value = Some(ctx.env_step as f64);
+            if ctx.env_step >= 32 {
+                task.finish();
+            }
+            Ok(())
+        });
+        let mut ctx = task.run(None).unwrap();
+        assert_eq!(ctx.env_step, 32);
+        assert_eq!(
+            ctx.total_step, 3,
+            "renewed three times after the first step"
+        );
+        assert_eq!(ctx.last_eval_value, Some(32.0));
+        assert_eq!(ctx.ext.remove::<Buffer>(), Some(Buffer(vec![1, 1, 1, 1])));
+    }
+
+    #[test]
+    fn errors_name_the_middleware_and_step_and_timer_reads_back() {
+        let mut task = Task::<OnlineRLContext>::new();
+        task.step_timer(0);
+        task.use_fn("sleepy", |_, _| {
+            std::thread::sleep(Duration::from_millis(2));
+            Ok(())
+        });
+        task.use_fn("fails", |_, task| {
+            if task.step() == 2 {
+                return Err(TaskError::msg("replay buffer empty"));
+            }
+            Ok(())
+        });
+        let e = task.run(Some(10)).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "middleware 'fails' (forward) at step 2: replay buffer empty"
+        );
+        let t = task.timer().unwrap().get("sleepy").unwrap();
+        assert_eq!(t.steps, 2);
+        assert!(t.last_ms >= 2.0 && t.mean_ms >= 2.0, "{t:?}");
+    }
+
+    #[test]
+    fn labels_reach_middlewares() {
+        let mut task = Task::<OnlineRLContext>::with_labels(Labels::new(["distributed", "node.1"]));
+        task.use_fn("evaluator", |ctx, task| {
+            if task.match_labels(&["node.1"])? {
+                ctx.eval_value = Some(1.0);
+            }
+            assert!(!task.match_labels(&["node.0"])?);
+            Ok(())
+        });
+        let ctx = task.run(Some(1)).unwrap();
+        assert_eq!(ctx.eval_value, Some(1.0));
+    }
+}
