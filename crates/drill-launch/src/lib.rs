@@ -46,6 +46,8 @@ pub struct LaunchConfig {
     pub program: String,
     /// Its arguments.
     pub args: Vec<String>,
+    /// Extra environment variables for every worker.
+    pub env: Vec<(String, String)>,
 }
 
 /// Errors that stop the launcher itself (not a worker's failure).

@@ -128,6 +128,7 @@ pub fn run_round(
             .env("DRILL_RUN_ID", format!("{}-{restart}", cfg.rdzv_id))
             .env("DRILL_JOB_TOKEN", token)
             .env("DRILL_AGENT_STORE", "1")
+            .envs(cfg.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());

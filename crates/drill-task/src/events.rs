@@ -3,8 +3,9 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex, RwLock, mpsc};
 use std::time::Duration;
+use std::time::Instant;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -42,11 +43,16 @@ struct Entry {
     f: Handler,
 }
 
-/// Named events with handlers; cheap to clone (clones share handlers).
+/// Named events with handlers; cheap to clone (clones share handlers). Under the Parallel
+/// runner, emitted events also go to the other processes and theirs arrive here.
 #[derive(Clone, Default)]
 pub struct EventBus {
     handlers: Arc<Mutex<HashMap<String, Vec<Entry>>>>,
     next: Arc<AtomicU64>,
+    /// Sends emitted events to other processes.
+    remote: Arc<RwLock<Option<Handler>>>,
+    /// Set when a peer process is lost: waits fail instead of hanging.
+    lost: Arc<Mutex<Option<String>>>,
 }
 
 impl EventBus {
@@ -86,17 +92,45 @@ impl EventBus {
         self.lock().remove(name);
     }
 
-    /// Emit `name` with `payload` to this process's handlers.
+    /// Emit `name` with `payload` to this process's handlers and, under the Parallel
+    /// runner, to the other processes.
     pub fn emit<T: Serialize + ?Sized>(&self, name: &str, payload: &T) -> Result<(), TaskError> {
         let payload = postcard::to_allocvec(payload).map_err(|e| TaskError::Payload {
             event: name.to_string(),
             detail: e.to_string(),
         })?;
-        self.deliver(&Event {
+        let event = Event {
             name: name.to_string(),
             payload,
-        });
+        };
+        self.deliver(&event);
+        if let Some(send) = self
+            .remote
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            send(&event);
+        }
         Ok(())
+    }
+
+    /// Send emitted events to other processes through `send` (the Parallel runner's router).
+    pub fn set_remote(&self, send: impl Fn(&Event) + Send + Sync + 'static) {
+        *self.remote.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(send));
+    }
+
+    /// A peer process is gone: every current and later [`Self::wait_for`] fails with `why`.
+    pub fn fail(&self, why: String) {
+        self.lost
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(why);
+    }
+
+    /// Why a peer was lost, if one was.
+    pub fn lost(&self) -> Option<String> {
+        self.lost.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Run the handlers of `event` (handlers run outside the lock: they may emit or register).
@@ -115,20 +149,33 @@ impl EventBus {
         }
     }
 
-    /// Block until the next `name` event (emitted after this call) or fail after `timeout`.
+    /// Block until the next `name` event (emitted after this call) or fail after `timeout`,
+    /// or as soon as a peer process is lost.
     pub fn wait_for(&self, name: &str, timeout: Duration) -> Result<Event, TaskError> {
         let (tx, rx) = mpsc::sync_channel(1);
         let id = self.once(name, move |e| {
             let _ = tx.try_send(e.clone());
         });
-        match rx.recv_timeout(timeout) {
-            Ok(e) => Ok(e),
-            Err(_) => {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(why) = self.lost() {
                 self.off(id);
-                Err(TaskError::Timeout {
+                return Err(TaskError::PeerLost {
                     event: name.to_string(),
-                    timeout,
-                })
+                    detail: why,
+                });
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left.min(Duration::from_millis(10))) {
+                Ok(e) => return Ok(e),
+                Err(_) if left.is_zero() => {
+                    self.off(id);
+                    return Err(TaskError::Timeout {
+                        event: name.to_string(),
+                        timeout,
+                    });
+                }
+                Err(_) => {}
             }
         }
     }

@@ -1,7 +1,8 @@
 //! The task runtime (DI-engine's `ding.framework`): a [`Task`] runs a pipeline of
 //! [`Middleware`] once per step over a fresh [`Context`] (with the fields marked to keep carried
 //! over), times each middleware ([`StepTimer`]), carries [`Labels`] that decide what runs where,
-//! and an [`EventBus`] for `emit` / `on` / `once` / `off` / `wait_for`.
+//! and an [`EventBus`] for `emit` / `on` / `once` / `off` / `wait_for`, which [`parallel`] links
+//! across processes.
 //!
 //! A middleware's `forward` is the code before DI-engine's `yield` (run in registration order),
 //! its `backward` the code after it (run in reverse order):
@@ -18,6 +19,7 @@
 mod ctx;
 mod events;
 mod labels;
+pub mod parallel;
 mod task;
 mod timer;
 

@@ -35,6 +35,14 @@ pub enum TaskError {
         /// The limit.
         timeout: Duration,
     },
+    /// A peer process was lost while waiting for an event.
+    #[error("wait_for({event:?}): {detail}")]
+    PeerLost {
+        /// The awaited event.
+        event: String,
+        /// Which peer and how.
+        detail: String,
+    },
     /// A payload could not be encoded or decoded.
     #[error("event {event:?}: payload {detail}")]
     Payload {
@@ -92,7 +100,10 @@ pub struct TaskHandle {
     step: Arc<AtomicU64>,
     events: EventBus,
     labels: Arc<RwLock<Labels>>,
+    barrier: Arc<RwLock<Option<BarrierFn>>>,
 }
+
+type BarrierFn = Arc<dyn Fn() -> Result<(), TaskError> + Send + Sync>;
 
 impl TaskHandle {
     /// End the task after the current step (DI-engine's `task.finish = True`).
@@ -138,6 +149,25 @@ impl TaskHandle {
     /// Wait for the next `name` event.
     pub fn wait_for(&self, name: &str, timeout: Duration) -> Result<Event, TaskError> {
         self.events.wait_for(name, timeout)
+    }
+
+    /// Wait until every process of a Parallel run calls this (no-op when standalone): e.g.
+    /// after registering handlers, so no process emits before the others listen.
+    pub fn barrier(&self) -> Result<(), TaskError> {
+        let f = self
+            .barrier
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        match f {
+            Some(f) => f(),
+            None => Ok(()),
+        }
+    }
+
+    /// Install the cross-process barrier (the Parallel runner does).
+    pub fn set_barrier(&self, f: impl Fn() -> Result<(), TaskError> + Send + Sync + 'static) {
+        *self.barrier.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(f));
     }
 
     /// This process's labels.
@@ -192,6 +222,7 @@ impl<C: Context> Task<C> {
                 step: Arc::default(),
                 events: EventBus::default(),
                 labels: Arc::new(RwLock::new(labels)),
+                barrier: Arc::default(),
             },
             timer: None,
             ctx: C::default(),

@@ -97,6 +97,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         timeout: secs(args.rdzv_timeout, "--rdzv-timeout")?,
         program: args.command[0].clone(),
         args: args.command[1..].to_vec(),
+        env: Vec::new(),
     };
     let outcome = launch(&cfg)?;
     if let Outcome::Success { restarts } = &outcome

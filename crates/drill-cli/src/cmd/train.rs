@@ -113,6 +113,7 @@ fn launch_ranks(args: &Args, config: &Config, n: usize) -> anyhow::Result<i32> {
         timeout: Duration::from_secs(60),
         program,
         args: child,
+        env: Vec::new(),
     })?;
     if let drill_launch::Outcome::Success { restarts } = &outcome
         && *restarts > 0

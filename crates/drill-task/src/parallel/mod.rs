@@ -1,0 +1,177 @@
+//! The Parallel runner (DI-engine's `Parallel.runner`): re-executes the current program as N
+//! worker processes through drill-launch (env protocol, prefixed output, restarts), gives each
+//! a [`Task`] labelled `distributed` and `node.N`, and links their event buses as the
+//! [`Topology`] says.
+//!
+//! ```no_run
+//! use drill_task::{OnlineRLContext, TaskError};
+//! use drill_task::parallel::{Parallel, Topology};
+//! Parallel::runner(2).topology(Topology::Star).run::<OnlineRLContext>(|task| {
+//!     if task.handle().match_labels(&["node.0"])? {
+//!         task.handle().emit("learn_output", &(1u64, vec![0.5f32; 4]))?;
+//!     } else {
+//!         let e = task.handle().wait_for("learn_output", std::time::Duration::from_secs(10))?;
+//!         let (iter, weights): (u64, Vec<f32>) = e.decode()?;
+//!         assert_eq!((iter, weights.len()), (1, 4));
+//!     }
+//!     Ok(())
+//! }).unwrap();
+//! ```
+
+mod router;
+
+use std::time::Duration;
+
+use drill_comm::{Store, Token};
+use drill_launch::{LaunchConfig, Outcome};
+
+use crate::{Context, Labels, Task, TaskError};
+pub use router::{Place, Router, Topology};
+
+/// Set in the environment of the worker processes.
+const WORKER_ENV: &str = "DRILL_TASK_WORKER";
+
+/// Builder for a run of N cooperating processes.
+#[derive(Debug, Clone)]
+pub struct Parallel {
+    n: usize,
+    topology: Topology,
+    labels: Vec<String>,
+    attach: Vec<Vec<usize>>,
+    max_restarts: usize,
+    timeout: Duration,
+}
+
+impl Parallel {
+    /// `n` worker processes, star topology.
+    pub fn runner(n: usize) -> Self {
+        Self {
+            n,
+            topology: Topology::Star,
+            labels: Vec::new(),
+            attach: vec![Vec::new(); n],
+            max_restarts: 0,
+            timeout: Duration::from_secs(60),
+        }
+    }
+
+    /// How the workers are linked.
+    pub fn topology(mut self, t: Topology) -> Self {
+        self.topology = t;
+        self
+    }
+
+    /// Labels every worker gets (besides `distributed` and `node.N`).
+    pub fn labels<I: IntoIterator<Item = S>, S: Into<String>>(mut self, labels: I) -> Self {
+        self.labels = labels.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Under [`Topology::Alone`]: node `node` connects to `peers`.
+    pub fn attach_to(mut self, node: usize, peers: &[usize]) -> Self {
+        if node < self.attach.len() {
+            self.attach[node] = peers.to_vec();
+        }
+        self
+    }
+
+    /// Restart the whole group up to `n` times after a worker fails (DI-engine's
+    /// auto-recover).
+    pub fn auto_recover(mut self, n: usize) -> Self {
+        self.max_restarts = n;
+        self
+    }
+
+    /// Run `main` on every worker. In the parent this starts the workers and returns when
+    /// they end (an error names the failed node); in a worker it runs `main` on its task and
+    /// returns what `main` returned.
+    pub fn run<C: Context>(
+        self,
+        main: impl FnOnce(&mut Task<C>) -> Result<(), TaskError>,
+    ) -> Result<(), TaskError> {
+        if std::env::var_os(WORKER_ENV).is_some() {
+            return self.worker(main);
+        }
+        let exe =
+            std::env::current_exe().map_err(|e| TaskError::msg(format!("current_exe: {e}")))?;
+        let outcome = drill_launch::launch(&LaunchConfig {
+            nproc_per_node: self.n,
+            nnodes: 1,
+            node_rank: Some(0),
+            master_addr: "127.0.0.1".into(),
+            master_port: drill_comm::spawn::free_port(),
+            rdzv_endpoint: None,
+            rdzv_id: "drill-task".into(),
+            max_restarts: self.max_restarts,
+            monitor_interval: Duration::from_millis(50),
+            grace: Duration::from_secs(3),
+            log_dir: None,
+            timeout: self.timeout,
+            program: exe.display().to_string(),
+            args: std::env::args().skip(1).collect(),
+            env: vec![(WORKER_ENV.into(), "1".into())],
+        })
+        .map_err(|e| TaskError::msg(format!("parallel runner: {e}")))?;
+        match outcome {
+            Outcome::Success { .. } => Ok(()),
+            Outcome::Failed { failure, .. } => {
+                Err(TaskError::msg(format!("parallel runner: {failure}")))
+            }
+            Outcome::Interrupted { signal } => Err(TaskError::msg(format!(
+                "parallel runner: interrupted by signal {signal}"
+            ))),
+        }
+    }
+
+    fn worker<C: Context>(
+        self,
+        main: impl FnOnce(&mut Task<C>) -> Result<(), TaskError>,
+    ) -> Result<(), TaskError> {
+        let info = drill_comm::InitInfo::from_env().map_err(|e| TaskError::msg(e.to_string()))?;
+        let token = Token::new(info.token.as_deref());
+        let store = Store::connect(&info.master_addr, info.master_port, &token, info.timeout)
+            .map_err(|e| TaskError::msg(e.to_string()))?
+            .with_prefix(&format!("task/{}", info.run_id));
+        let mut labels = Labels::new(["distributed".to_string(), format!("node.{}", info.rank)]);
+        for l in &self.labels {
+            labels.insert(l.clone());
+        }
+        if let Ok(list) = std::env::var("DRILL_LABELS") {
+            labels.extend_from_list(&list);
+        }
+        let mut task = Task::<C>::with_labels(labels);
+        let router = Router::connect(
+            router::Place {
+                node: info.rank,
+                n: info.world_size,
+                topology: self.topology,
+                attach: &self.attach,
+            },
+            &store,
+            &token,
+            task.handle().events(),
+            self.timeout,
+        )?;
+        // Everyone linked before anyone emits, so no early event is lost.
+        store
+            .barrier("linked", info.world_size, self.timeout)
+            .map_err(|e| TaskError::msg(e.to_string()))?;
+        let (barrier_store, world, timeout) = (store.clone(), info.world_size, self.timeout);
+        let count = std::sync::atomic::AtomicU64::new(0);
+        task.handle().set_barrier(move || {
+            let k = count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            barrier_store
+                .barrier(&format!("user{k}"), world, timeout)
+                .map_err(|e| TaskError::msg(e.to_string()))
+        });
+        let result = main(&mut task);
+        // Nobody leaves while others may still send to it.
+        if result.is_ok() {
+            store
+                .barrier("done", info.world_size, self.timeout)
+                .map_err(|e| TaskError::msg(e.to_string()))?;
+        }
+        router.close();
+        result
+    }
+}

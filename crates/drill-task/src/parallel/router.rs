@@ -1,0 +1,281 @@
+//! [`Router`]: the event links between the processes of a Parallel run — authenticated TCP
+//! connections (drill-comm's handshake), found through drill-comm's Store, one reader thread
+//! per link. Star relays through node 0 so every worker hears every other.
+
+use std::collections::HashSet;
+use std::io::{BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use drill_comm::{Store, Token};
+
+use crate::TaskError;
+use crate::events::{Event, EventBus};
+
+/// How the processes are connected (DI-engine's names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Topology {
+    /// Workers connect to node 0, which relays every event to every other worker.
+    Star,
+    /// Every process connects to every other.
+    Mesh,
+    /// Only the links named with `attach_to`.
+    Alone,
+}
+
+impl Topology {
+    /// Parse `star|mesh|alone`.
+    pub fn parse(s: &str) -> Option<Topology> {
+        match s {
+            "star" => Some(Topology::Star),
+            "mesh" => Some(Topology::Mesh),
+            "alone" => Some(Topology::Alone),
+            _ => None,
+        }
+    }
+}
+
+/// Largest event frame accepted from a peer.
+const MAX_FRAME: usize = 256 << 20;
+
+struct Link {
+    peer: usize,
+    out: Mutex<TcpStream>,
+}
+
+/// The links of one process.
+pub struct Router {
+    node: usize,
+    topology: Topology,
+    links: Vec<Arc<Link>>,
+    closing: Arc<AtomicBool>,
+}
+
+fn err(detail: String) -> TaskError {
+    TaskError::Msg(format!("parallel: {detail}"))
+}
+
+/// Encode `event` from `origin`: u32 length of the rest, u16 origin, u16 name length, name,
+/// payload. Length 0 is the goodbye.
+fn frame(origin: usize, event: &Event) -> Vec<u8> {
+    let rest = 4 + event.name.len() + event.payload.len();
+    let mut f = Vec::with_capacity(4 + rest);
+    f.extend_from_slice(&(rest as u32).to_le_bytes());
+    f.extend_from_slice(&(origin as u16).to_le_bytes());
+    f.extend_from_slice(&(event.name.len() as u16).to_le_bytes());
+    f.extend_from_slice(event.name.as_bytes());
+    f.extend_from_slice(&event.payload);
+    f
+}
+
+/// Read one frame: `None` for a goodbye.
+fn read_frame(r: &mut impl Read) -> std::io::Result<Option<(usize, Event)>> {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len)?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len == 0 {
+        return Ok(None);
+    }
+    let bad = |m: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, m.to_string());
+    if !(4..=MAX_FRAME).contains(&len) {
+        return Err(bad("frame length out of bounds"));
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body)?;
+    let origin = u16::from_le_bytes([body[0], body[1]]) as usize;
+    let name_len = u16::from_le_bytes([body[2], body[3]]) as usize;
+    if 4 + name_len > len {
+        return Err(bad("event name longer than the frame"));
+    }
+    let name = String::from_utf8(body[4..4 + name_len].to_vec())
+        .map_err(|_| bad("event name is not UTF-8"))?;
+    let payload = body[4 + name_len..].to_vec();
+    Ok(Some((origin, Event { name, payload })))
+}
+
+/// Where one process sits in a Parallel run.
+#[derive(Debug, Clone, Copy)]
+pub struct Place<'a> {
+    /// This node.
+    pub node: usize,
+    /// Nodes in the run.
+    pub n: usize,
+    /// How they are linked.
+    pub topology: Topology,
+    /// `attach[i]`: the nodes node i dials under [`Topology::Alone`].
+    pub attach: &'a [Vec<usize>],
+}
+
+impl Router {
+    /// Link this process as `place` says, deliver incoming events into `bus` and send its
+    /// emitted ones out. Addresses go through `store`; every link proves `token`.
+    pub fn connect(
+        place: Place<'_>,
+        store: &Store,
+        token: &Token,
+        bus: &EventBus,
+        timeout: Duration,
+    ) -> Result<Arc<Router>, TaskError> {
+        let Place {
+            node,
+            n,
+            topology,
+            attach,
+        } = place;
+        let dials = |i: usize| -> Vec<usize> {
+            match topology {
+                Topology::Star if i > 0 => vec![0],
+                Topology::Star => vec![],
+                Topology::Mesh => (0..i).collect(),
+                Topology::Alone => attach.get(i).cloned().unwrap_or_default(),
+            }
+        };
+        let mine: HashSet<usize> = dials(node).into_iter().collect();
+        let expect = (0..n)
+            .filter(|&i| i != node && dials(i).contains(&node) && !mine.contains(&i))
+            .count();
+        let listener = TcpListener::bind("0.0.0.0:0").map_err(|e| err(format!("bind: {e}")))?;
+        let port = listener
+            .local_addr()
+            .map_err(|e| err(e.to_string()))?
+            .port();
+        let ip = store
+            .local_ip()
+            .map_or("127.0.0.1".to_string(), |ip| ip.to_string());
+        store
+            .set(&format!("addr/{node}"), format!("{ip}:{port}").as_bytes())
+            .map_err(|e| err(e.to_string()))?;
+        let closing = Arc::new(AtomicBool::new(false));
+        let mut streams: Vec<(usize, TcpStream)> = Vec::new();
+        std::thread::scope(|s| -> Result<(), TaskError> {
+            let dialer = s.spawn(|| -> Result<Vec<(usize, TcpStream)>, TaskError> {
+                let mut out = Vec::new();
+                for &peer in &mine {
+                    let addr = store
+                        .get_timeout(&format!("addr/{peer}"), timeout)
+                        .map_err(|e| {
+                            err(format!("node {peer} never published its address: {e}"))
+                        })?;
+                    let addr = String::from_utf8_lossy(&addr).into_owned();
+                    let mut st = TcpStream::connect(&addr)
+                        .map_err(|e| err(format!("connect to node {peer} at {addr}: {e}")))?;
+                    drill_comm::auth::connect(&mut st, token, node.to_string().as_bytes())
+                        .map_err(|e| err(e.to_string()))?;
+                    out.push((peer, st));
+                }
+                Ok(out)
+            });
+            for _ in 0..expect {
+                let (mut st, _) = listener.accept().map_err(|e| err(format!("accept: {e}")))?;
+                let ident =
+                    drill_comm::auth::accept(&mut st, token).map_err(|e| err(e.to_string()))?;
+                let peer: usize = String::from_utf8_lossy(&ident)
+                    .parse()
+                    .map_err(|_| err("a peer sent a bad node id".into()))?;
+                streams.push((peer, st));
+            }
+            streams.extend(dialer.join().map_err(|_| err("dialer panicked".into()))??);
+            Ok(())
+        })?;
+        let mut links = Vec::new();
+        for (peer, st) in &streams {
+            st.set_nodelay(true).ok();
+            links.push(Arc::new(Link {
+                peer: *peer,
+                out: Mutex::new(st.try_clone().map_err(|e| err(e.to_string()))?),
+            }));
+        }
+        let router = Arc::new(Router {
+            node,
+            topology,
+            links,
+            closing: closing.clone(),
+        });
+        for (peer, st) in streams {
+            let (bus, router2, closing) = (bus.clone(), router.clone(), closing.clone());
+            std::thread::Builder::new()
+                .name(format!("drill-task-link-{peer}"))
+                .spawn(move || {
+                    let mut r = BufReader::new(st);
+                    loop {
+                        match read_frame(&mut r) {
+                            Ok(Some((origin, event))) => {
+                                if router2.topology == Topology::Star && router2.node == 0 {
+                                    router2.send(origin, &event, Some(peer));
+                                }
+                                bus.deliver(&event);
+                            }
+                            Ok(None) => return,
+                            Err(e) => {
+                                if !closing.load(Ordering::SeqCst) {
+                                    bus.fail(format!(
+                                        "node {peer} is gone ({e}; it crashed or was killed)"
+                                    ));
+                                }
+                                return;
+                            }
+                        }
+                    }
+                })
+                .map_err(|e| err(format!("reader thread: {e}")))?;
+        }
+        let out = Arc::downgrade(&router);
+        bus.set_remote(move |e| {
+            if let Some(r) = out.upgrade() {
+                r.send(r.node, e, None);
+            }
+        });
+        Ok(router)
+    }
+
+    /// Send `event` (from `origin`) on every link except `skip`. A failed write means the
+    /// peer is gone; its reader reports that.
+    fn send(&self, origin: usize, event: &Event, skip: Option<usize>) {
+        let f = frame(origin, event);
+        for l in self.links.iter().filter(|l| Some(l.peer) != skip) {
+            let mut out = l.out.lock().unwrap_or_else(|p| p.into_inner());
+            let _ = out.write_all(&f);
+        }
+    }
+
+    /// Nodes this process has a link to.
+    pub fn peers(&self) -> Vec<usize> {
+        self.links.iter().map(|l| l.peer).collect()
+    }
+
+    /// Say goodbye on every link (peers then see a clean close, not a loss).
+    pub fn close(&self) {
+        self.closing.store(true, Ordering::SeqCst);
+        for l in &self.links {
+            let mut out = l.out.lock().unwrap_or_else(|p| p.into_inner());
+            let _ = out.write_all(&0u32.to_le_bytes());
+            let _ = out.shutdown(std::net::Shutdown::Write);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_and_bad_bytes_are_errors() {
+        let e = Event {
+            name: "learn_output".into(),
+            payload: vec![1, 2, 3],
+        };
+        let f = frame(3, &e);
+        assert_eq!(read_frame(&mut &f[..]).unwrap(), Some((3, e)));
+        assert_eq!(read_frame(&mut &[0u8, 0, 0, 0][..]).unwrap(), None);
+        for bad in [
+            &[255u8, 255, 255, 255][..],
+            &[2, 0, 0, 0, 0, 0][..],
+            &[6, 0, 0, 0, 0, 0, 9, 0, b'a', b'b'][..],
+            &[5, 0, 0, 0][..],
+        ] {
+            assert!(read_frame(&mut &bad[..]).is_err(), "{bad:?}");
+        }
+    }
+}
