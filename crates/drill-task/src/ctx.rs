@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 /// A step's context. [`Context::renew`] turns the last step's context into the next one:
 /// fields marked to keep survive, everything else is reset.
-pub trait Context: Default + Send + 'static {
+pub trait Context: Default + Send + Sync + 'static {
     /// Prepare for the next step.
     fn renew(&mut self);
 }
@@ -14,32 +14,32 @@ pub trait Context: Default + Send + 'static {
 /// Values keyed by their type, each either kept across steps or dropped at the next renew.
 #[derive(Default)]
 pub struct Extensions {
-    map: HashMap<TypeId, (Box<dyn Any + Send>, bool)>,
+    map: HashMap<TypeId, (Box<dyn Any + Send + Sync>, bool)>,
 }
 
 impl Extensions {
     /// Store `value` for this step only.
-    pub fn insert<T: Any + Send>(&mut self, value: T) {
+    pub fn insert<T: Any + Send + Sync>(&mut self, value: T) {
         self.map.insert(TypeId::of::<T>(), (Box::new(value), false));
     }
 
     /// Store `value` and carry it to later steps (DI-engine's `ctx.keep`).
-    pub fn keep<T: Any + Send>(&mut self, value: T) {
+    pub fn keep<T: Any + Send + Sync>(&mut self, value: T) {
         self.map.insert(TypeId::of::<T>(), (Box::new(value), true));
     }
 
     /// The value of type `T`, if set.
-    pub fn get<T: Any + Send>(&self) -> Option<&T> {
+    pub fn get<T: Any + Send + Sync>(&self) -> Option<&T> {
         self.map.get(&TypeId::of::<T>())?.0.downcast_ref()
     }
 
     /// The value of type `T`, mutably, if set.
-    pub fn get_mut<T: Any + Send>(&mut self) -> Option<&mut T> {
+    pub fn get_mut<T: Any + Send + Sync>(&mut self) -> Option<&mut T> {
         self.map.get_mut(&TypeId::of::<T>())?.0.downcast_mut()
     }
 
     /// Take the value of type `T` out.
-    pub fn remove<T: Any + Send>(&mut self) -> Option<T> {
+    pub fn remove<T: Any + Send + Sync>(&mut self) -> Option<T> {
         let (b, _) = self.map.remove(&TypeId::of::<T>())?;
         b.downcast().ok().map(|b| *b)
     }

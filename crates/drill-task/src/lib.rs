@@ -20,11 +20,13 @@ mod ctx;
 mod events;
 mod labels;
 pub mod parallel;
+mod stage;
 mod task;
 mod timer;
 
 pub use ctx::{Context, Extensions, OnlineRLContext};
 pub use events::{Event, EventBus, HandlerId};
 pub use labels::Labels;
+pub use stage::{Shared, Stage};
 pub use task::{Middleware, Task, TaskError, TaskHandle};
 pub use timer::{StepTimer, TimerStats};

@@ -10,6 +10,7 @@ use serde::Serialize;
 use crate::ctx::Context;
 use crate::events::{Event, EventBus, HandlerId};
 use crate::labels::Labels;
+use crate::stage::{Shared, Stage, check_async};
 use crate::timer::{Clock, StepTimer};
 
 /// Why a task stopped with an error.
@@ -192,6 +193,9 @@ impl TaskHandle {
 /// The pipeline and its context.
 pub struct Task<C: Context> {
     mws: Vec<Box<dyn Middleware<C>>>,
+    stages: Vec<Box<dyn Stage<C>>>,
+    async_mode: bool,
+    checked: bool,
     handle: TaskHandle,
     timer: Option<StepTimer>,
     ctx: C,
@@ -217,6 +221,9 @@ impl<C: Context> Task<C> {
     pub fn with_labels(labels: Labels) -> Self {
         Self {
             mws: Vec::new(),
+            stages: Vec::new(),
+            async_mode: false,
+            checked: false,
             handle: TaskHandle {
                 finish: Arc::default(),
                 step: Arc::default(),
@@ -245,6 +252,23 @@ impl<C: Context> Task<C> {
             name: name.to_string(),
             f,
         })
+    }
+
+    /// Append a stage: stages run after every middleware's `forward` and before the
+    /// `backward`s — in registration order, or all at once in async mode.
+    pub fn use_stage(&mut self, s: impl Stage<C> + 'static) -> &mut Self {
+        self.stages.push(Box::new(s));
+        self.checked = false;
+        self
+    }
+
+    /// Run the stages of each step concurrently (a thread each), joined at the end of the
+    /// stage phase (DI-engine's `async_mode`). Their declared reads and writes are checked
+    /// before the first step.
+    pub fn async_mode(&mut self, on: bool) -> &mut Self {
+        self.async_mode = on;
+        self.checked = false;
+        self
     }
 
     /// Time every middleware (the `StepTimer` wrapper); log a table every `print_every` steps
@@ -285,12 +309,17 @@ impl<C: Context> Task<C> {
             step,
             detail: e.to_string(),
         };
+        if self.async_mode && !self.checked {
+            check_async(&self.stages)?;
+            self.checked = true;
+        }
         match &mut self.timer {
             None => {
                 for m in self.mws.iter_mut() {
                     m.forward(&mut self.ctx, h)
                         .map_err(|e| err(m.as_ref(), "forward", e))?;
                 }
+                run_stages(&mut self.stages, &mut self.ctx, h, self.async_mode, step)?;
                 for m in self.mws.iter_mut().rev() {
                     m.backward(&mut self.ctx, h)
                         .map_err(|e| err(m.as_ref(), "backward", e))?;
@@ -303,6 +332,7 @@ impl<C: Context> Task<C> {
                         .map_err(|e| err(m.as_ref(), "forward", e))?;
                     timer.record(k, c.spent(), true);
                 }
+                run_stages(&mut self.stages, &mut self.ctx, h, self.async_mode, step)?;
                 for (k, m) in self.mws.iter_mut().enumerate().rev() {
                     let c = Clock::start();
                     m.backward(&mut self.ctx, h)
@@ -329,6 +359,43 @@ impl<C: Context> Task<C> {
         }
         Ok(std::mem::take(&mut self.ctx))
     }
+}
+
+/// Run `stages` on `ctx`: in order, or each on its own thread (async), first error wins.
+fn run_stages<C: Context>(
+    stages: &mut [Box<dyn Stage<C>>],
+    ctx: &mut C,
+    h: &TaskHandle,
+    async_mode: bool,
+    step: u64,
+) -> Result<(), TaskError> {
+    if stages.is_empty() {
+        return Ok(());
+    }
+    let lock = RwLock::new(ctx);
+    let run = |s: &mut Box<dyn Stage<C>>| {
+        let view = Shared::new(&lock, s.name(), s.reads(), s.writes());
+        s.run(&view, h).map_err(|e| TaskError::Middleware {
+            middleware: s.name(),
+            phase: "stage",
+            step,
+            detail: e.to_string(),
+        })
+    };
+    if !async_mode {
+        return stages.iter_mut().try_for_each(run);
+    }
+    std::thread::scope(|sc| {
+        let threads: Vec<_> = stages.iter_mut().map(|s| sc.spawn(|| run(s))).collect();
+        threads
+            .into_iter()
+            .map(|t| {
+                t.join()
+                    .unwrap_or_else(|_| Err(TaskError::msg("a stage panicked")))
+            })
+            .collect::<Result<Vec<()>, TaskError>>()
+            .map(drop)
+    })
 }
 
 #[cfg(test)]
