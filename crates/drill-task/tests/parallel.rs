@@ -75,7 +75,9 @@ fn scenario(name: &str) -> Parallel {
         "mesh_reaches_everyone" => Parallel::runner(3).topology(Topology::Mesh),
         "alone_links_only_attached" => Parallel::runner(3)
             .topology(Topology::Alone)
-            .attach_to(2, &[0]),
+            .attach_to(2, &[0])
+            // Named from both sides: still one link.
+            .attach_to(0, &[2]),
         "killed_peer_fails_the_waiter" => Parallel::runner(2).topology(Topology::Star),
         other => panic!("unknown scenario {other}"),
     }

@@ -2,7 +2,6 @@
 //! connections (drill-comm's handshake), found through drill-comm's Store, one reader thread
 //! per link. Star relays through node 0 so every worker hears every other.
 
-use std::collections::HashSet;
 use std::io::{BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -124,18 +123,26 @@ impl Router {
             topology,
             attach,
         } = place;
-        let dials = |i: usize| -> Vec<usize> {
-            match topology {
-                Topology::Star if i > 0 => vec![0],
-                Topology::Star => vec![],
-                Topology::Mesh => (0..i).collect(),
-                Topology::Alone => attach.get(i).cloned().unwrap_or_default(),
+        // Links are undirected pairs; of each pair the higher node dials the lower.
+        let linked = |i: usize, j: usize| match topology {
+            Topology::Star => (i == 0) != (j == 0),
+            Topology::Mesh => i != j,
+            Topology::Alone => {
+                let names = |a: usize, b: usize| attach.get(a).is_some_and(|l| l.contains(&b));
+                i != j && (names(i, j) || names(j, i))
             }
         };
-        let mine: HashSet<usize> = dials(node).into_iter().collect();
-        let expect = (0..n)
-            .filter(|&i| i != node && dials(i).contains(&node) && !mine.contains(&i))
-            .count();
+        if let Some((i, bad)) = attach
+            .iter()
+            .enumerate()
+            .find_map(|(i, l)| l.iter().find(|&&p| p >= n || p == i).map(|&p| (i, p)))
+        {
+            return Err(err(format!(
+                "attach_to: node {i} names node {bad}, which is not another node of this {n}-node run"
+            )));
+        }
+        let mine: Vec<usize> = (0..node).filter(|&j| linked(node, j)).collect();
+        let expect = (node + 1..n).filter(|&j| linked(node, j)).count();
         let listener = TcpListener::bind("0.0.0.0:0").map_err(|e| err(format!("bind: {e}")))?;
         let port = listener
             .local_addr()
