@@ -401,6 +401,35 @@ impl Nccl {
         (a, b)
     }
 
+    /// Gather/scatter's data movement, as grouped send/recv (NCCL has neither): `n` bytes
+    /// between block r of staging buffer a on `root` and staging buffer b on rank r, towards
+    /// the root when `to_root`.
+    fn root_exchange(&mut self, root: usize, n: usize, to_root: bool) -> Result<()> {
+        let (a, b) = self.ptrs();
+        let (api, comm, stream, me) = (self.shared.api, self.comm, self.stream(), self.rank);
+        let size = self.size();
+        // Towards the root the root receives and the others send; scatter is the reverse.
+        let receive = (me == root) == to_root;
+        self.grouped(|| {
+            for r in 0..size {
+                let (ptr, peer) = match (me == root, r == root) {
+                    (true, false) => (a + (r * n) as u64, r),
+                    (false, true) => (b, root),
+                    _ => continue,
+                };
+                let res = if receive {
+                    // SAFETY: receives n bytes into a staging block sized for them.
+                    unsafe { (api.recv)(ptr as _, n, data_type::UINT8, peer as i32, comm, stream) }
+                } else {
+                    // SAFETY: sends n bytes from a staging block holding them.
+                    unsafe { (api.send)(ptr as _, n, data_type::UINT8, peer as i32, comm, stream) }
+                };
+                check(api, res, if receive { "ncclRecv" } else { "ncclSend" })?;
+            }
+            Ok(())
+        })
+    }
+
     /// Run `f` between ncclGroupStart and ncclGroupEnd.
     fn grouped(&self, f: impl FnOnce() -> Result<()>) -> Result<()> {
         let api = self.shared.api;
@@ -586,28 +615,9 @@ impl Backend for Nccl {
         if self.rank != root {
             self.upload(send, true, 0)?;
         }
-        let (a, b) = self.ptrs();
-        let (api, comm, stream, me) = (self.shared.api, self.comm, self.stream(), self.rank);
-        self.grouped(|| {
-            if me == root {
-                for r in (0..size).filter(|&r| r != root) {
-                    let dst = a + (r * n) as u64;
-                    // SAFETY: receives n bytes into block r of staging buffer a.
-                    let res = unsafe {
-                        (api.recv)(dst as _, n, data_type::UINT8, r as i32, comm, stream)
-                    };
-                    check(api, res, "ncclRecv")?;
-                }
-            } else {
-                // SAFETY: sends n bytes from staging buffer b.
-                let res =
-                    unsafe { (api.send)(b as _, n, data_type::UINT8, root as i32, comm, stream) };
-                check(api, res, "ncclSend")?;
-            }
-            Ok(())
-        })?;
+        self.root_exchange(root, n, true)?;
         self.finish("gather")?;
-        if me == root {
+        if self.rank == root {
             recv[root * n..(root + 1) * n].copy_from_slice(send);
             for r in (0..size).filter(|&r| r != root) {
                 let block = &mut recv[r * n..(r + 1) * n];
@@ -628,28 +638,9 @@ impl Backend for Nccl {
         if self.rank == root {
             self.upload(send, false, 0)?;
         }
-        let (a, b) = self.ptrs();
-        let (api, comm, stream, me) = (self.shared.api, self.comm, self.stream(), self.rank);
-        self.grouped(|| {
-            if me == root {
-                for r in (0..size).filter(|&r| r != root) {
-                    let src = a + (r * n) as u64;
-                    // SAFETY: sends block r of staging buffer a.
-                    let res = unsafe {
-                        (api.send)(src as _, n, data_type::UINT8, r as i32, comm, stream)
-                    };
-                    check(api, res, "ncclSend")?;
-                }
-            } else {
-                // SAFETY: receives n bytes into staging buffer b.
-                let res =
-                    unsafe { (api.recv)(b as _, n, data_type::UINT8, root as i32, comm, stream) };
-                check(api, res, "ncclRecv")?;
-            }
-            Ok(())
-        })?;
+        self.root_exchange(root, n, false)?;
         self.finish("scatter")?;
-        if me == root {
+        if self.rank == root {
             recv.copy_from_slice(&send[root * n..(root + 1) * n]);
         } else {
             self.download(recv, true, 0)?;
