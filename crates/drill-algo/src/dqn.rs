@@ -2,21 +2,29 @@
 //! hard (or soft) target updates, epsilon-greedy exploration on an exponential schedule driven
 //! by env steps, uniform (or prioritized) replay, Adam, MSE TD loss.
 //!
-//! Read top to bottom: setup, then the loop `evaluate? → collect n_sample → update ×
-//! update_per_collect`. Hyper-parameters come from [`DqnPolicy`] (the `[policy]` table).
+//! Read top to bottom: the update rule ([`DqnLearner::update`]), then [`train_roles`]: setup
+//! and the pipeline of built-in middlewares `evaluate? → collect n_sample → n-step → push →
+//! update × update_per_collect → log`. Hyper-parameters come from [`DqnPolicy`] (the
+//! `[policy]` table).
+
+use std::cell::RefCell;
+use std::time::{Duration, Instant};
 
 use crate::checkpoint::Checkpoint;
-use crate::data::{Batch, NStep, ReplayBuffer};
+use crate::data::{Batch, ReplayBuffer};
 use crate::eval::ActionBuf;
-use crate::explore::epsilon;
+use crate::middleware::{
+    CkptSaver, ContextExchanger, DataPusher, EpsGreedyHandler, FinishSync, InteractionEvaluator,
+    ModelExchanger, NStepRewardEnhancer, OffPolicy, OffPolicyLearner, OnlineLogger, Outputs, Ranks,
+    Roles, StepCollector, TerminationChecker,
+};
 use crate::nets::QNet;
 use crate::optim::{ParamLayout, Trainer};
 use crate::run::{RunContext, TrainError, TrainResult};
-use crate::session::Session;
+use crate::session::{self, Session};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use drill_config::{Config, DqnPolicy};
-use drill_env::Actions;
-use rand::Rng;
+use drill_task::{OnlineRLContext, Task, TaskError, TaskHandle};
 
 /// The Q-network for `env_id` as `[policy.model]` describes it, checking its shapes.
 pub fn build_qnet(cfg: &Config, p: &DqnPolicy, device: &Device) -> Result<QNet, TrainError> {
@@ -260,153 +268,244 @@ impl DqnLearner {
     }
 }
 
+/// DQN's learner and the copy of the online network that the collector and evaluator act
+/// with (refreshed after each round of updates, or from a [`ModelUpdate`] in another
+/// process).
+pub struct DqnAgent {
+    /// The learner (online + target network, Adam).
+    pub learner: DqnLearner,
+    /// What the collector and evaluator act with.
+    pub acting: QNet,
+    obs_dim: usize,
+    device: Device,
+}
+
+impl DqnAgent {
+    /// Act with `learner`'s current weights.
+    pub fn new(learner: DqnLearner) -> Self {
+        Self {
+            acting: learner.online.inference(),
+            obs_dim: learner.obs_dim,
+            device: learner.device.clone(),
+            learner,
+        }
+    }
+
+    /// Greedy actions for a batch of observations.
+    pub fn act(&self, obs: &[f32], out: &mut [u32]) {
+        greedy(&self.acting, obs, self.obs_dim, &self.device, out);
+    }
+
+    /// Act with `params` (flat, visit order) from now on.
+    pub fn load_acting(&mut self, params: &[f32]) {
+        self.acting = self.learner.layout.write(self.acting.clone(), params);
+    }
+}
+
+impl OffPolicy for DqnAgent {
+    fn train_iter(&self) -> u64 {
+        self.learner.iters
+    }
+
+    fn update(
+        &mut self,
+        batch: &Batch,
+        td: Option<&mut Vec<f32>>,
+    ) -> Result<UpdateStats, TrainError> {
+        self.learner.update(batch, td)
+    }
+
+    fn publish(&mut self) {
+        self.acting = self.learner.online.inference();
+    }
+}
+
 /// Train DQN as configured; stops at `env.stop_value`, `max_env_step` or `max_train_iter`.
 pub fn train(
     cfg: &Config,
     p: &DqnPolicy,
-    ctx: &mut RunContext<'_>,
+    run: &mut RunContext<'_>,
 ) -> Result<TrainResult, TrainError> {
+    let task = Task::<OnlineRLContext>::new();
+    let handle = task.handle().clone();
+    train_roles(cfg, p, run, handle, &Roles::all())?
+        .ok_or_else(|| TrainError::Task(TaskError::msg("the learner returns the result")))
+}
+
+/// Train DQN as the pipeline of built-in middlewares, running the parts `roles` names on
+/// `handle`'s task (all of them in one process; a share under the Parallel runner, with the
+/// exchangers that reach the others). Returns the result where the learner runs.
+pub fn train_roles(
+    cfg: &Config,
+    p: &DqnPolicy,
+    run: &mut RunContext<'_>,
+    handle: TaskHandle,
+    roles: &Roles,
+) -> Result<Option<TrainResult>, TrainError> {
     // PLUMBING: seeding, environments, networks, storage.
-    let mut s = Session::new(cfg, ctx, "dqn")?;
-    let n_env = cfg.env.collector_env_num;
-    let obs_dim = s.venv.spec().obs_dim;
-    let n_actions = s.venv.spec().action_space.dim() as u32;
-    let plain = ctx.device.clone();
+    let start = Instant::now();
+    let ranks = Ranks::new(run.dist.clone());
+    let (rank, world) = (ranks.rank(), ranks.world());
+    let plain = run.device.clone();
+    plain.seed(cfg.seed);
+    let venv = session::collector_envs(cfg, rank)?;
+    let (n_env, obs_dim) = (venv.num_envs(), venv.spec().obs_dim);
     let mut learner = DqnLearner::new(
         build_qnet(cfg, p, &plain.clone().autodiff())?,
         p,
         obs_dim,
         &plain,
     );
-    if let Some(ck) = &ctx.resume {
+    let mut env_step = 0;
+    if roles.learner
+        && let Some(ck) = &run.resume
+    {
         learner.load(ck)?;
+        env_step = ck.counter("env_steps")?;
     }
-    if let Some(pg) = s.dist() {
+    if let Some(pg) = ranks.group() {
         learner.distribute(pg.clone(), Session::ddp_options(cfg))?;
     }
-    let batch_size = s.per_rank(cfg, p.learn.batch_size);
-    let n_sample = s.per_rank(cfg, p.collect.n_sample);
+    let agent = RefCell::new(DqnAgent::new(learner));
+    let rng = RefCell::new(session::rank_rng(cfg, run.resume.as_ref(), rank));
+    let split = |n: usize| {
+        if cfg.policy.ddp().0 {
+            n.div_ceil(world)
+        } else {
+            n
+        }
+    };
     let rb = &p.other.replay_buffer;
-    let mut buffer = if rb.priority {
+    let buffer = RefCell::new(if rb.priority {
         ReplayBuffer::prioritized(rb.replay_buffer_size, obs_dim, rb.priority_alpha)
     } else {
         ReplayBuffer::new(rb.replay_buffer_size, obs_dim)
-    };
-    let mut nstep = NStep::new(p.nstep, p.discount_factor as f32, n_env, obs_dim);
-    let learning_starts = p.learn.learning_starts.max(batch_size);
+    });
     let eval_freq = p.eval.evaluator.eval_freq;
-    let mut actions = vec![0u32; n_env];
-    let mut prev_obs = vec![0.0f32; n_env * obs_dim];
-    let mut batch = Batch::default();
-    let mut td = Vec::new();
-    let mut acting = learner.online.inference();
+    let timeout = roles.remote.as_ref().map_or(Duration::MAX, |r| r.timeout);
+    let out = Outputs::new(&mut *run.reporter);
+    let mut task = Task::<OnlineRLContext>::with_handle(handle.clone());
+    task.ctx_mut().env_step = env_step;
+    task.ctx_mut().train_iter = agent.borrow().learner.iters;
 
-    loop {
-        // ALGO: evaluate greedily every eval_freq train iterations (and before training).
-        if s.eval_due(learner.iters, eval_freq) {
-            let policy = |obs: &[f32], out: &mut ActionBuf| {
-                if let ActionBuf::Discrete(a) = out {
-                    greedy(&acting, obs, obs_dim, &plain, a);
-                }
-            };
-            if s.evaluate(cfg, ctx, learner.iters, policy, &mut || {
-                learner.checkpoint()
-            })? {
-                break;
+    // ALGO: the pipeline, DI-engine's order. Each role's middlewares run only where the role
+    // does; exchangers carry data to the roles that run in other processes.
+    if let Some(remote) = &roles.remote {
+        task.use_mw(FinishSync::new(&handle));
+        if roles.learner {
+            let mut x = ContextExchanger::new(timeout);
+            if roles.collector_elsewhere() {
+                x = x.receive_trajectories(&handle);
             }
-        }
-        if s.limits_reached(cfg, learner.iters)? {
-            break;
-        }
-
-        // ALGO: collect n_sample transitions with epsilon-greedy actions; the schedule runs
-        // on the global env-step count.
-        let mut local = 0u64;
-        for _ in 0..n_sample.div_ceil(n_env) {
-            let eps = epsilon(&p.other.eps, s.env_steps_now(local));
-            prev_obs.copy_from_slice(s.venv.obs());
-            greedy(&acting, &prev_obs, obs_dim, &plain, &mut actions);
-            for a in actions.iter_mut() {
-                if s.rng.random::<f64>() < eps {
-                    *a = s.rng.random_range(0..n_actions);
-                }
+            if roles.evaluator_elsewhere() {
+                x = x.receive_eval(&handle);
             }
-            s.venv.step(Actions::Discrete(&actions));
-            let venv = &s.venv;
-            for i in 0..n_env {
-                let (term, trunc) = (venv.terminated()[i], venv.truncated()[i]);
-                let (obs, next) = (
-                    &prev_obs[i * obs_dim..(i + 1) * obs_dim],
-                    &venv.final_obs()[i * obs_dim..(i + 1) * obs_dim],
-                );
-                nstep.push(
-                    i,
-                    obs,
-                    actions[i],
-                    venv.rewards()[i],
-                    next,
-                    term,
-                    trunc,
-                    |t| buffer.push(&t),
-                );
-                if term || trunc {
-                    ctx.reporter.scalar(
-                        "charts/episodic_return",
-                        venv.final_returns()[i],
-                        s.env_steps_now(local),
-                    );
-                }
+            task.use_mw(x);
+        } else {
+            let mut x = ContextExchanger::new(timeout);
+            if roles.collector {
+                x = x.send_trajectories();
+                let load = |w: &[f32]| agent.borrow_mut().load_acting(w);
+                task.use_mw(ModelExchanger::collector(
+                    &handle,
+                    remote.model_staleness,
+                    load,
+                    timeout,
+                ));
             }
-            local += n_env as u64;
-        }
-        s.collected(local)?;
-
-        // ALGO: update_per_collect gradient steps on uniform (or prioritized) minibatches,
-        // pausing at an evaluation boundary as DI-engine's learner does. Under DDP rank 0's
-        // buffer decides (buffers fill alike but not in lock step when n-step episodes end at
-        // different times), so all ranks run the same number of updates.
-        if s.rank0_decides(buffer.len() >= learning_starts)? {
-            let mut stats = UpdateStats::default();
-            for _ in 0..p.learn.update_per_collect {
-                buffer.sample(batch_size, rb.priority_beta, &mut s.rng, &mut batch);
-                stats = learner.update(&batch, rb.priority.then_some(&mut td))?;
-                if !stats.loss.is_finite() {
-                    return Err(TrainError::NonFinite {
-                        iter: learner.iters,
-                        value: f64::from(stats.loss),
-                    });
-                }
-                if rb.priority {
-                    buffer.update_priorities(&batch.indices, &td);
-                }
-                if learner.iters.is_multiple_of(eval_freq) {
-                    break;
-                }
+            if roles.evaluator {
+                x = x.send_eval();
+                let load = |w: &[f32]| agent.borrow_mut().load_acting(w);
+                task.use_mw(ModelExchanger::evaluator(&handle, load, timeout));
             }
-            acting = learner.online.inference();
-            let mut logged = [stats.loss, stats.target_q_mean];
-            s.mean_across_ranks(&mut logged)?;
-            ctx.reporter
-                .scalar("losses/td_loss", f64::from(logged[0]), s.env_steps);
-            ctx.reporter
-                .scalar("losses/target_q_mean", f64::from(logged[1]), s.env_steps);
-            ctx.reporter.scalar(
-                "charts/epsilon",
-                epsilon(&p.other.eps, s.env_steps),
-                s.env_steps,
-            );
+            task.use_mw(x);
         }
-        s.progress(cfg, ctx, learner.iters);
     }
-    let iters = learner.iters;
-    s.finish(ctx, iters, &mut || learner.checkpoint())
+    if roles.evaluator {
+        // Evaluate greedily every eval_freq train iterations (and before training).
+        let evaluator = (rank == 0)
+            .then(|| session::evaluator(cfg, world))
+            .transpose()?;
+        let policy = |obs: &[f32], out: &mut ActionBuf| {
+            if let ActionBuf::Discrete(a) = out {
+                agent.borrow().act(obs, a);
+            }
+        };
+        task.use_mw(
+            InteractionEvaluator::new(
+                evaluator,
+                eval_freq,
+                cfg.env.stop_value,
+                ranks.clone(),
+                policy,
+            )
+            .finish_on_stop(!roles.learner_elsewhere()),
+        );
+    }
+    if roles.learner {
+        let build = || agent.borrow().learner.checkpoint();
+        let mut saver = CkptSaver::new(&out, "dqn", ranks.clone(), &rng, build);
+        if roles.evaluator_elsewhere() {
+            saver = saver.remote_eval(eval_freq);
+        }
+        task.use_mw(saver);
+        task.use_mw(TerminationChecker::new(
+            cfg.max_env_step,
+            cfg.max_train_iter,
+            ranks.clone(),
+        ));
+    }
+    if roles.collector {
+        // Collect n_sample transitions with epsilon-greedy actions; the schedule runs on the
+        // global env-step count.
+        task.use_mw(EpsGreedyHandler::new(p.other.eps.clone()));
+        let policy = |obs: &[f32], a: &mut [u32]| agent.borrow().act(obs, a);
+        task.use_mw(StepCollector::new(
+            venv,
+            split(p.collect.n_sample),
+            policy,
+            &rng,
+            ranks.clone(),
+        ));
+        task.use_mw(NStepRewardEnhancer::new(
+            p.nstep,
+            p.discount_factor as f32,
+            n_env,
+            obs_dim,
+        ));
+    }
+    if roles.learner {
+        // update_per_collect gradient steps on uniform (or prioritized) minibatches.
+        task.use_mw(DataPusher::new(&buffer));
+        let batch_size = split(p.learn.batch_size);
+        let mut learn = OffPolicyLearner::new(&agent, &buffer, &rng, ranks.clone());
+        learn.batch_size = batch_size;
+        learn.update_per_collect = p.learn.update_per_collect;
+        learn.learning_starts = p.learn.learning_starts.max(batch_size);
+        learn.eval_freq = eval_freq;
+        learn.priority_beta = rb.priority.then_some(rb.priority_beta);
+        task.use_mw(learn);
+        if roles.remote.is_some() {
+            let params = || agent.borrow().learner.online.params.clone();
+            let collectors = roles.collector_elsewhere();
+            task.use_mw(ModelExchanger::sender(
+                eval_freq, collectors, params, timeout,
+            ));
+        }
+        task.use_mw(OnlineLogger::new(&out, cfg.max_env_step));
+    }
+    handle.barrier()?;
+    let ctx = task.run(None)?;
+    Ok(roles
+        .learner
+        .then(|| session::result(&ctx, start.elapsed().as_secs_f64(), world, run.restarts)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::nets::QNet;
-    use rand::SeedableRng;
+    use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
     fn batch(seed: u64) -> Batch {

@@ -5,6 +5,7 @@
 //! - [`data`]: replay buffer, n-step returns, GAE; [`explore`]: epsilon schedules.
 //! - [`eval`]: the evaluator; [`checkpoint`]: safetensors checkpoints; [`session`]: the
 //!   plumbing every training loop shares.
+//! - [`middleware`]: the built-in middlewares the training pipelines are composed of.
 //! - [`ddp`]: data-parallel training (gradient averaging, distributed sampler).
 //! - [`run`]: what a run reports ([`run::Reporter`]) and returns ([`run::TrainResult`]);
 //!   [`train()`] picks the algorithm from the config.
@@ -15,6 +16,7 @@ pub mod ddp;
 pub mod dqn;
 pub mod eval;
 pub mod explore;
+pub mod middleware;
 pub mod nets;
 pub mod optim;
 pub mod ppo;

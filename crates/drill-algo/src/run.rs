@@ -102,6 +102,9 @@ pub enum TrainError {
     /// A collective failed (a rank died, timed out or disagreed).
     #[error(transparent)]
     Comm(#[from] drill_comm::CommError),
+    /// A middleware of the training pipeline failed (its name and step are in the message).
+    #[error(transparent)]
+    Task(#[from] drill_task::TaskError),
     /// Parameters are no longer identical across ranks.
     #[error(
         "DDP: parameter {tensor} differs between rank 0 and rank {rank} after optimizer step {step} (ranks ran different updates or a nondeterministic op)"

@@ -40,12 +40,12 @@ pub struct Session {
 }
 
 /// A generator's position, to save in checkpoints.
-fn rng_state(rng: &ChaCha8Rng) -> String {
+pub(crate) fn rng_state(rng: &ChaCha8Rng) -> String {
     let seed: String = rng.get_seed().iter().map(|b| format!("{b:02x}")).collect();
     format!("{seed}:{}:{}", rng.get_stream(), rng.get_word_pos())
 }
 
-fn parse_rng_state(s: &str) -> Option<ChaCha8Rng> {
+pub(crate) fn parse_rng_state(s: &str) -> Option<ChaCha8Rng> {
     let mut it = s.split(':');
     let hex = it.next()?;
     let stream: u64 = it.next()?.parse().ok()?;
@@ -58,6 +58,62 @@ fn parse_rng_state(s: &str) -> Option<ChaCha8Rng> {
     rng.set_stream(stream);
     rng.set_word_pos(pos);
     Some(rng)
+}
+
+/// This rank's generator: restored from `resume` (`rng.{rank}`) or seeded
+/// `seed + 0x5eed + rank`.
+pub fn rank_rng(cfg: &Config, resume: Option<&Checkpoint>, rank: usize) -> ChaCha8Rng {
+    resume
+        .and_then(|ck| ck.meta.get(&format!("rng.{rank}")))
+        .and_then(|s| parse_rng_state(s))
+        .unwrap_or_else(|| {
+            ChaCha8Rng::seed_from_u64(cfg.seed.wrapping_add(0x5eed).wrapping_add(rank as u64))
+        })
+}
+
+/// This rank's collector environments (copy `i` seeded `seed + rank * n + i`), reset.
+pub fn collector_envs(cfg: &Config, rank: usize) -> Result<Box<dyn DynVecEnv>, TrainError> {
+    let n = cfg.env.collector_env_num;
+    let mut venv = make_vec(
+        &cfg.env.id,
+        n,
+        cfg.seed + (rank * n) as u64,
+        cfg.env.env_threads,
+    )?;
+    venv.reset(None);
+    Ok(venv)
+}
+
+/// The evaluator (seeded after every rank's collector copies).
+pub fn evaluator(cfg: &Config, world: usize) -> Result<Evaluator, TrainError> {
+    Ok(Evaluator::new(
+        &cfg.env.id,
+        cfg.env.evaluator_env_num,
+        cfg.env.n_evaluator_episode,
+        cfg.seed + (world * cfg.env.collector_env_num) as u64,
+    )?)
+}
+
+/// The run's result from the task's last context.
+pub fn result(
+    ctx: &drill_task::OnlineRLContext,
+    seconds: f64,
+    world_size: usize,
+    restarts: u32,
+) -> TrainResult {
+    let last = ctx.ext.get::<crate::middleware::LastEval>().map(|l| &l.0);
+    TrainResult {
+        stop_reached: last.is_some_and(|e| e.stop),
+        env_steps: ctx.env_step,
+        train_iters: ctx.train_iter,
+        wall_seconds: seconds,
+        env_steps_per_sec: ctx.env_step as f64 / seconds,
+        eval_reward_mean: last.map_or(f64::NAN, |e| e.result.mean),
+        eval_reward_std: last.map_or(f64::NAN, |e| e.result.std),
+        eval_episodes: last.map_or(0, |e| e.result.returns.len()),
+        world_size,
+        restarts,
+    }
 }
 
 impl Session {

@@ -19,6 +19,7 @@
 mod ctx;
 mod events;
 mod labels;
+mod mailbox;
 pub mod parallel;
 mod stage;
 mod task;
@@ -27,6 +28,7 @@ mod timer;
 pub use ctx::{Context, Extensions, OnlineRLContext};
 pub use events::{Event, EventBus, HandlerId};
 pub use labels::Labels;
+pub use mailbox::Mailbox;
 pub use stage::{Shared, Stage};
 pub use task::{Middleware, Task, TaskError, TaskHandle};
 pub use timer::{StepTimer, TimerStats};

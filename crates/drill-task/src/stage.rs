@@ -77,7 +77,7 @@ impl<'a, C> Shared<'a, C> {
 
 /// Refuse stage sets whose declared data flow needs an order async mode cannot give: a
 /// field read by one stage and written by a sibling, or written by two.
-pub(crate) fn check_async<C>(stages: &[Box<dyn Stage<C>>]) -> Result<(), TaskError> {
+pub(crate) fn check_async<C>(stages: &[Box<dyn Stage<C> + '_>]) -> Result<(), TaskError> {
     for (i, a) in stages.iter().enumerate() {
         for (j, b) in stages.iter().enumerate() {
             if i == j {
@@ -155,7 +155,7 @@ mod tests {
     fn task(
         async_mode: bool,
         learner_reads: &[&'static str],
-    ) -> (Task<OnlineRLContext>, Arc<AtomicUsize>) {
+    ) -> (Task<'static, OnlineRLContext>, Arc<AtomicUsize>) {
         let (active, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
         let mut t = Task::<OnlineRLContext>::new();
         for (field, reads) in [

@@ -66,7 +66,7 @@ impl TaskError {
 
 /// One stage of the pipeline. `forward` is DI-engine's code before `yield` (registration
 /// order), `backward` the code after it (reverse order).
-pub trait Middleware<C>: Send {
+pub trait Middleware<C> {
     /// Name for timing and errors.
     fn name(&self) -> String;
     /// Before the rest of the pipeline.
@@ -84,7 +84,7 @@ struct FnMiddleware<F> {
 
 impl<C, F> Middleware<C> for FnMiddleware<F>
 where
-    F: FnMut(&mut C, &TaskHandle) -> Result<(), TaskError> + Send,
+    F: FnMut(&mut C, &TaskHandle) -> Result<(), TaskError>,
 {
     fn name(&self) -> String {
         self.name.clone()
@@ -190,10 +190,11 @@ impl TaskHandle {
     }
 }
 
-/// The pipeline and its context.
-pub struct Task<C: Context> {
-    mws: Vec<Box<dyn Middleware<C>>>,
-    stages: Vec<Box<dyn Stage<C>>>,
+/// The pipeline and its context. Middlewares may borrow what outlives `'a` (a run's
+/// reporter, shared buffers): they run on the calling thread, so they need not be `Send`.
+pub struct Task<'a, C: Context> {
+    mws: Vec<Box<dyn Middleware<C> + 'a>>,
+    stages: Vec<Box<dyn Stage<C> + 'a>>,
     async_mode: bool,
     checked: bool,
     handle: TaskHandle,
@@ -201,13 +202,13 @@ pub struct Task<C: Context> {
     ctx: C,
 }
 
-impl<C: Context> Default for Task<C> {
+impl<C: Context> Default for Task<'_, C> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<C: Context> Task<C> {
+impl<'a, C: Context> Task<'a, C> {
     /// A standalone task; labels `standalone` plus those in `DRILL_LABELS` (comma-separated).
     pub fn new() -> Self {
         let mut labels = Labels::new(["standalone"]);
@@ -236,8 +237,23 @@ impl<C: Context> Task<C> {
         }
     }
 
+    /// A task sharing `handle`'s finish flag, step counter, events, labels and barrier: e.g.
+    /// inside [`crate::parallel::Parallel::run`], to build a pipeline whose middlewares
+    /// borrow locals of `main`.
+    pub fn with_handle(handle: TaskHandle) -> Self {
+        Self {
+            mws: Vec::new(),
+            stages: Vec::new(),
+            async_mode: false,
+            checked: false,
+            handle,
+            timer: None,
+            ctx: C::default(),
+        }
+    }
+
     /// Append a middleware (DI-engine's `task.use`).
-    pub fn use_mw(&mut self, m: impl Middleware<C> + 'static) -> &mut Self {
+    pub fn use_mw(&mut self, m: impl Middleware<C> + 'a) -> &mut Self {
         self.mws.push(Box::new(m));
         self
     }
@@ -246,7 +262,7 @@ impl<C: Context> Task<C> {
     pub fn use_fn(
         &mut self,
         name: &str,
-        f: impl FnMut(&mut C, &TaskHandle) -> Result<(), TaskError> + Send + 'static,
+        f: impl FnMut(&mut C, &TaskHandle) -> Result<(), TaskError> + 'a,
     ) -> &mut Self {
         self.use_mw(FnMiddleware {
             name: name.to_string(),
@@ -256,7 +272,7 @@ impl<C: Context> Task<C> {
 
     /// Append a stage: stages run after every middleware's `forward` and before the
     /// `backward`s — in registration order, or all at once in async mode.
-    pub fn use_stage(&mut self, s: impl Stage<C> + 'static) -> &mut Self {
+    pub fn use_stage(&mut self, s: impl Stage<C> + 'a) -> &mut Self {
         self.stages.push(Box::new(s));
         self.checked = false;
         self
@@ -291,6 +307,11 @@ impl<C: Context> Task<C> {
     /// The current context.
     pub fn ctx(&self) -> &C {
         &self.ctx
+    }
+
+    /// The current context, mutably: e.g. to start from a checkpoint's counters.
+    pub fn ctx_mut(&mut self) -> &mut C {
+        &mut self.ctx
     }
 
     /// Run one step: every `forward` in order, then every `backward` in reverse order.
@@ -363,7 +384,7 @@ impl<C: Context> Task<C> {
 
 /// Run `stages` on `ctx`: in order, or each on its own thread (async), first error wins.
 fn run_stages<C: Context>(
-    stages: &mut [Box<dyn Stage<C>>],
+    stages: &mut [Box<dyn Stage<C> + '_>],
     ctx: &mut C,
     h: &TaskHandle,
     async_mode: bool,
@@ -373,7 +394,7 @@ fn run_stages<C: Context>(
         return Ok(());
     }
     let lock = RwLock::new(ctx);
-    let run = |s: &mut Box<dyn Stage<C>>| {
+    let run = |s: &mut Box<dyn Stage<C> + '_>| {
         let view = Shared::new(&lock, s.name(), s.reads(), s.writes());
         s.run(&view, h).map_err(|e| TaskError::Middleware {
             middleware: s.name(),

@@ -121,7 +121,7 @@ fn wait_until(cond: impl Fn() -> bool, what: &str) {
     }
 }
 
-fn worker(name: &str, task: &mut Task<OnlineRLContext>) -> Result<(), TaskError> {
+fn worker(name: &str, task: &mut Task<'_, OnlineRLContext>) -> Result<(), TaskError> {
     let h = task.handle().clone();
     let me: usize = (0..4)
         .find(|n| h.match_labels(&[format!("node.{n}")]).unwrap())

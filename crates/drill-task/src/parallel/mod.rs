@@ -87,7 +87,7 @@ impl Parallel {
     /// returns what `main` returned.
     pub fn run<C: Context>(
         self,
-        main: impl FnOnce(&mut Task<C>) -> Result<(), TaskError>,
+        main: impl FnOnce(&mut Task<'_, C>) -> Result<(), TaskError>,
     ) -> Result<(), TaskError> {
         if std::env::var_os(WORKER_ENV).is_some() {
             return self.worker(main);
@@ -125,7 +125,7 @@ impl Parallel {
 
     fn worker<C: Context>(
         self,
-        main: impl FnOnce(&mut Task<C>) -> Result<(), TaskError>,
+        main: impl FnOnce(&mut Task<'_, C>) -> Result<(), TaskError>,
     ) -> Result<(), TaskError> {
         let info = drill_comm::InitInfo::from_env().map_err(|e| TaskError::msg(e.to_string()))?;
         let token = Token::new(info.token.as_deref());

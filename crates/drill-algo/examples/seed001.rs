@@ -49,7 +49,7 @@ fn config() -> (Config, DqnPolicy) {
 /// The collect and train middlewares (node 0, or the single process). `acting` is the
 /// collector's copy of the weights, refreshed after each training round.
 fn collect_and_train(
-    task: &mut Task<OnlineRLContext>,
+    task: &mut Task<'_, OnlineRLContext>,
     cfg: &Config,
     p: &DqnPolicy,
 ) -> Arc<Mutex<DqnLearner>> {

@@ -1,0 +1,145 @@
+//! [`CkptSaver`]: `best` and `latest` checkpoints at each evaluation, `final` at the end.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+
+use drill_task::{Middleware, OnlineRLContext, TaskError, TaskHandle};
+use rand_chacha::ChaCha8Rng;
+
+use super::{EvalOutput, Outputs, Ranks, task_err};
+use crate::checkpoint::Checkpoint;
+use crate::session::rng_state;
+
+/// Writes `best` (when an evaluation improves on the best so far) and `latest` after every
+/// evaluation, and `final` when the task finishes; each with the counters, the algorithm and
+/// every rank's generator state, so a run resumes where it stopped. Rank 0 writes; under
+/// DDP every rank takes part (the generator states are gathered).
+///
+/// With the evaluator in another process ([`Self::remote_eval`]), the weights evaluated are
+/// older than the learner's: a snapshot is taken at each multiple of `eval_freq` and the one
+/// the result refers to becomes `best`.
+pub struct CkptSaver<'a> {
+    out: &'a Outputs<'a>,
+    build: Box<dyn FnMut() -> Checkpoint + 'a>,
+    algo: &'static str,
+    ranks: Ranks,
+    rng: &'a RefCell<ChaCha8Rng>,
+    best: f64,
+    snapshots: Option<(u64, BTreeMap<u64, Checkpoint>)>,
+    final_saved: bool,
+}
+
+/// Snapshots kept while their evaluation is pending.
+const MAX_SNAPSHOTS: usize = 16;
+
+impl<'a> CkptSaver<'a> {
+    /// Save what `build` returns (model, optimizer, algorithm state) for algorithm `algo`.
+    pub fn new(
+        out: &'a Outputs<'a>,
+        algo: &'static str,
+        ranks: Ranks,
+        rng: &'a RefCell<ChaCha8Rng>,
+        build: impl FnMut() -> Checkpoint + 'a,
+    ) -> Self {
+        Self {
+            out,
+            build: Box::new(build),
+            algo,
+            ranks,
+            rng,
+            best: f64::NEG_INFINITY,
+            snapshots: None,
+            final_saved: false,
+        }
+    }
+
+    /// The evaluator runs in another process on the weights of every `eval_freq`-th
+    /// iteration: keep snapshots for `best`.
+    pub fn remote_eval(mut self, eval_freq: u64) -> Self {
+        self.snapshots = Some((eval_freq.max(1), BTreeMap::new()));
+        self
+    }
+
+    fn rngs(&self) -> Result<Vec<String>, TaskError> {
+        let mine = rng_state(&self.rng.borrow());
+        self.ranks.gather(mine).map_err(task_err)
+    }
+}
+
+impl Middleware<OnlineRLContext> for CkptSaver<'_> {
+    fn name(&self) -> String {
+        "ckpt_saver".into()
+    }
+
+    fn forward(&mut self, ctx: &mut OnlineRLContext, _: &TaskHandle) -> Result<(), TaskError> {
+        if let Some((freq, snaps)) = &mut self.snapshots
+            && ctx.train_iter.is_multiple_of(*freq)
+            && !snaps.contains_key(&ctx.train_iter)
+        {
+            snaps.insert(ctx.train_iter, (self.build)());
+            while snaps.len() > MAX_SNAPSHOTS {
+                snaps.pop_first();
+            }
+        }
+        let Some(eval) = ctx.ext.get::<EvalOutput>().cloned() else {
+            return Ok(());
+        };
+        let rngs = self.rngs()?;
+        if self.ranks.rank() != 0 {
+            return Ok(());
+        }
+        if eval.result.mean > self.best {
+            self.best = eval.result.mean;
+            let evaluated = match &mut self.snapshots {
+                Some((_, snaps)) => snaps.remove(&eval.train_iter),
+                None => Some((self.build)()),
+            };
+            match evaluated {
+                Some(ck) => {
+                    let ck = stamp(ck, eval.env_step, eval.train_iter, self.algo, &rngs);
+                    self.out.checkpoint("best", ck).map_err(task_err)?;
+                }
+                None => tracing::warn!(
+                    "no snapshot of train iteration {} left for the best checkpoint",
+                    eval.train_iter
+                ),
+            }
+        }
+        if let Some((_, snaps)) = &mut self.snapshots {
+            snaps.retain(|&iter, _| iter > eval.train_iter);
+        }
+        let (env_step, iter) = (ctx.env_step, ctx.train_iter);
+        let (build, algo) = (&mut self.build, self.algo);
+        self.out
+            .checkpoint_with("latest", &mut || {
+                stamp(build(), env_step, iter, algo, &rngs)
+            })
+            .map_err(task_err)
+    }
+
+    fn backward(&mut self, ctx: &mut OnlineRLContext, task: &TaskHandle) -> Result<(), TaskError> {
+        if !task.finished() || self.final_saved {
+            return Ok(());
+        }
+        self.final_saved = true;
+        let rngs = self.rngs()?;
+        if self.ranks.rank() == 0 {
+            let ck = (self.build)();
+            let ck = stamp(ck, ctx.env_step, ctx.train_iter, self.algo, &rngs);
+            self.out.checkpoint("final", ck).map_err(task_err)?;
+        }
+        Ok(())
+    }
+}
+
+/// `ck` with the counters, algorithm and generator states a resume needs.
+fn stamp(mut ck: Checkpoint, env_step: u64, iter: u64, algo: &str, rngs: &[String]) -> Checkpoint {
+    ck.meta.insert("env_steps".into(), env_step.to_string());
+    ck.meta.insert("train_iters".into(), iter.to_string());
+    ck.meta.insert("algo".into(), algo.into());
+    ck.meta.insert("world_size".into(), rngs.len().to_string());
+    for (r, s) in rngs.iter().enumerate() {
+        ck.meta.insert(format!("rng.{r}"), s.clone());
+    }
+    ck
+}

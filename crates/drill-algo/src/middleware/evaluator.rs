@@ -1,0 +1,120 @@
+//! [`InteractionEvaluator`] (evaluate every `eval_freq` train iterations, finish at the stop
+//! value) and [`TerminationChecker`] (finish at `max_env_step` / `max_train_iter`).
+
+use drill_task::{Middleware, OnlineRLContext, TaskError, TaskHandle};
+
+use super::{EvalFn, EvalOutput, LastEval, Ranks, task_err};
+use crate::eval::{ActionBuf, Evaluator};
+
+/// Evaluates the policy deterministically when none has been evaluated yet or `eval_freq`
+/// train iterations passed since the last evaluation; finishes the task when the mean return
+/// reaches `stop_value`. Under DDP rank 0 evaluates and every rank gets its result.
+pub struct InteractionEvaluator<'a> {
+    evaluator: Option<Evaluator>,
+    eval_freq: u64,
+    stop_value: Option<f64>,
+    finish_on_stop: bool,
+    ranks: Ranks,
+    policy: EvalFn<'a>,
+}
+
+impl<'a> InteractionEvaluator<'a> {
+    /// `evaluator` is `Some` on rank 0 (`None` elsewhere); `policy` writes deterministic
+    /// actions for a batch of observations.
+    pub fn new(
+        evaluator: Option<Evaluator>,
+        eval_freq: u64,
+        stop_value: Option<f64>,
+        ranks: Ranks,
+        policy: impl FnMut(&[f32], &mut ActionBuf) + 'a,
+    ) -> Self {
+        Self {
+            evaluator,
+            eval_freq,
+            stop_value,
+            finish_on_stop: true,
+            ranks,
+            policy: Box::new(policy),
+        }
+    }
+
+    /// Whether reaching the stop value finishes this process's task (off when the learner
+    /// runs elsewhere: it decides, from the result it is sent).
+    pub fn finish_on_stop(mut self, on: bool) -> Self {
+        self.finish_on_stop = on;
+        self
+    }
+}
+
+impl Middleware<OnlineRLContext> for InteractionEvaluator<'_> {
+    fn name(&self) -> String {
+        "evaluator".into()
+    }
+
+    fn forward(&mut self, ctx: &mut OnlineRLContext, task: &TaskHandle) -> Result<(), TaskError> {
+        let due = ctx
+            .last_eval_iter
+            .is_none_or(|at| ctx.train_iter >= at + self.eval_freq);
+        if task.finished() || !due {
+            return Ok(());
+        }
+        let local = self
+            .evaluator
+            .as_mut()
+            .map(|e| e.run(|obs, out| (self.policy)(obs, out)));
+        let result = self.ranks.from_rank0(local).map_err(task_err)?;
+        let stop = self.stop_value.is_some_and(|v| result.mean >= v);
+        ctx.eval_value = Some(result.mean);
+        ctx.last_eval_iter = Some(ctx.train_iter);
+        ctx.last_eval_value = Some(result.mean);
+        let out = EvalOutput {
+            train_iter: ctx.train_iter,
+            env_step: ctx.env_step,
+            result,
+            stop,
+        };
+        ctx.ext.keep(LastEval(out.clone()));
+        ctx.ext.insert(out);
+        if stop && self.finish_on_stop {
+            task.finish();
+        }
+        Ok(())
+    }
+}
+
+/// Finishes the task once `max_env_step` env steps were collected or `max_train_iter`
+/// updates done (rank 0 decides under DDP).
+pub struct TerminationChecker {
+    max_env_step: Option<u64>,
+    max_train_iter: Option<u64>,
+    ranks: Ranks,
+}
+
+impl TerminationChecker {
+    /// The limits (`None`: no limit).
+    pub fn new(max_env_step: Option<u64>, max_train_iter: Option<u64>, ranks: Ranks) -> Self {
+        Self {
+            max_env_step,
+            max_train_iter,
+            ranks,
+        }
+    }
+}
+
+impl Middleware<OnlineRLContext> for TerminationChecker {
+    fn name(&self) -> String {
+        "termination_checker".into()
+    }
+
+    fn forward(&mut self, ctx: &mut OnlineRLContext, task: &TaskHandle) -> Result<(), TaskError> {
+        if task.finished() {
+            return Ok(());
+        }
+        let reached = self.max_env_step.is_some_and(|m| ctx.env_step >= m)
+            || self.max_train_iter.is_some_and(|m| ctx.train_iter >= m);
+        if self.ranks.rank0_decides(reached).map_err(task_err)? {
+            task.finish();
+        }
+        Ok(())
+    }
+}

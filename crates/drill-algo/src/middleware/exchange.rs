@@ -1,0 +1,370 @@
+//! Across processes (the Parallel runner, `drill train --parallel-workers N`):
+//! [`ContextExchanger`] (trajectories and counters collector → learner, evaluation results
+//! evaluator → learner), [`ModelExchanger`] (weights learner → collector and evaluator) and
+//! [`FinishSync`] (one process finishing finishes them all).
+//!
+//! The learner's process decides when the run ends (stop value from the evaluator's
+//! results, or limits) and owns the experiment folder; the others follow it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use drill_task::{Mailbox, Middleware, OnlineRLContext, TaskError, TaskHandle};
+use serde::{Deserialize, Serialize};
+
+use super::{EpisodeReturns, EvalOutput, LastEval, LoadFn, Transitions};
+
+/// Event names on the bus.
+const CONTEXT: &str = "context";
+const EVAL: &str = "eval_output";
+const MODEL: &str = "model";
+const MODEL_EVAL: &str = "model_eval";
+const FINISH: &str = "finish";
+
+/// What a collector sends the learner each step.
+#[derive(Serialize, Deserialize)]
+struct ContextMsg {
+    env_steps: u64,
+    episodes: u64,
+    transitions: Transitions,
+    returns: EpisodeReturns,
+}
+
+/// Carries step data between processes (DI-engine's `ContextExchanger`). Each part is
+/// switched on for the roles of this process:
+/// - [`Self::send_trajectories`] (collector): this step's [`Transitions`], finished episodes
+///   and env-step count go to the learner;
+/// - [`Self::receive_trajectories`] (learner): waits for the next collector step and puts it
+///   into the ctx (env-step count included);
+/// - [`Self::send_eval`] (evaluator): this step's [`EvalOutput`] goes to the learner;
+/// - [`Self::receive_eval`] (learner): evaluations that arrived go into the ctx (for
+///   checkpoints and logs); one that reached the stop value finishes the run.
+pub struct ContextExchanger {
+    send_traj: bool,
+    recv_traj: Option<Mailbox<ContextMsg>>,
+    send_eval: bool,
+    recv_eval: Option<Mailbox<EvalOutput>>,
+    timeout: Duration,
+    sent_env_step: u64,
+    sent_episodes: u64,
+}
+
+impl ContextExchanger {
+    /// Nothing switched on yet; waits give up after `timeout` (a lost peer ends them at once).
+    pub fn new(timeout: Duration) -> Self {
+        Self {
+            send_traj: false,
+            recv_traj: None,
+            send_eval: false,
+            recv_eval: None,
+            timeout,
+            sent_env_step: 0,
+            sent_episodes: 0,
+        }
+    }
+
+    /// Collector side.
+    pub fn send_trajectories(mut self) -> Self {
+        self.send_traj = true;
+        self
+    }
+
+    /// Learner side; listens from now on (make it before the processes' barrier).
+    pub fn receive_trajectories(mut self, task: &TaskHandle) -> Self {
+        self.recv_traj = Some(Mailbox::new(task.events(), CONTEXT));
+        self
+    }
+
+    /// Evaluator side.
+    pub fn send_eval(mut self) -> Self {
+        self.send_eval = true;
+        self
+    }
+
+    /// Learner side; listens from now on.
+    pub fn receive_eval(mut self, task: &TaskHandle) -> Self {
+        self.recv_eval = Some(Mailbox::new(task.events(), EVAL));
+        self
+    }
+}
+
+impl Middleware<OnlineRLContext> for ContextExchanger {
+    fn name(&self) -> String {
+        "context_exchanger".into()
+    }
+
+    fn forward(&mut self, ctx: &mut OnlineRLContext, task: &TaskHandle) -> Result<(), TaskError> {
+        if let Some(m) = &self.recv_traj
+            && let Some(msg) = m.recv(task, self.timeout)?
+        {
+            ctx.env_step += msg.env_steps;
+            ctx.env_episode += msg.episodes;
+            ctx.ext.insert(msg.transitions);
+            ctx.ext.insert(msg.returns);
+        }
+        if let Some(m) = &self.recv_eval {
+            while let Some(eval) = m.try_recv()? {
+                ctx.eval_value = Some(eval.result.mean);
+                ctx.last_eval_iter = Some(eval.train_iter);
+                ctx.last_eval_value = Some(eval.result.mean);
+                ctx.ext.keep(LastEval(eval.clone()));
+                let stop = eval.stop;
+                ctx.ext.insert(eval);
+                if stop {
+                    task.finish();
+                    // The rest is for the next step's checkpoint and log.
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn backward(&mut self, ctx: &mut OnlineRLContext, task: &TaskHandle) -> Result<(), TaskError> {
+        if self.send_traj
+            && let Some(transitions) = ctx.ext.remove::<Transitions>()
+        {
+            let msg = ContextMsg {
+                env_steps: ctx.env_step - self.sent_env_step,
+                episodes: ctx.env_episode - self.sent_episodes,
+                transitions,
+                returns: ctx.ext.remove::<EpisodeReturns>().unwrap_or_default(),
+            };
+            self.sent_env_step = ctx.env_step;
+            self.sent_episodes = ctx.env_episode;
+            task.emit(CONTEXT, &msg)?;
+        }
+        if self.send_eval
+            && let Some(eval) = ctx.ext.get::<EvalOutput>()
+        {
+            task.emit(EVAL, eval)?;
+        }
+        Ok(())
+    }
+}
+
+/// The learner's weights as sent to the other processes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ModelUpdate {
+    /// Updates done when sent.
+    pub train_iter: u64,
+    /// Env steps the learner had received.
+    pub env_step: u64,
+    /// Flat parameters in visit order (empty: unchanged since the last update).
+    pub params: Vec<f32>,
+}
+
+enum Side<'a> {
+    Send {
+        params: Box<dyn FnMut() -> Vec<f32> + 'a>,
+        collectors: bool,
+        eval_freq: u64,
+        sent_iter: Option<u64>,
+        eval_iter: Option<u64>,
+    },
+    Collector {
+        models: Mailbox<ModelUpdate>,
+        load: LoadFn<'a>,
+        staleness: u64,
+        sent: u64,
+        received: u64,
+    },
+    Evaluator {
+        models: Mailbox<ModelUpdate>,
+        load: LoadFn<'a>,
+    },
+}
+
+/// Moves weights from the learner to the processes that act (DI-engine's `ModelExchanger`).
+pub struct ModelExchanger<'a> {
+    side: Side<'a>,
+    timeout: Duration,
+}
+
+impl<'a> ModelExchanger<'a> {
+    /// Learner side, after the learner: every step sends the collector (when `collectors`:
+    /// it runs in another process) an update, with the weights when they changed, and the
+    /// evaluator the weights of every `eval_freq`-th iteration.
+    pub fn sender(
+        eval_freq: u64,
+        collectors: bool,
+        params: impl FnMut() -> Vec<f32> + 'a,
+        timeout: Duration,
+    ) -> Self {
+        Self {
+            side: Side::Send {
+                params: Box::new(params),
+                collectors,
+                eval_freq: eval_freq.max(1),
+                sent_iter: None,
+                eval_iter: None,
+            },
+            timeout,
+        }
+    }
+
+    /// Collector side, before the collector: loads the newest weights; a collector more than
+    /// `staleness` steps ahead of the learner's replies waits for one (0: lock-step, every
+    /// step acts with the weights trained on everything collected before it).
+    pub fn collector(
+        task: &TaskHandle,
+        staleness: u64,
+        load: impl FnMut(&[f32]) + 'a,
+        timeout: Duration,
+    ) -> Self {
+        Self {
+            side: Side::Collector {
+                models: Mailbox::new(task.events(), MODEL),
+                load: Box::new(load),
+                staleness,
+                sent: 0,
+                received: 0,
+            },
+            timeout,
+        }
+    }
+
+    /// Evaluator side, before the evaluator: waits for the weights of the next `eval_freq`-th
+    /// iteration and sets `train_iter` / `env_step` to theirs.
+    pub fn evaluator(task: &TaskHandle, load: impl FnMut(&[f32]) + 'a, timeout: Duration) -> Self {
+        Self {
+            side: Side::Evaluator {
+                models: Mailbox::new(task.events(), MODEL_EVAL),
+                load: Box::new(load),
+            },
+            timeout,
+        }
+    }
+}
+
+impl Middleware<OnlineRLContext> for ModelExchanger<'_> {
+    fn name(&self) -> String {
+        "model_exchanger".into()
+    }
+
+    fn forward(&mut self, ctx: &mut OnlineRLContext, task: &TaskHandle) -> Result<(), TaskError> {
+        match &mut self.side {
+            Side::Send {
+                params,
+                collectors,
+                eval_freq,
+                sent_iter,
+                eval_iter,
+            } => {
+                if task.finished() {
+                    return Ok(());
+                }
+                let iter = ctx.train_iter;
+                let changed = *sent_iter != Some(iter);
+                let for_eval = iter.is_multiple_of(*eval_freq) && *eval_iter != Some(iter);
+                let weights = if (changed && *collectors) || for_eval {
+                    params()
+                } else {
+                    Vec::new()
+                };
+                let mut update = ModelUpdate {
+                    train_iter: iter,
+                    env_step: ctx.env_step,
+                    params: weights,
+                };
+                if for_eval {
+                    task.emit(MODEL_EVAL, &update)?;
+                    *eval_iter = Some(iter);
+                }
+                if *collectors {
+                    if !changed {
+                        update.params.clear();
+                    }
+                    task.emit(MODEL, &update)?;
+                }
+                *sent_iter = Some(iter);
+            }
+            Side::Collector {
+                models,
+                load,
+                staleness,
+                sent,
+                received,
+            } => {
+                let mut newest = None;
+                while let Some(u) = models.try_recv()? {
+                    *received += 1;
+                    newest = newest_with_params(newest, u);
+                }
+                while *sent > *received + *staleness {
+                    match models.recv(task, self.timeout)? {
+                        Some(u) => {
+                            *received += 1;
+                            newest = newest_with_params(newest, u);
+                        }
+                        None => return Ok(()),
+                    }
+                }
+                if let Some(u) = newest {
+                    load(&u.params);
+                    ctx.train_iter = u.train_iter;
+                }
+                *sent += 1;
+            }
+            Side::Evaluator { models, load } => {
+                if let Some(u) = models.recv(task, self.timeout)? {
+                    load(&u.params);
+                    ctx.train_iter = u.train_iter;
+                    ctx.env_step = u.env_step;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The newer of two updates that carry weights.
+fn newest_with_params(old: Option<ModelUpdate>, new: ModelUpdate) -> Option<ModelUpdate> {
+    if new.params.is_empty() {
+        old
+    } else {
+        Some(new)
+    }
+}
+
+/// Register first: when this process finishes, every other process does too; when another
+/// finishes, this one does (the wait it may be in returns).
+pub struct FinishSync {
+    remote: Arc<AtomicBool>,
+    announced: bool,
+}
+
+impl FinishSync {
+    /// Listen for the others' finish from now on.
+    pub fn new(task: &TaskHandle) -> Self {
+        let remote = Arc::new(AtomicBool::new(false));
+        let (r, h) = (remote.clone(), task.clone());
+        task.on(FINISH, move |_| {
+            r.store(true, Ordering::SeqCst);
+            h.finish();
+        });
+        Self {
+            remote,
+            announced: false,
+        }
+    }
+}
+
+impl Middleware<OnlineRLContext> for FinishSync {
+    fn name(&self) -> String {
+        "finish_sync".into()
+    }
+
+    fn forward(&mut self, _: &mut OnlineRLContext, _: &TaskHandle) -> Result<(), TaskError> {
+        Ok(())
+    }
+
+    fn backward(&mut self, _: &mut OnlineRLContext, task: &TaskHandle) -> Result<(), TaskError> {
+        if task.finished() && !self.announced && !self.remote.load(Ordering::SeqCst) {
+            self.announced = true;
+            task.emit(FINISH, &())?;
+        }
+        Ok(())
+    }
+}

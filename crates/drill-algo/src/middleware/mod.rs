@@ -1,0 +1,121 @@
+//! drill's built-in middleware (DI-engine's `ding.framework.middleware`): the pieces every
+//! training pipeline is composed of, each a [`drill_task::Middleware`] over
+//! [`OnlineRLContext`](drill_task::OnlineRLContext).
+//!
+//! | middleware | reads from ctx | writes to ctx |
+//! |---|---|---|
+//! | [`InteractionEvaluator`] | `train_iter` | `eval_value`, `last_eval_*`, [`EvalOutput`]; finish at `stop_value` |
+//! | [`TerminationChecker`] | `env_step`, `train_iter` | finish at `max_env_step` / `max_train_iter` |
+//! | [`EpsGreedyHandler`] | `env_step` | [`Epsilon`] |
+//! | [`StepCollector`] | [`Epsilon`] | [`Transitions`], [`EpisodeReturns`], `env_step`, `env_episode` |
+//! | [`NStepRewardEnhancer`] | raw [`Transitions`] | n-step [`Transitions`] |
+//! | [`DataPusher`] | n-step [`Transitions`] | the replay buffer |
+//! | [`OffPolicyLearner`] | the replay buffer | `train_iter`, `train_output` |
+//! | [`RolloutCollector`], [`GaeEstimator`], [`OnPolicyLearner`] | PPO's rollout, advantages, epochs | `env_step`, `train_iter`, `train_output` |
+//! | [`CkptSaver`] | [`EvalOutput`] | `best` / `latest` / `final` checkpoints |
+//! | [`OnlineLogger`] | everything above | TensorBoard scalars, progress |
+//! | [`ContextExchanger`], [`ModelExchanger`], [`FinishSync`] | | across processes (Parallel runner) |
+//!
+//! Under DDP (`policy.multi_gpu`) the same middlewares are rank-aware through [`Ranks`]:
+//! env-step counts are summed, evaluation runs on rank 0 and is broadcast, and every decision
+//! that changes control flow (stop, learning start, limits) is rank 0's, so all ranks run
+//! the same collectives in the same order.
+//!
+//! Middlewares that do work skip it once the task is finished (an evaluation that reached the
+//! stop value ends the run before more data is collected, as drill's loops always did).
+
+mod ckpt;
+mod collector;
+mod evaluator;
+mod exchange;
+mod learner;
+mod logger;
+mod ranks;
+mod roles;
+
+pub use ckpt::CkptSaver;
+pub use collector::{DataPusher, EpsGreedyHandler, NStepRewardEnhancer, StepCollector};
+pub use evaluator::{InteractionEvaluator, TerminationChecker};
+pub use exchange::{ContextExchanger, FinishSync, ModelExchanger, ModelUpdate};
+pub use learner::{OffPolicy, OffPolicyLearner};
+pub use logger::{OnlineLogger, Outputs};
+pub use ranks::Ranks;
+
+pub use roles::{ROLE_NAMES, Remote, Roles};
+
+use crate::eval::EvalResult;
+use drill_task::TaskError;
+use serde::{Deserialize, Serialize};
+
+/// Greedy discrete actions for a batch of observations (what a collector acts with).
+pub type ActFn<'a> = Box<dyn FnMut(&[f32], &mut [u32]) + 'a>;
+/// Deterministic actions for a batch of observations (what an evaluator runs).
+pub type EvalFn<'a> = Box<dyn FnMut(&[f32], &mut crate::eval::ActionBuf) + 'a>;
+/// Loads flat parameters (visit order) into what a process acts with.
+pub type LoadFn<'a> = Box<dyn FnMut(&[f32]) + 'a>;
+
+/// The exploration rate the collector uses this step ([`EpsGreedyHandler`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Epsilon(pub f64);
+
+/// Transitions collected this step: one-step from [`StepCollector`] (with `env` and
+/// `truncated`), or n-step after [`NStepRewardEnhancer`] (with `discounts`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Transitions {
+    /// Observation size.
+    pub obs_dim: usize,
+    /// Which collector env copy each came from (one-step only).
+    pub env: Vec<u32>,
+    /// Observations, `obs_dim` each.
+    pub obs: Vec<f32>,
+    /// Discrete actions.
+    pub actions: Vec<u32>,
+    /// Rewards (n-step: discounted sums).
+    pub rewards: Vec<f32>,
+    /// Next observations (the episode's last one when it ended).
+    pub next_obs: Vec<f32>,
+    /// The episode terminated (no bootstrap).
+    pub terminated: Vec<bool>,
+    /// The episode was cut by a time limit (one-step only).
+    pub truncated: Vec<bool>,
+    /// `gamma^m` on the bootstrap value (n-step only; empty for one-step).
+    pub discounts: Vec<f32>,
+}
+
+impl Transitions {
+    /// Transitions held.
+    pub fn len(&self) -> usize {
+        self.actions.len()
+    }
+
+    /// None held.
+    pub fn is_empty(&self) -> bool {
+        self.actions.is_empty()
+    }
+}
+
+/// Episodes finished this step: `(return, env step)` each.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EpisodeReturns(pub Vec<(f64, u64)>);
+
+/// This step's evaluation (rank 0's, on every rank).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalOutput {
+    /// Train iteration of the evaluated weights.
+    pub train_iter: u64,
+    /// Env steps at that point.
+    pub env_step: u64,
+    /// The returns.
+    pub result: EvalResult,
+    /// `env.stop_value` was reached.
+    pub stop: bool,
+}
+
+/// The last evaluation so far (kept across steps), for the run's result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LastEval(pub EvalOutput);
+
+/// A training error as a middleware error (its message is kept).
+pub(crate) fn task_err(e: impl Into<crate::TrainError>) -> TaskError {
+    TaskError::msg(e.into().to_string())
+}
