@@ -21,7 +21,7 @@ use crate::middleware::{
 use crate::nets::QNet;
 use crate::optim::{ParamLayout, Trainer};
 use crate::run::{RunContext, TrainError, TrainResult};
-use crate::session::{self, Session};
+use crate::session;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use drill_config::{Config, DqnPolicy};
 use drill_task::{OnlineRLContext, Task, TaskError, TaskHandle};
@@ -364,7 +364,7 @@ pub fn train_roles(
         env_step = ck.counter("env_steps")?;
     }
     if let Some(pg) = ranks.group() {
-        learner.distribute(pg.clone(), Session::ddp_options(cfg))?;
+        learner.distribute(pg.clone(), session::ddp_options(cfg))?;
     }
     let agent = RefCell::new(DqnAgent::new(learner));
     let rng = RefCell::new(session::rank_rng(cfg, run.resume.as_ref(), rank));

@@ -2,26 +2,33 @@
 //! GAE, clipped surrogate, clipped value loss, entropy bonus, per-minibatch advantage
 //! normalisation, several epochs of shuffled minibatches, global gradient-norm clipping.
 //!
-//! Read top to bottom: setup, then the loop `evaluate? → roll out n_sample steps → GAE →
-//! epochs × minibatches`. Hyper-parameters come from [`PpoPolicy`] (the `[policy]` table).
+//! Read top to bottom: acting, the update rule ([`minibatch_update`]), then [`train`]: setup
+//! and the pipeline of built-in middlewares `evaluate? → roll out n_sample steps → GAE →
+//! epochs × minibatches → log`. Hyper-parameters come from [`PpoPolicy`] (the `[policy]` table).
 //! A train iteration is one minibatch gradient step (as DI-engine counts them).
 
 use crate::checkpoint::Checkpoint;
-use crate::data::gae;
 use crate::dqn::check_shapes;
 use crate::eval::ActionBuf;
+use crate::middleware::{
+    CkptSaver, GaeEstimator, InteractionEvaluator, OnPolicy, OnPolicyLearner, OnlineLogger,
+    Outputs, Ranks, RolloutBuffer, RolloutCollector, TerminationChecker,
+};
 use crate::nets::{Actor, ActorCritic, ActorHead, Critic};
 use crate::optim::Trainer;
 use crate::run::{RunContext, TrainError, TrainResult};
-use crate::session::Session;
+use crate::session;
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use drill_config::{Config, PpoPolicy, SigmaType};
 use drill_env::ActionSpace;
+use drill_task::{OnlineRLContext, Task};
 use rand::Rng;
-use rand::seq::SliceRandom;
+use rand_chacha::ChaCha8Rng;
 use rand_distr::StandardNormal;
+use std::cell::RefCell;
 use std::f32::consts::PI;
+use std::time::Instant;
 
 /// The actor-critic for `env.id` as `[policy.model]` describes it.
 pub fn build_agent(
@@ -92,263 +99,259 @@ pub fn act_deterministic(
     }
 }
 
-/// Running variance of the discounted return, for reward scaling (SB3's `VecNormalize`).
-struct RewardScaler {
-    ret: Vec<f64>,
-    count: f64,
-    mean: f64,
-    m2: f64,
-    gamma: f64,
+/// Sample actions for a batch of observations from the stochastic policy: env actions into
+/// `out`, the stored actions (`act_dim` each; the index as f32 when discrete) into `store` and
+/// their log-probabilities into `logp_out`.
+#[allow(clippy::too_many_arguments)]
+pub fn sample_actions(
+    agent: &ActorCritic,
+    space: &ActionSpace,
+    obs: &[f32],
+    device: &Device,
+    rng: &mut impl Rng,
+    out: &mut ActionBuf,
+    store: &mut [f32],
+    logp_out: &mut [f32],
+) {
+    let n = logp_out.len();
+    let obs_dim = obs.len() / n;
+    let x = Tensor::<2>::from_data(TensorData::new(obs.to_vec(), [n, obs_dim]), device);
+    match (space, out) {
+        (ActionSpace::Discrete(k), ActionBuf::Discrete(a)) => {
+            let logp = log_softmax(agent.actor.logits(x), 1).into_data();
+            let logp = logp.as_slice::<f32>().unwrap();
+            for i in 0..n {
+                let row = &logp[i * k..(i + 1) * k];
+                let mut u: f32 = rng.random();
+                let mut choice = k - 1;
+                for (j, lp) in row.iter().enumerate() {
+                    u -= lp.exp();
+                    if u <= 0.0 {
+                        choice = j;
+                        break;
+                    }
+                }
+                a[i] = choice as u32;
+                store[i] = choice as f32;
+                logp_out[i] = row[choice];
+            }
+        }
+        (ActionSpace::Continuous { low, high }, ActionBuf::Continuous(a)) => {
+            let act_dim = low.len();
+            let (mean, log_std) = agent.actor.gaussian(x);
+            let (mean, log_std) = (mean.into_data(), log_std.into_data());
+            let (mean, log_std) = (
+                mean.as_slice::<f32>().unwrap(),
+                log_std.as_slice::<f32>().unwrap(),
+            );
+            for (i, lp_out) in logp_out.iter_mut().enumerate() {
+                let mut lp = 0.0;
+                for d in 0..act_dim {
+                    let k = i * act_dim + d;
+                    let z: f32 = rng.sample(StandardNormal);
+                    let sample = mean[k] + log_std[k].exp() * z;
+                    store[k] = sample;
+                    a[k] = sample.clamp(low[d], high[d]);
+                    lp += -0.5 * z * z - log_std[k] - 0.5 * (2.0 * PI).ln();
+                }
+                *lp_out = lp;
+            }
+        }
+        _ => unreachable!("action buffer matches the space"),
+    }
 }
 
-impl RewardScaler {
-    fn scale(&mut self, i: usize, r: f32, done: bool) -> f32 {
-        self.ret[i] = self.ret[i] * self.gamma + f64::from(r);
-        self.count += 1.0;
-        let delta = self.ret[i] - self.mean;
-        self.mean += delta / self.count;
-        self.m2 += delta * (self.ret[i] - self.mean);
-        if done {
-            self.ret[i] = 0.0;
-        }
-        let var = if self.count > 1.0 {
-            self.m2 / self.count
-        } else {
-            1.0
+/// PPO's trainer and the copy of the actor-critic that the collector and evaluator act with.
+pub struct PpoAgent {
+    /// The actor-critic with its flat parameters and Adam state.
+    pub trainer: Trainer<ActorCritic>,
+    /// What the collector and evaluator act with (refreshed after each round of epochs).
+    pub acting: ActorCritic,
+    /// Minibatch steps done.
+    pub iters: u64,
+    p: PpoPolicy,
+    space: ActionSpace,
+    ad: Device,
+    last_kl: f32,
+}
+
+impl OnPolicy for PpoAgent {
+    fn train_iter(&self) -> u64 {
+        self.iters
+    }
+
+    fn minibatch(
+        &mut self,
+        mb: &[usize],
+        r: &RolloutBuffer,
+        lr: f64,
+    ) -> Result<Vec<(&'static str, f32)>, TrainError> {
+        let view = Rollout {
+            obs: &r.obs,
+            actions: &r.actions,
+            logp: &r.logp,
+            adv: &r.adv,
+            returns: &r.returns,
+            values: &r.values,
+            obs_dim: r.obs_dim,
+            act_dim: r.act_dim,
         };
-        (f64::from(r) / (var.sqrt() + 1e-8)).clamp(-10.0, 10.0) as f32
+        let s = minibatch_update(
+            &mut self.trainer,
+            &self.p,
+            &self.space,
+            &self.ad,
+            mb,
+            &view,
+            lr,
+        )?;
+        self.iters += 1;
+        self.last_kl = s.approx_kl;
+        Ok(vec![
+            ("losses/total_loss", s.loss),
+            ("losses/policy_loss", s.policy_loss),
+            ("losses/value_loss", s.value_loss),
+            ("losses/entropy", s.entropy),
+            ("losses/approx_kl", s.approx_kl),
+            ("losses/clipfrac", s.clipfrac),
+        ])
+    }
+
+    fn approx_kl(&self) -> f32 {
+        self.last_kl
+    }
+
+    fn publish(&mut self) {
+        self.acting = self.trainer.inference();
     }
 }
 
 /// Train PPO as configured; stops at `env.stop_value`, `max_env_step` or `max_train_iter`.
+/// The pipeline of built-in middlewares: `evaluate? → roll out n_sample steps → GAE →
+/// epochs × minibatches → log`.
 pub fn train(
     cfg: &Config,
     p: &PpoPolicy,
-    ctx: &mut RunContext<'_>,
+    run: &mut RunContext<'_>,
 ) -> Result<TrainResult, TrainError> {
-    // PLUMBING: seeding, environments, networks, rollout storage (allocated once).
-    let mut s = Session::new(cfg, ctx, "ppo")?;
-    let n_env = cfg.env.collector_env_num;
-    let space = s.venv.spec().action_space.clone();
-    let obs_dim = s.venv.spec().obs_dim;
-    let act_dim = if space.is_discrete() { 1 } else { space.dim() };
-    let plain = ctx.device.clone();
+    // PLUMBING: seeding, environments, networks.
+    let start = Instant::now();
+    let ranks = Ranks::new(run.dist.clone());
+    let (rank, world) = (ranks.rank(), ranks.world());
+    let plain = run.device.clone();
+    plain.seed(cfg.seed);
+    let venv = session::collector_envs(cfg, rank)?;
+    let n_env = venv.num_envs();
+    let space = venv.spec().action_space.clone();
+    let obs_dim = venv.spec().obs_dim;
     let ad = plain.clone().autodiff();
     let mut trainer = Trainer::new(build_agent(cfg, p, &ad)?, 1e-5);
-    let mut iters = 0u64;
-    if let Some(ck) = &ctx.resume {
+    let (mut iters, mut env_step) = (0, 0);
+    if let Some(ck) = &run.resume {
         ck.get_trainer("model", &mut trainer)?;
         iters = ck.counter("train_iters")?;
+        env_step = ck.counter("env_steps")?;
     }
-    if let Some(pg) = s.dist() {
-        trainer.distribute(pg.clone(), Session::ddp_options(cfg))?;
+    if let Some(pg) = ranks.group() {
+        trainer.distribute(pg.clone(), session::ddp_options(cfg))?;
     }
-    let batch_size = s.per_rank(cfg, p.learn.batch_size);
-    let steps = (s.per_rank(cfg, p.collect.n_sample) / n_env).max(1);
-    let total = steps * n_env;
-    let mut obs_buf = vec![0f32; total * obs_dim];
-    let mut next_obs_buf = vec![0f32; total * obs_dim];
-    let mut act_buf = vec![0f32; total * act_dim];
-    let mut logp_buf = vec![0f32; total];
-    let mut rew_buf = vec![0f32; total];
-    let mut term_buf = vec![false; total];
-    let mut end_buf = vec![false; total];
-    let mut adv = vec![0f32; total];
-    let mut actions = ActionBuf::for_space(&space, n_env);
-    let mut scaler = RewardScaler {
-        ret: vec![0.0; n_env],
-        count: 0.0,
-        mean: 0.0,
-        m2: 0.0,
-        gamma: p.collect.discount_factor,
+    let agent = RefCell::new(PpoAgent {
+        acting: trainer.inference(),
+        trainer,
+        iters,
+        p: p.clone(),
+        space: space.clone(),
+        ad,
+        last_kl: 0.0,
+    });
+    let rng = RefCell::new(session::rank_rng(cfg, run.resume.as_ref(), rank));
+    let split = |n: usize| {
+        if cfg.policy.ddp().0 {
+            n.div_ceil(world)
+        } else {
+            n
+        }
     };
-    let mut order: Vec<usize> = (0..total).collect();
-    let mut agent = trainer.inference();
-    let checkpoint = |trainer: &Trainer<ActorCritic>| {
+    let out = Outputs::new(&mut *run.reporter);
+    let mut task = Task::<OnlineRLContext>::new();
+    task.ctx_mut().env_step = env_step;
+    task.ctx_mut().train_iter = iters;
+
+    // ALGO: evaluate deterministically every eval_freq train iterations (and before training).
+    let evaluator = (rank == 0)
+        .then(|| session::evaluator(cfg, world))
+        .transpose()?;
+    let policy = |obs: &[f32], a: &mut ActionBuf| {
+        act_deterministic(&agent.borrow().acting, &space, obs, obs_dim, &plain, a)
+    };
+    task.use_mw(InteractionEvaluator::new(
+        evaluator,
+        p.eval.evaluator.eval_freq,
+        cfg.env.stop_value,
+        ranks.clone(),
+        policy,
+    ));
+    let build = || {
         let mut ck = Checkpoint::default();
-        ck.put_trainer("model", trainer);
+        ck.put_trainer("model", &agent.borrow().trainer);
         ck
     };
-
-    loop {
-        // ALGO: evaluate deterministically every eval_freq train iterations (and before training).
-        if s.eval_due(iters, p.eval.evaluator.eval_freq) {
-            let policy = |obs: &[f32], out: &mut ActionBuf| {
-                act_deterministic(&agent, &space, obs, obs_dim, &plain, out)
-            };
-            if s.evaluate(cfg, ctx, iters, policy, &mut || checkpoint(&trainer))? {
-                break;
-            }
-        }
-        if s.limits_reached(cfg, iters)? {
-            break;
-        }
-
-        // ALGO: roll out `steps` steps in every env with the current (stochastic) policy.
-        for t in 0..steps {
-            let rows = t * n_env..(t + 1) * n_env;
-            let obs = &mut obs_buf[rows.start * obs_dim..rows.end * obs_dim];
-            obs.copy_from_slice(s.venv.obs());
-            let x = Tensor::<2>::from_data(TensorData::new(obs.to_vec(), [n_env, obs_dim]), &plain);
-            match (&space, &mut actions) {
-                (ActionSpace::Discrete(k), ActionBuf::Discrete(a)) => {
-                    let logp = log_softmax(agent.actor.logits(x), 1).into_data();
-                    let logp = logp.as_slice::<f32>().unwrap();
-                    for i in 0..n_env {
-                        let row = &logp[i * k..(i + 1) * k];
-                        let mut u: f32 = s.rng.random();
-                        let mut choice = k - 1;
-                        for (j, lp) in row.iter().enumerate() {
-                            u -= lp.exp();
-                            if u <= 0.0 {
-                                choice = j;
-                                break;
-                            }
-                        }
-                        a[i] = choice as u32;
-                        act_buf[rows.start + i] = choice as f32;
-                        logp_buf[rows.start + i] = row[choice];
-                    }
-                }
-                (ActionSpace::Continuous { low, high }, ActionBuf::Continuous(a)) => {
-                    let (mean, log_std) = agent.actor.gaussian(x);
-                    let (mean, log_std) = (mean.into_data(), log_std.into_data());
-                    let (mean, log_std) = (
-                        mean.as_slice::<f32>().unwrap(),
-                        log_std.as_slice::<f32>().unwrap(),
-                    );
-                    for i in 0..n_env {
-                        let mut lp = 0.0;
-                        for d in 0..act_dim {
-                            let k = i * act_dim + d;
-                            let z: f32 = s.rng.sample(StandardNormal);
-                            let sample = mean[k] + log_std[k].exp() * z;
-                            act_buf[rows.start * act_dim + k] = sample;
-                            a[k] = sample.clamp(low[d], high[d]);
-                            lp += -0.5 * z * z - log_std[k] - 0.5 * (2.0 * PI).ln();
-                        }
-                        logp_buf[rows.start + i] = lp;
-                    }
-                }
-                _ => unreachable!("action buffer matches the space"),
-            }
-            s.venv.step(actions.as_actions());
-            let venv = &s.venv;
-            next_obs_buf[rows.start * obs_dim..rows.end * obs_dim]
-                .copy_from_slice(venv.final_obs());
-            for i in 0..n_env {
-                let (term, done) = (
-                    venv.terminated()[i],
-                    venv.terminated()[i] || venv.truncated()[i],
-                );
-                let r = venv.rewards()[i];
-                rew_buf[rows.start + i] = if p.learn.reward_norm {
-                    scaler.scale(i, r, done)
-                } else {
-                    r
-                };
-                term_buf[rows.start + i] = term;
-                end_buf[rows.start + i] = done;
-                if done {
-                    ctx.reporter.scalar(
-                        "charts/episodic_return",
-                        venv.final_returns()[i],
-                        s.env_steps_now((t * n_env) as u64),
-                    );
-                }
-            }
-        }
-        s.collected(total as u64)?;
-
-        // ALGO: values of every state and next state, then GAE advantages and returns.
-        let values = critic_values(&agent.critic, &obs_buf, obs_dim, &plain);
-        let next_values = critic_values(&agent.critic, &next_obs_buf, obs_dim, &plain);
-        let (gamma, lambda) = (
-            p.collect.discount_factor as f32,
-            p.collect.gae_lambda as f32,
-        );
-        gae(
-            &rew_buf,
-            &values,
-            &next_values,
-            &term_buf,
-            &end_buf,
-            n_env,
-            gamma,
-            lambda,
-            &mut adv,
-        );
-        let returns: Vec<f32> = adv.iter().zip(&values).map(|(a, v)| a + v).collect();
-
-        // ALGO: epoch_per_collect passes of shuffled minibatches.
-        let lr = if p.learn.lr_anneal {
-            let max = cfg
-                .max_env_step
-                .expect("validated: lr_anneal needs max_env_step") as f64;
-            p.learn.learning_rate * (1.0 - s.env_steps as f64 / max).max(0.0)
-        } else {
-            p.learn.learning_rate
-        };
-        let rollout = Rollout {
-            obs: &obs_buf,
-            actions: &act_buf,
-            logp: &logp_buf,
-            adv: &adv,
-            returns: &returns,
-            values: &values,
-            obs_dim,
-            act_dim,
-        };
-        let mut stats = MinibatchStats::default();
-        'epochs: for _ in 0..p.learn.epoch_per_collect {
-            order.shuffle(&mut s.rng);
-            for mb in order.chunks(batch_size) {
-                stats = minibatch_update(&mut trainer, p, &space, &ad, mb, &rollout, lr)?;
-                iters += 1;
-                if !stats.loss.is_finite() {
-                    return Err(TrainError::NonFinite {
-                        iter: iters,
-                        value: f64::from(stats.loss),
-                    });
-                }
-                // Early stop on KL: every rank must agree, so the averaged KL decides.
-                if p.learn.target_kl > 0.0 {
-                    let mut kl = [stats.approx_kl];
-                    s.mean_across_ranks(&mut kl)?;
-                    if f64::from(kl[0]) > p.learn.target_kl {
-                        break 'epochs;
-                    }
-                }
-            }
-        }
-        agent = trainer.inference();
-        let step = s.env_steps;
-        let mut logged = [
-            stats.policy_loss,
-            stats.value_loss,
-            stats.entropy,
-            stats.approx_kl,
-            stats.clipfrac,
-        ];
-        s.mean_across_ranks(&mut logged)?;
-        for (tag, v) in [
-            "losses/policy_loss",
-            "losses/value_loss",
-            "losses/entropy",
-            "losses/approx_kl",
-            "losses/clipfrac",
-        ]
-        .into_iter()
-        .zip(logged)
-        {
-            ctx.reporter.scalar(tag, f64::from(v), step);
-        }
-        ctx.reporter.scalar("charts/learning_rate", lr, step);
-        ctx.reporter
-            .scalar("charts/SPS", step as f64 / s.seconds(), step);
-        s.progress(cfg, ctx, iters);
+    task.use_mw(CkptSaver::new(&out, "ppo", ranks.clone(), &rng, build));
+    task.use_mw(TerminationChecker::new(
+        cfg.max_env_step,
+        cfg.max_train_iter,
+        ranks.clone(),
+    ));
+    // ALGO: roll out n_sample / env_num steps in every env with the stochastic policy.
+    let steps = (split(p.collect.n_sample) / n_env).max(1);
+    let sample = |obs: &[f32],
+                  rng: &mut ChaCha8Rng,
+                  a: &mut ActionBuf,
+                  store: &mut [f32],
+                  logp: &mut [f32]| {
+        sample_actions(
+            &agent.borrow().acting,
+            &space,
+            obs,
+            &plain,
+            rng,
+            a,
+            store,
+            logp,
+        )
+    };
+    let mut collector = RolloutCollector::new(venv, steps, sample, &rng, ranks.clone());
+    if p.learn.reward_norm {
+        collector = collector.reward_norm(p.collect.discount_factor);
     }
-    s.finish(ctx, iters, &mut || checkpoint(&trainer))
+    task.use_mw(collector);
+    // ALGO: values of every state and next state, then GAE advantages and returns.
+    let values = |obs: &[f32]| critic_values(&agent.borrow().acting.critic, obs, obs_dim, &plain);
+    task.use_mw(GaeEstimator::new(
+        p.collect.discount_factor as f32,
+        p.collect.gae_lambda as f32,
+        values,
+    ));
+    // ALGO: epoch_per_collect passes of shuffled minibatches.
+    let mut learn = OnPolicyLearner::new(&agent, &rng, ranks.clone());
+    learn.batch_size = split(p.learn.batch_size);
+    learn.epoch_per_collect = p.learn.epoch_per_collect;
+    learn.learning_rate = p.learn.learning_rate;
+    learn.anneal_to = if p.learn.lr_anneal {
+        cfg.max_env_step
+    } else {
+        None
+    };
+    learn.target_kl = p.learn.target_kl;
+    task.use_mw(learn);
+    task.use_mw(OnlineLogger::new(&out, cfg.max_env_step));
+    let ctx = task.run(None)?;
+    Ok(session::result(
+        &ctx,
+        start.elapsed().as_secs_f64(),
+        world,
+        run.restarts,
+    ))
 }
 
 fn critic_values(critic: &Critic, obs: &[f32], obs_dim: usize, device: &Device) -> Vec<f32> {

@@ -9,14 +9,15 @@
 use std::time::{Duration, Instant};
 
 use burn::tensor::{Device, Tensor, TensorData};
+use drill_algo::TrainError;
 use drill_algo::data::Batch;
 use drill_algo::ddp::{DdpOptions, SyncBatchNorm};
 use drill_algo::dqn::DqnLearner;
+use drill_algo::middleware::Ranks;
 use drill_algo::nets::{ActorCritic, QNet};
 use drill_algo::optim::Trainer;
 use drill_algo::ppo::{Rollout, minibatch_update};
-use drill_algo::session::Session;
-use drill_algo::{NullReporter, RunContext, TrainError};
+use drill_algo::session;
 use drill_comm::ProcessGroup;
 use drill_comm::spawn::{RankOutput, Spawn};
 use drill_config::{Config, DqnPolicy, Policy, PpoPolicy};
@@ -338,16 +339,8 @@ fn seeds_differ() {
     assert_ne!(a, b, "ranks must not collect the same data");
     // Rank 0 collects exactly what a single process with the same seed collects.
     let cfg = Config::parse("[env]\nid = \"CartPole-v1\"\n", "t.toml", &[]).unwrap();
-    let mut reporter = NullReporter;
-    let ctx = RunContext {
-        device: Device::flex(),
-        reporter: &mut reporter,
-        resume: None,
-        dist: None,
-        restarts: 0,
-    };
-    let s = Session::new(&cfg, &ctx, "test").unwrap();
-    assert_eq!(a, s.venv.obs(), "rank 0 = single process");
+    let venv = session::collector_envs(&cfg, 0).unwrap();
+    assert_eq!(a, venv.obs(), "rank 0 = single process");
 }
 
 fn divergence_named() {
@@ -450,17 +443,10 @@ fn run_child(name: &str, pg: ProcessGroup) {
                 &[],
             )
             .unwrap();
-            let mut reporter = NullReporter;
-            let ctx = RunContext {
-                device: Device::flex(),
-                reporter: &mut reporter,
-                resume: None,
-                dist: Some(pg),
-                restarts: 0,
-            };
-            let s = Session::new(&cfg, &ctx, "test").unwrap();
-            assert_eq!((s.rank(), s.world_size()), (rank, 2));
-            print("obs", s.venv.obs());
+            let ranks = Ranks::new(Some(pg));
+            assert_eq!((ranks.rank(), ranks.world()), (rank, 2));
+            let venv = session::collector_envs(&cfg, ranks.rank()).unwrap();
+            print("obs", venv.obs());
         }
         "diverge" => {
             let mut t = q_trainer();

@@ -93,6 +93,9 @@ impl Middleware<OnlineRLContext> for OnlineLogger<'_> {
             }
         }
         let secs = self.start.elapsed().as_secs_f64();
+        if !ctx.train_output.is_empty() {
+            self.out.scalar("charts/SPS", step as f64 / secs, step);
+        }
         self.out.progress(&Progress {
             env_steps: step,
             train_iters: ctx.train_iter,

@@ -11,7 +11,7 @@
 //! | [`NStepRewardEnhancer`] | raw [`Transitions`] | n-step [`Transitions`] |
 //! | [`DataPusher`] | n-step [`Transitions`] | the replay buffer |
 //! | [`OffPolicyLearner`] | the replay buffer | `train_iter`, `train_output` |
-//! | [`RolloutCollector`], [`GaeEstimator`], [`OnPolicyLearner`] | PPO's rollout, advantages, epochs | `env_step`, `train_iter`, `train_output` |
+//! | [`RolloutCollector`], [`GaeEstimator`], [`OnPolicyLearner`] | [`RolloutBuffer`]: rollout, advantages, epochs | `env_step`, `train_iter`, `train_output` |
 //! | [`CkptSaver`] | [`EvalOutput`] | `best` / `latest` / `final` checkpoints |
 //! | [`OnlineLogger`] | everything above | TensorBoard scalars, progress |
 //! | [`ContextExchanger`], [`ModelExchanger`], [`FinishSync`] | | across processes (Parallel runner) |
@@ -30,6 +30,7 @@ mod evaluator;
 mod exchange;
 mod learner;
 mod logger;
+mod onpolicy;
 mod ranks;
 mod roles;
 
@@ -39,6 +40,9 @@ pub use evaluator::{InteractionEvaluator, TerminationChecker};
 pub use exchange::{ContextExchanger, FinishSync, ModelExchanger, ModelUpdate};
 pub use learner::{OffPolicy, OffPolicyLearner};
 pub use logger::{OnlineLogger, Outputs};
+pub use onpolicy::{
+    GaeEstimator, OnPolicy, OnPolicyLearner, RolloutBuffer, RolloutCollector, SampleFn, ValuesFn,
+};
 pub use ranks::Ranks;
 
 pub use roles::{ROLE_NAMES, Remote, Roles};
