@@ -49,6 +49,41 @@ pub fn train(
     }
 }
 
+/// Run this process's share of a parallel run (`drill train --parallel-workers N`): the
+/// `roles` on `task`'s bus, exchanging data with the processes that run the others. Returns
+/// the result in the learner's process.
+pub fn train_roles(
+    config: &drill_config::Config,
+    run: &mut RunContext<'_>,
+    task: drill_task::TaskHandle,
+    roles: &middleware::Roles,
+) -> Result<Option<TrainResult>, TrainError> {
+    validate(config)?;
+    check_splittable(config)?;
+    let drill_config::Policy::Dqn(p) = &config.policy else {
+        return Err(not_splittable(config));
+    };
+    dqn::train_roles(config, p, run, task, roles)
+}
+
+/// Whether `config`'s pipeline can be split over processes (`--parallel-workers`): DQN's
+/// off-policy pipeline can; PPO's on-policy one is refused, naming `policy.type`.
+pub fn check_splittable(config: &drill_config::Config) -> Result<(), TrainError> {
+    match &config.policy {
+        drill_config::Policy::Dqn(_) => Ok(()),
+        drill_config::Policy::Ppo(_) => Err(not_splittable(config)),
+    }
+}
+
+fn not_splittable(config: &drill_config::Config) -> TrainError {
+    config
+        .error(
+            "policy.type",
+            "--parallel-workers splits DQN's off-policy pipeline; PPO is on-policy (each rollout must be trained on by the weights that collected it): train it in one process, or data-parallel with --nproc-per-node",
+        )
+        .into()
+}
+
 /// Evaluate the model in checkpoint `ck` (trained with `config`) over `episodes` episodes
 /// with deterministic actions.
 pub fn evaluate(

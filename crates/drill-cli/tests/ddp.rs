@@ -3,31 +3,12 @@
 //! fails the job fast naming it, and with `--max-restarts` the job resumes from its newest
 //! checkpoint in the same folder.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn drill() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_drill"));
-    c.env_remove("RANK").env_remove("WORLD_SIZE");
-    c
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn result(dir: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(dir.join("result.json")).unwrap()).unwrap()
-}
+mod common;
+use common::{drill, rank_pid, repo, result, text};
 
 #[test]
 fn cartpole_dqn_ddp_reaches_its_stop_value_with_identical_parameters_on_both_ranks() {
@@ -95,28 +76,6 @@ fn long_run(exp: &Path, extra: &[&str]) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
-}
-
-/// The pid of rank `rank` among `parent`'s children, once the ranks are training (their
-/// first checkpoint exists).
-fn rank_pid(parent: u32, rank: usize, exp: &Path) -> i32 {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        assert!(Instant::now() < deadline, "ranks never started training");
-        let children = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
-            .unwrap_or_default();
-        let ready = exp.join("ckpt/best.safetensors").is_file();
-        for pid in children.split_whitespace() {
-            let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-            let is_rank = env
-                .split(|&b| b == 0)
-                .any(|v| v == format!("RANK={rank}").as_bytes());
-            if is_rank && ready {
-                return pid.parse().unwrap();
-            }
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]

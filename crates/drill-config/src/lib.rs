@@ -14,4 +14,4 @@ mod tree;
 
 pub use error::ConfigError;
 pub use policy::*;
-pub use tree::{Config, EnvConfig, Policy};
+pub use tree::{Config, EnvConfig, Policy, TASK_ROLES, TaskConfig};

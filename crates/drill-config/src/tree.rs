@@ -36,6 +36,41 @@ impl Default for EnvConfig {
     }
 }
 
+/// `[task]`: how `drill train --parallel-workers N` splits the pipeline over processes
+/// (DI-engine's `ditask`). Roles are `collector`, `learner` and `evaluator`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TaskConfig {
+    /// Worker processes when `--parallel-workers` is not given (0: one process, no split).
+    pub workers: usize,
+    /// How the workers are linked: `star` (through node 0, which relays), `mesh` (all to
+    /// all) or `alone` (only `attach_to` links).
+    pub topology: String,
+    /// Label pattern (glob) → roles of the workers carrying a matching label, e.g.
+    /// `"node.0" = ["collector", "learner"]`, `"node.1" = ["evaluator"]`.
+    pub roles: std::collections::BTreeMap<String, Vec<String>>,
+    /// Steps a remote collector may run ahead of the weights it acts with (0: lock-step).
+    pub model_staleness: u64,
+    /// Seconds a worker waits for another before giving up (a lost worker fails the wait at
+    /// once).
+    pub timeout: f64,
+}
+
+impl Default for TaskConfig {
+    fn default() -> Self {
+        Self {
+            workers: 0,
+            topology: "star".into(),
+            roles: std::collections::BTreeMap::new(),
+            model_staleness: 1,
+            timeout: 120.0,
+        }
+    }
+}
+
+/// Roles a `[task.roles]` entry may name.
+pub const TASK_ROLES: [&str; 3] = ["collector", "learner", "evaluator"];
+
 /// `[policy]`: the algorithm, chosen by `policy.type`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Policy {
@@ -97,6 +132,7 @@ struct Raw<P> {
     max_train_iter: Option<u64>,
     env: EnvConfig,
     policy: P,
+    task: TaskConfig,
 }
 
 impl<P: Default> Default for Raw<P> {
@@ -108,6 +144,7 @@ impl<P: Default> Default for Raw<P> {
             max_train_iter: None,
             env: EnvConfig::default(),
             policy: P::default(),
+            task: TaskConfig::default(),
         }
     }
 }
@@ -127,6 +164,8 @@ pub struct Config {
     pub env: EnvConfig,
     /// `[policy]`.
     pub policy: Policy,
+    /// `[task]`.
+    pub task: TaskConfig,
     /// Where it was read from, for error messages.
     pub source: String,
 }
@@ -191,6 +230,7 @@ impl Config {
             max_train_iter: raw.max_train_iter,
             env: raw.env,
             policy: wrap(raw.policy),
+            task: raw.task,
             source: source.to_string(),
         }
     }
@@ -205,6 +245,7 @@ impl Config {
                 max_train_iter: c.max_train_iter,
                 env: c.env.clone(),
                 policy,
+                task: c.task.clone(),
             }
         }
         let out = match &self.policy {
@@ -368,6 +409,30 @@ impl Config {
                     ),
                 );
             }
+        }
+        let t = &self.task;
+        c.check(
+            ["star", "mesh", "alone"].contains(&t.topology.as_str()),
+            "task.topology",
+            "must be \"star\", \"mesh\" or \"alone\"",
+        );
+        c.positive("task.timeout", t.timeout);
+        for (label, roles) in &t.roles {
+            let path = format!("task.roles.{label}");
+            for r in roles {
+                c.check(
+                    TASK_ROLES.contains(&r.as_str()),
+                    &path,
+                    &format!(
+                        "unknown role {r:?}; roles are \"collector\", \"learner\", \"evaluator\""
+                    ),
+                );
+            }
+            c.check(
+                glob::Pattern::new(label).is_ok(),
+                &path,
+                "is not a valid label pattern",
+            );
         }
         match c.first {
             Some(err) => Err(err),

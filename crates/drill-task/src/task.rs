@@ -179,6 +179,14 @@ impl TaskHandle {
             .clone()
     }
 
+    /// Give this process another label (e.g. a role it takes).
+    pub fn insert_label(&self, label: impl Into<String>) {
+        self.labels
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(label.into());
+    }
+
     /// Whether every glob pattern matches one of this process's labels (a malformed pattern
     /// is an error naming it).
     pub fn match_labels<S: AsRef<str>>(&self, patterns: &[S]) -> Result<bool, TaskError> {

@@ -257,3 +257,63 @@ impl Middleware<OnlineRLContext> for DataPusher<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use drill_task::Task;
+    use rand::SeedableRng;
+
+    #[test]
+    fn collect_nstep_push_and_the_missing_enhancer_is_named() {
+        let venv = drill_env::make_vec("CartPole-v1", 4, 0, 1).unwrap();
+        let mut venv = venv;
+        venv.reset(None);
+        let rng = RefCell::new(ChaCha8Rng::seed_from_u64(0));
+        let buffer = RefCell::new(ReplayBuffer::new(1000, 4));
+        let mut task = Task::<OnlineRLContext>::new();
+        task.use_mw(EpsGreedyHandler::new(EpsConfig::default()));
+        let policy = |_: &[f32], a: &mut [u32]| a.fill(1);
+        task.use_mw(StepCollector::new(venv, 10, policy, &rng, Ranks::alone()));
+        task.use_fn("check_one_step", |ctx, _| {
+            let t = ctx.ext.get::<Transitions>().unwrap();
+            assert_eq!(t.len(), 12, "10 samples round up to 3 vector steps of 4");
+            assert!(t.discounts.is_empty() && t.env[..4] == [0, 1, 2, 3]);
+            assert!(ctx.ext.get::<Epsilon>().unwrap().0 > 0.9);
+            Ok(())
+        });
+        task.use_mw(NStepRewardEnhancer::new(1, 0.9, 4, 4));
+        task.use_mw(DataPusher::new(&buffer));
+        let ctx = task.run(Some(2)).unwrap();
+        assert_eq!(ctx.env_step, 24);
+        assert_eq!(
+            buffer.borrow().len(),
+            24,
+            "one-step: every transition completes"
+        );
+
+        let venv = drill_env::make_vec("CartPole-v1", 2, 0, 1).unwrap();
+        let mut task = Task::<OnlineRLContext>::new();
+        let policy = |_: &[f32], a: &mut [u32]| a.fill(0);
+        task.use_mw(StepCollector::new(venv, 2, policy, &rng, Ranks::alone()));
+        task.use_mw(DataPusher::new(&buffer));
+        let e = task.run(Some(1)).unwrap_err().to_string();
+        assert!(
+            e.contains("data_pusher") && e.contains("NStepRewardEnhancer"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_episode_collector_stops_after_n_episodes() {
+        let mut venv = drill_env::make_vec("CartPole-v1", 2, 0, 1).unwrap();
+        venv.reset(None);
+        let rng = RefCell::new(ChaCha8Rng::seed_from_u64(0));
+        let mut task = Task::<OnlineRLContext>::new();
+        let policy = |_: &[f32], a: &mut [u32]| a.fill(0);
+        task.use_mw(StepCollector::new(venv, 0, policy, &rng, Ranks::alone()).episodes(3));
+        let ctx = task.run(Some(1)).unwrap();
+        assert!(ctx.env_episode >= 3, "{}", ctx.env_episode);
+        assert!(ctx.env_step > 0);
+    }
+}

@@ -118,3 +118,74 @@ impl Middleware<OnlineRLContext> for TerminationChecker {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use drill_task::Task;
+
+    #[test]
+    fn evaluates_at_start_and_every_eval_freq_then_finishes_at_the_stop_value() {
+        let evaluator = Evaluator::new("CartPole-v1", 2, 2, 0).unwrap();
+        let calls = std::cell::Cell::new(0);
+        let policy = |_: &[f32], a: &mut ActionBuf| {
+            calls.set(calls.get() + 1);
+            if let ActionBuf::Discrete(a) = a {
+                a.fill(0);
+            }
+        };
+        let mut task = Task::<OnlineRLContext>::new();
+        task.use_mw(InteractionEvaluator::new(
+            Some(evaluator),
+            40,
+            Some(1e9),
+            Ranks::alone(),
+            policy,
+        ));
+        task.use_fn("train", |ctx, _| {
+            ctx.train_iter += 10;
+            Ok(())
+        });
+        let mut evals = Vec::new();
+        for _ in 0..9 {
+            task.step().unwrap();
+            let ctx = task.ctx_mut();
+            if let Some(e) = ctx.ext.get::<EvalOutput>() {
+                evals.push(e.train_iter);
+            }
+            drill_task::Context::renew(ctx);
+        }
+        assert_eq!(evals, [0, 40, 80]);
+        assert!(calls.get() > 0);
+        assert!(!task.handle().finished(), "stop value 1e9 is not reached");
+
+        let mut task = Task::<OnlineRLContext>::new();
+        let evaluator = Evaluator::new("CartPole-v1", 2, 2, 0).unwrap();
+        let policy = |_: &[f32], _: &mut ActionBuf| {};
+        task.use_mw(InteractionEvaluator::new(
+            Some(evaluator),
+            40,
+            Some(1.0),
+            Ranks::alone(),
+            policy,
+        ));
+        let ctx = task.run(Some(5)).unwrap();
+        assert_eq!(ctx.total_step, 0, "finished in the first step");
+        assert!(ctx.ext.get::<LastEval>().unwrap().0.stop);
+    }
+
+    #[test]
+    fn termination_at_max_env_step_or_train_iter() {
+        for (env, iter, steps) in [(Some(30), None, 3), (None, Some(20), 2)] {
+            let mut task = Task::<OnlineRLContext>::new();
+            task.use_fn("work", |ctx, _| {
+                ctx.env_step += 10;
+                ctx.train_iter += 10;
+                Ok(())
+            });
+            task.use_mw(TerminationChecker::new(env, iter, Ranks::alone()));
+            let ctx = task.run(Some(100)).unwrap();
+            assert_eq!(ctx.total_step + 1, steps);
+        }
+    }
+}

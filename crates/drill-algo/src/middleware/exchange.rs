@@ -368,3 +368,114 @@ impl Middleware<OnlineRLContext> for FinishSync {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use drill_task::{Context, Task};
+
+    fn collector_step(task: &mut Task<'_, OnlineRLContext>) {
+        task.step().unwrap();
+        task.ctx_mut().renew();
+    }
+
+    #[test]
+    fn trajectories_and_counters_reach_the_learner_in_order() {
+        let bus_owner = Task::<OnlineRLContext>::new();
+        let h = bus_owner.handle().clone();
+        let mut collector = Task::<OnlineRLContext>::with_handle(h.clone());
+        collector.use_mw(ContextExchanger::new(Duration::from_secs(1)).send_trajectories());
+        collector.use_fn("fake_collector", |ctx, _| {
+            let k = ctx.env_step as f32;
+            ctx.env_step += 8;
+            ctx.env_episode += 1;
+            ctx.ext.insert(Transitions {
+                obs_dim: 1,
+                obs: vec![k],
+                actions: vec![1],
+                ..Transitions::default()
+            });
+            ctx.ext
+                .insert(EpisodeReturns(vec![(k.into(), ctx.env_step)]));
+            Ok(())
+        });
+        let mut learner = Task::<OnlineRLContext>::with_handle(h.clone());
+        learner.use_mw(ContextExchanger::new(Duration::from_millis(50)).receive_trajectories(&h));
+        collector_step(&mut collector);
+        collector_step(&mut collector);
+        for expect in [0.0, 8.0] {
+            learner.step().unwrap();
+            let ctx = learner.ctx_mut();
+            assert_eq!(ctx.ext.get::<Transitions>().unwrap().obs, [expect]);
+            assert_eq!(
+                ctx.ext.get::<EpisodeReturns>().unwrap().0[0].0,
+                f64::from(expect)
+            );
+            ctx.renew();
+        }
+        assert_eq!((learner.ctx().env_step, learner.ctx().env_episode), (16, 2));
+        let e = learner.step().unwrap_err().to_string();
+        assert!(
+            e.contains("context_exchanger") && e.contains("\"context\""),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_collector_runs_at_most_staleness_steps_ahead_of_the_weights() {
+        for staleness in [0u64, 1] {
+            let owner = Task::<OnlineRLContext>::new();
+            let h = owner.handle().clone();
+            let loaded = std::cell::RefCell::new(Vec::new());
+            let mut collector = Task::<OnlineRLContext>::with_handle(h.clone());
+            let load = |w: &[f32]| loaded.borrow_mut().push(w[0]);
+            collector.use_mw(ModelExchanger::collector(
+                &h,
+                staleness,
+                load,
+                Duration::from_millis(30),
+            ));
+            let mut learner = Task::<OnlineRLContext>::with_handle(h.clone());
+            let mut w = 0.0f32;
+            learner.use_fn("fake_learner", |ctx, _| {
+                ctx.train_iter += 1;
+                Ok(())
+            });
+            learner.use_mw(ModelExchanger::sender(
+                1000,
+                true,
+                move || {
+                    w += 1.0;
+                    vec![w]
+                },
+                Duration::from_secs(1),
+            ));
+            for _ in 0..=staleness {
+                collector_step(&mut collector);
+            }
+            let e = collector.step().unwrap_err().to_string();
+            assert!(e.contains("\"model\""), "staleness {staleness}: {e}");
+            learner.step().unwrap();
+            collector_step(&mut collector);
+            assert_eq!(*loaded.borrow(), [1.0], "the newest weights are loaded");
+            assert_eq!(collector.ctx().train_iter, 1);
+        }
+    }
+
+    #[test]
+    fn one_finish_finishes_the_others() {
+        let owner = Task::<OnlineRLContext>::new();
+        let h = owner.handle().clone();
+        let mut a = Task::<OnlineRLContext>::with_handle(h.clone());
+        a.use_mw(FinishSync::new(&h));
+        let seen = Arc::new(AtomicBool::new(false));
+        let s = seen.clone();
+        h.on(FINISH, move |_| s.store(true, Ordering::SeqCst));
+        a.use_fn("stop", |_, t| {
+            t.finish();
+            Ok(())
+        });
+        a.run(None).unwrap();
+        assert!(seen.load(Ordering::SeqCst), "finish announced");
+    }
+}

@@ -40,12 +40,51 @@ pub struct Args {
     /// from the run's newest checkpoint in the same folder.
     #[arg(long, alias = "max_restarts", value_name = "R", default_value_t = 0)]
     pub max_restarts: usize,
+    /// Split the pipeline over N worker processes (DI-engine's ditask): which roles
+    /// (collector, learner, evaluator) run where comes from the config's `[task.roles]`
+    /// (default: `[task] workers`).
+    #[arg(long, alias = "parallel_workers", value_name = "N")]
+    pub parallel_workers: Option<usize>,
+    /// How the workers are linked (default: `[task] topology`, else star).
+    #[arg(long, value_enum)]
+    pub topology: Option<TopologyArg>,
+    /// Extra labels for every worker, comma-separated (also `DRILL_LABELS`); `[task.roles]`
+    /// patterns match them.
+    #[arg(long, value_delimiter = ',')]
+    pub labels: Vec<String>,
+    /// Under `--topology alone`: node NODE links to PEER,... (repeatable), e.g. `0=1,2`.
+    #[arg(long = "attach-to", alias = "attach_to", value_name = "NODE=PEER,...")]
+    pub attach_to: Vec<String>,
+    /// Who starts the workers: `local` (this command, on this machine) or `slurm` (run the
+    /// command under `srun -n N`; node ids and the store's host come from SLURM_*).
+    #[arg(long, value_enum, default_value = "local")]
+    pub platform: PlatformArg,
+}
+
+/// `--topology`.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum TopologyArg {
+    /// Workers connect to node 0, which relays every event.
+    Star,
+    /// Every worker connects to every other.
+    Mesh,
+    /// Only `--attach-to` links.
+    Alone,
+}
+
+/// `--platform`.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum PlatformArg {
+    /// This command starts the workers.
+    Local,
+    /// Slurm started them.
+    Slurm,
 }
 
 /// Store key (shared by every attempt of a launched job) holding the experiment folder.
 const EXP_DIR_KEY: &str = "drill-train/exp_dir";
 
-fn load_config(args: &Args) -> anyhow::Result<Config> {
+pub(crate) fn load_config(args: &Args) -> anyhow::Result<Config> {
     let mut overrides = args.set.clone();
     if let Some(seed) = args.seed {
         overrides.push(format!("seed={seed}"));
@@ -58,6 +97,10 @@ fn load_config(args: &Args) -> anyhow::Result<Config> {
 /// Train; returns the process exit code.
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let config = load_config(&args)?;
+    let workers = args.parallel_workers.unwrap_or(config.task.workers);
+    if workers > 0 {
+        return crate::cmd::parallel::run(&args, config, workers);
+    }
     if let Some(n) = args.nproc_per_node {
         return launch_ranks(&args, &config, n);
     }

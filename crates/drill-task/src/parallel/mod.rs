@@ -31,10 +31,22 @@ pub use router::{Place, Router, Topology};
 /// Set in the environment of the worker processes.
 const WORKER_ENV: &str = "DRILL_TASK_WORKER";
 
+/// Who starts the worker processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Platform {
+    /// The runner re-executes the program N times on this machine (through drill-launch).
+    Local,
+    /// Slurm started them (`srun -n N program ...`): each process is a worker, its node id
+    /// `SLURM_PROCID`, node 0's host (first of the node list) hosts the rendezvous store
+    /// on `MASTER_PORT` (default 29500).
+    Slurm,
+}
+
 /// Builder for a run of N cooperating processes.
 #[derive(Debug, Clone)]
 pub struct Parallel {
     n: usize,
+    platform: Platform,
     topology: Topology,
     labels: Vec<String>,
     attach: Vec<Vec<usize>>,
@@ -47,12 +59,19 @@ impl Parallel {
     pub fn runner(n: usize) -> Self {
         Self {
             n,
+            platform: Platform::Local,
             topology: Topology::Star,
             labels: Vec::new(),
             attach: vec![Vec::new(); n],
             max_restarts: 0,
             timeout: Duration::from_secs(60),
         }
+    }
+
+    /// Who starts the workers (default: this runner, on this machine).
+    pub fn platform(mut self, p: Platform) -> Self {
+        self.platform = p;
+        self
     }
 
     /// How the workers are linked.
@@ -89,7 +108,7 @@ impl Parallel {
         self,
         main: impl FnOnce(&mut Task<'_, C>) -> Result<(), TaskError>,
     ) -> Result<(), TaskError> {
-        if std::env::var_os(WORKER_ENV).is_some() {
+        if std::env::var_os(WORKER_ENV).is_some() || self.platform == Platform::Slurm {
             return self.worker(main);
         }
         let exe =
@@ -128,7 +147,33 @@ impl Parallel {
         main: impl FnOnce(&mut Task<'_, C>) -> Result<(), TaskError>,
     ) -> Result<(), TaskError> {
         let info = drill_comm::InitInfo::from_env().map_err(|e| TaskError::msg(e.to_string()))?;
+        if self.platform == Platform::Slurm && !info.source.starts_with("Slurm") {
+            return Err(TaskError::msg(format!(
+                "platform slurm: no SLURM_PROCID/SLURM_NTASKS in the environment (found {}); start the workers with `srun -n {}`",
+                info.source, self.n
+            )));
+        }
+        if info.world_size != self.n {
+            return Err(TaskError::msg(format!(
+                "{} workers were asked for, but {} says the job has {}",
+                self.n, info.source, info.world_size
+            )));
+        }
         let token = Token::new(info.token.as_deref());
+        // Without a launcher (Slurm), node 0 hosts the rendezvous store.
+        let _server = if info.rank == 0 && !info.agent_store {
+            Some(
+                drill_comm::StoreServer::bind(&format!("0.0.0.0:{}", info.master_port), &token)
+                    .map_err(|e| {
+                        TaskError::msg(format!(
+                            "node 0 cannot host the store on port {}: {e}",
+                            info.master_port
+                        ))
+                    })?,
+            )
+        } else {
+            None
+        };
         let store = Store::connect(&info.master_addr, info.master_port, &token, info.timeout)
             .map_err(|e| TaskError::msg(e.to_string()))?
             .with_prefix(&format!("task/{}", info.run_id));

@@ -1,0 +1,210 @@
+//! `drill train --parallel-workers N`: the training pipeline split over N worker processes
+//! (DI-engine's `ditask`). `[task.roles]` says which roles each worker runs; the learner's
+//! worker owns the experiment folder and decides when the run ends.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use drill_algo::middleware::{Remote, Roles};
+use drill_algo::{NullReporter, Reporter, RunContext, run::select_device};
+use drill_config::Config;
+use drill_exp::Experiment;
+use drill_task::parallel::{Parallel, Platform, Topology};
+use drill_task::{Labels, OnlineRLContext, TaskError};
+
+use super::train::{Args, PlatformArg, TopologyArg};
+
+/// Start (or, under Slurm, be) the workers; returns the exit code.
+pub fn run(args: &Args, config: Config, n: usize) -> anyhow::Result<i32> {
+    if args.nproc_per_node.is_some() || config.policy.multi_gpu() {
+        bail!(
+            "--parallel-workers splits the pipeline over processes; it does not combine with data-parallel training (--nproc-per-node, policy.multi_gpu)"
+        );
+    }
+    let topology = match args.topology {
+        Some(TopologyArg::Star) => Topology::Star,
+        Some(TopologyArg::Mesh) => Topology::Mesh,
+        Some(TopologyArg::Alone) => Topology::Alone,
+        None => match config.task.topology.as_str() {
+            "mesh" => Topology::Mesh,
+            "alone" => Topology::Alone,
+            _ => Topology::Star,
+        },
+    };
+    drill_algo::check_splittable(&config)?;
+    check_roles(&config, &args.labels, n)?;
+    let mut runner = Parallel::runner(n)
+        .topology(topology)
+        .labels(args.labels.clone())
+        .auto_recover(args.max_restarts)
+        .platform(match args.platform {
+            PlatformArg::Local => Platform::Local,
+            PlatformArg::Slurm => Platform::Slurm,
+        });
+    for spec in &args.attach_to {
+        let (node, peers) = parse_attach(spec)?;
+        runner = runner.attach_to(node, &peers);
+    }
+    let timeout = Duration::from_secs_f64(config.task.timeout);
+    runner
+        .run::<OnlineRLContext>(|task| {
+            worker(args, &config, task.handle().clone(), timeout).map_err(|e| {
+                // The chain (e.g. which middleware, which peer) is the message.
+                TaskError::msg(format!("{e:#}"))
+            })
+        })
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(0)
+}
+
+/// Each role on exactly one worker: checked before anything starts, naming the
+/// assignment.
+fn check_roles(config: &Config, extra: &[String], n: usize) -> anyhow::Result<()> {
+    let mut owners: Vec<Vec<usize>> = vec![Vec::new(); drill_config::TASK_ROLES.len()];
+    for node in 0..n {
+        let mut labels = Labels::new(["distributed".to_string(), format!("node.{node}")]);
+        for l in extra {
+            labels.insert(l.clone());
+        }
+        if let Ok(list) = std::env::var("DRILL_LABELS") {
+            labels.extend_from_list(&list);
+        }
+        for (k, role) in drill_config::TASK_ROLES.iter().enumerate() {
+            if node_roles(config, &labels)?.iter().any(|r| r == role) {
+                owners[k].push(node);
+            }
+        }
+    }
+    for (k, role) in drill_config::TASK_ROLES.iter().enumerate() {
+        if owners[k].len() != 1 {
+            let on = if owners[k].is_empty() {
+                "no worker".to_string()
+            } else {
+                format!("nodes {:?}", owners[k])
+            };
+            return Err(config
+                .error(
+                    "task.roles",
+                    format!(
+                        "the {role} role must run on exactly one of the {n} workers, but {on} take it (e.g. \"node.0\" = [\"collector\", \"learner\"], \"node.1\" = [\"evaluator\"])"
+                    ),
+                )
+                .into());
+        }
+    }
+    Ok(())
+}
+
+/// The roles `[task.roles]` gives a worker with `labels`.
+fn node_roles(config: &Config, labels: &Labels) -> anyhow::Result<Vec<String>> {
+    let mut roles = Vec::new();
+    for (pattern, rs) in &config.task.roles {
+        if labels.matches(&[pattern]).map_err(anyhow::Error::msg)? {
+            roles.extend(rs.iter().cloned());
+        }
+    }
+    Ok(roles)
+}
+
+/// `NODE=PEER,PEER`.
+fn parse_attach(spec: &str) -> anyhow::Result<(usize, Vec<usize>)> {
+    let bad = || anyhow::anyhow!("--attach-to {spec:?}: expected NODE=PEER[,PEER...], e.g. 0=1,2");
+    let (node, peers) = spec.split_once('=').ok_or_else(bad)?;
+    let node = node.trim().parse().map_err(|_| bad())?;
+    let peers = peers
+        .split(',')
+        .map(|p| p.trim().parse().map_err(|_| bad()))
+        .collect::<anyhow::Result<_>>()?;
+    Ok((node, peers))
+}
+
+/// One worker: take its roles as labels, and train them; the learner's worker writes the
+/// experiment folder.
+fn worker(
+    args: &Args,
+    config: &Config,
+    task: drill_task::TaskHandle,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    for r in node_roles(config, &task.labels())? {
+        task.insert_label(r);
+    }
+    let roles = Roles::from_labels(
+        &task,
+        Remote {
+            model_staleness: config.task.model_staleness,
+            timeout,
+        },
+    )?;
+    let device = select_device(config)?;
+    let task_labels = task.labels();
+    let names: Vec<&str> = drill_config::TASK_ROLES
+        .iter()
+        .copied()
+        .filter(|r| task.match_labels(&[r]).unwrap_or(false))
+        .collect();
+    let mut exp = None;
+    if roles.learner {
+        let dir = args
+            .exp_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(&config.exp_name));
+        exp = Some(
+            Experiment::create(&dir, config, args.quiet)
+                .with_context(|| format!("cannot create experiment folder {}", dir.display()))?,
+        );
+    }
+    let labels: Vec<&str> = task_labels.iter().collect();
+    tracing::info!(
+        "worker [{}]: {} ({})",
+        labels.join(", "),
+        names.join(", "),
+        exp.as_ref()
+            .map_or("no experiment folder".into(), |e| format!(
+                "→ {}",
+                e.dir().display()
+            ))
+    );
+    let resume = args
+        .resume
+        .as_deref()
+        .filter(|_| roles.learner)
+        .map(drill_algo::checkpoint::Checkpoint::load)
+        .transpose()?;
+    let mut null = NullReporter;
+    let reporter: &mut dyn Reporter = match &mut exp {
+        Some(e) => e,
+        None => &mut null,
+    };
+    let result = drill_algo::train_roles(
+        config,
+        &mut RunContext {
+            device,
+            reporter,
+            resume,
+            dist: None,
+            restarts: 0,
+        },
+        task,
+        &roles,
+    )?;
+    if let (Some(mut exp), Some(result)) = (exp, result) {
+        exp.finish(&result)
+            .with_context(|| format!("cannot write {}/result.json", exp.dir().display()))?;
+        tracing::info!(
+            "{}: eval {:.1} after {} env steps, {} iters, {:.2} s",
+            if result.stop_reached {
+                "stop value reached"
+            } else {
+                "stopped at the step limit"
+            },
+            result.eval_reward_mean,
+            result.env_steps,
+            result.train_iters,
+            result.wall_seconds
+        );
+        println!("{}", exp.dir().join("result.json").display());
+    }
+    Ok(())
+}

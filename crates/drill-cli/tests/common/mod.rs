@@ -1,0 +1,54 @@
+//! Helpers shared by the end-to-end tests: the built `drill`, the repository, outputs.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+/// The repository root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The built `drill`, outside any launcher's environment.
+pub fn drill() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_drill"));
+    c.env_remove("RANK").env_remove("WORLD_SIZE");
+    c
+}
+
+/// Stdout and stderr.
+pub fn text(o: &Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// `DIR/result.json`.
+pub fn result(dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("result.json")).unwrap()).unwrap()
+}
+
+/// The pid of rank `rank` among `parent`'s children, once the ranks are training (their
+/// first checkpoint exists).
+pub fn rank_pid(parent: u32, rank: usize, exp: &Path) -> i32 {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(Instant::now() < deadline, "ranks never started training");
+        let children = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
+            .unwrap_or_default();
+        let ready = exp.join("ckpt/best.safetensors").is_file();
+        for pid in children.split_whitespace() {
+            let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            let is_rank = env
+                .split(|&b| b == 0)
+                .any(|v| v == format!("RANK={rank}").as_bytes());
+            if is_rank && ready {
+                return pid.parse().unwrap();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

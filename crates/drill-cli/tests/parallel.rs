@@ -1,0 +1,119 @@
+//! `drill train --parallel-workers N`: the pipeline split over processes (DI-engine's ditask)
+//! end to end on 127.0.0.1 — both shipped layouts reach their stop values with the learner's
+//! worker owning the experiment folder, bad role tables are refused before anything starts,
+//! and a killed worker fails the run fast instead of hanging it.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+mod common;
+use common::{drill, rank_pid, repo, result, text};
+
+#[test]
+fn the_two_shipped_layouts_reach_their_stop_values() {
+    for (config, learner) in [
+        ("configs/cartpole_dqn_dist.toml", 0),
+        ("configs/cartpole_dqn_3roles.toml", 1),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let exp = tmp.path().join("run");
+        let out = drill()
+            .arg("train")
+            .arg(repo().join(config))
+            .args(["--quiet", "--exp-dir"])
+            .arg(&exp)
+            .output()
+            .unwrap();
+        let log = text(&out);
+        assert!(out.status.success(), "{config}: {log}");
+        let r = result(&exp);
+        assert_eq!(r["stop_reached"], true, "{config}: {r}");
+        assert!(r["eval_reward_mean"].as_f64().unwrap() >= 195.0, "{r}");
+        for ck in ["best", "latest", "final"] {
+            assert!(exp.join(format!("ckpt/{ck}.safetensors")).is_file(), "{ck}");
+        }
+        assert!(
+            log.contains(&format!("[rank {learner}]")) && log.contains("learner (→"),
+            "{log}"
+        );
+        assert!(log.contains("evaluator (no experiment folder)"), "{log}");
+    }
+}
+
+#[test]
+fn role_tables_and_policies_that_cannot_split_are_refused_before_anything_starts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = std::fs::read_to_string(repo().join("configs/cartpole_dqn_dist.toml")).unwrap();
+    let two_learners = base.replace(r#""node.1" = ["evaluator"]"#, r#""node.1" = ["learner"]"#);
+    let unknown = base.replace(r#"["evaluator"]"#, r#"["evaluater"]"#);
+    for (text_in, expect) in [
+        (
+            two_learners.as_str(),
+            "learner role must run on exactly one",
+        ),
+        (unknown.as_str(), "unknown role \"evaluater\""),
+    ] {
+        let path = tmp.path().join("c.toml");
+        std::fs::write(&path, text_in).unwrap();
+        let t = Instant::now();
+        let out = drill()
+            .arg("train")
+            .arg(&path)
+            .args(["--quiet", "--exp-dir"])
+            .arg(tmp.path().join("x"))
+            .output()
+            .unwrap();
+        let log = text(&out);
+        assert!(!out.status.success(), "{log}");
+        assert!(log.contains("task.roles") && log.contains(expect), "{log}");
+        assert!(t.elapsed() < Duration::from_secs(5));
+        assert!(!tmp.path().join("x").exists(), "nothing was created");
+    }
+    let out = drill()
+        .arg("train")
+        .arg(repo().join("configs/cartpole_v1_ppo.toml"))
+        .args(["--quiet", "--parallel-workers", "2", "--exp-dir"])
+        .arg(tmp.path().join("p"))
+        .args([
+            "--set",
+            r#"task.roles={"node.0"=["collector","learner"],"node.1"=["evaluator"]}"#,
+        ])
+        .output()
+        .unwrap();
+    let log = text(&out);
+    assert!(!out.status.success(), "{log}");
+    assert!(
+        log.contains("policy.type") && log.contains("on-policy"),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_killed_worker_fails_the_run_fast_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let exp = tmp.path().join("run");
+    let child = drill()
+        .arg("train")
+        .arg(repo().join("configs/cartpole_dqn_3roles.toml"))
+        .args(["--quiet", "--exp-dir"])
+        .arg(&exp)
+        .args([
+            "--set",
+            "env.stop_value=1000",
+            "--set",
+            "max_env_step=1000000",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = rank_pid(child.id(), 2, &exp);
+    let t = Instant::now();
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let out = child.wait_with_output().unwrap();
+    let dt = t.elapsed();
+    let log = text(&out);
+    assert!(!out.status.success(), "{log}");
+    assert!(dt < Duration::from_secs(10), "took {dt:?}: {log}");
+    assert!(log.contains("rank 2"), "{log}");
+}
