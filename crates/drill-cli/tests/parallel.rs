@@ -117,3 +117,30 @@ fn a_killed_worker_fails_the_run_fast_naming_it() {
     assert!(dt < Duration::from_secs(10), "took {dt:?}: {log}");
     assert!(log.contains("rank 2"), "{log}");
 }
+
+#[test]
+fn with_max_restarts_the_group_restarts_and_the_learner_resumes_in_the_same_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let exp = tmp.path().join("run");
+    let child = drill()
+        .arg("train")
+        .arg(repo().join("configs/cartpole_dqn_3roles.toml"))
+        .args(["--quiet", "--max-restarts", "1", "--exp-dir"])
+        .arg(&exp)
+        .args(["--set", "env.stop_value=1000", "--set", "max_env_step=3000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = rank_pid(child.id(), 2, &exp);
+    std::thread::sleep(Duration::from_millis(300));
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let out = child.wait_with_output().unwrap();
+    let log = text(&out);
+    assert!(out.status.success(), "{log}");
+    assert!(log.contains("resuming from"), "{log}");
+    let r = result(&exp);
+    assert_eq!(r["restarts"], 1, "{r}");
+    assert!(r["env_steps"].as_u64().unwrap() >= 3000, "{r}");
+    assert!(!tmp.path().join("run_2").exists(), "the same folder carried on");
+}

@@ -60,6 +60,15 @@ impl Experiment {
         Self::open(chosen, config, quiet, false)
     }
 
+    /// Claim a fresh folder for a run whose writer starts elsewhere (a worker process):
+    /// `dir`, or the first free `dir_K`, created with its `ckpt/` so no other run takes it.
+    /// The writer then [`Self::reopen`]s it.
+    pub fn reserve(dir: &Path) -> std::io::Result<PathBuf> {
+        let chosen = fresh_dir(dir);
+        std::fs::create_dir_all(chosen.join("ckpt"))?;
+        Ok(chosen)
+    }
+
     /// Continue writing into `dir`, an experiment folder a failed attempt of the same run
     /// created (after `drill train --max-restarts`): metrics are appended, TensorBoard gets a
     /// new events file, checkpoints stay.

@@ -13,7 +13,7 @@ use std::time::Duration;
 use drill_task::{Mailbox, Middleware, OnlineRLContext, TaskError, TaskHandle};
 use serde::{Deserialize, Serialize};
 
-use super::{EpisodeReturns, EvalOutput, LastEval, LoadFn, Transitions};
+use super::{Collected, EpisodeReturns, EvalOutput, LastEval, LoadFn, Transitions};
 
 /// Event names on the bus.
 const CONTEXT: &str = "context";
@@ -46,8 +46,6 @@ pub struct ContextExchanger {
     send_eval: bool,
     recv_eval: Option<Mailbox<EvalOutput>>,
     timeout: Duration,
-    sent_env_step: u64,
-    sent_episodes: u64,
 }
 
 impl ContextExchanger {
@@ -59,8 +57,6 @@ impl ContextExchanger {
             send_eval: false,
             recv_eval: None,
             timeout,
-            sent_env_step: 0,
-            sent_episodes: 0,
         }
     }
 
@@ -125,14 +121,13 @@ impl Middleware<OnlineRLContext> for ContextExchanger {
         if self.send_traj
             && let Some(transitions) = ctx.ext.remove::<Transitions>()
         {
+            let collected = ctx.ext.remove::<Collected>().unwrap_or_default();
             let msg = ContextMsg {
-                env_steps: ctx.env_step - self.sent_env_step,
-                episodes: ctx.env_episode - self.sent_episodes,
+                env_steps: collected.env_steps,
+                episodes: collected.episodes,
                 transitions,
                 returns: ctx.ext.remove::<EpisodeReturns>().unwrap_or_default(),
             };
-            self.sent_env_step = ctx.env_step;
-            self.sent_episodes = ctx.env_episode;
             task.emit(CONTEXT, &msg)?;
         }
         if self.send_eval
@@ -304,6 +299,8 @@ impl Middleware<OnlineRLContext> for ModelExchanger<'_> {
                 if let Some(u) = newest {
                     load(&u.params);
                     ctx.train_iter = u.train_iter;
+                    // A learner resumed from a checkpoint is ahead: continue its schedule.
+                    ctx.env_step = ctx.env_step.max(u.env_step);
                 }
                 *sent += 1;
             }
@@ -389,6 +386,10 @@ mod tests {
             let k = ctx.env_step as f32;
             ctx.env_step += 8;
             ctx.env_episode += 1;
+            ctx.ext.insert(Collected {
+                env_steps: 8,
+                episodes: 1,
+            });
             ctx.ext.insert(Transitions {
                 obs_dim: 1,
                 obs: vec![k],

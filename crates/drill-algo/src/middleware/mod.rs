@@ -7,7 +7,7 @@
 //! | [`InteractionEvaluator`] | `train_iter` | `eval_value`, `last_eval_*`, [`EvalOutput`]; finish at `stop_value` |
 //! | [`TerminationChecker`] | `env_step`, `train_iter` | finish at `max_env_step` / `max_train_iter` |
 //! | [`EpsGreedyHandler`] | `env_step` | [`Epsilon`] |
-//! | [`StepCollector`] | [`Epsilon`] | [`Transitions`], [`EpisodeReturns`], `env_step`, `env_episode` |
+//! | [`StepCollector`] | [`Epsilon`] | [`Transitions`], [`EpisodeReturns`], [`Collected`], `env_step`, `env_episode` |
 //! | [`NStepRewardEnhancer`] | raw [`Transitions`] | n-step [`Transitions`] |
 //! | [`DataPusher`] | n-step [`Transitions`] | the replay buffer |
 //! | [`OffPolicyLearner`] | the replay buffer | `train_iter`, `train_output` |
@@ -96,6 +96,15 @@ impl Transitions {
     pub fn is_empty(&self) -> bool {
         self.actions.is_empty()
     }
+}
+
+/// What this process's collector gathered this step (counted before any n-step rewrite).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Collected {
+    /// Env steps, every rank's under DDP.
+    pub env_steps: u64,
+    /// Episodes finished, every rank's under DDP.
+    pub episodes: u64,
 }
 
 /// Episodes finished this step: `(return, env step)` each.

@@ -13,7 +13,10 @@ use drill_exp::Experiment;
 use drill_task::parallel::{Parallel, Platform, Topology};
 use drill_task::{Labels, OnlineRLContext, TaskError};
 
-use super::train::{Args, PlatformArg, TopologyArg};
+use super::train::{Args, PlatformArg, TopologyArg, newest_checkpoint};
+
+/// The experiment folder the parent claimed, for the learner's worker.
+const EXP_DIR_ENV: &str = "DRILL_EXP_DIR";
 
 /// Start (or, under Slurm, be) the workers; returns the exit code.
 pub fn run(args: &Args, config: Config, n: usize) -> anyhow::Result<i32> {
@@ -45,6 +48,16 @@ pub fn run(args: &Args, config: Config, n: usize) -> anyhow::Result<i32> {
     for spec in &args.attach_to {
         let (node, peers) = parse_attach(spec)?;
         runner = runner.attach_to(node, &peers);
+    }
+    if args.platform == PlatformArg::Local && !drill_task::parallel::in_worker() {
+        // The parent claims the folder so that a restarted group writes into the same one.
+        let dir = args
+            .exp_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(&config.exp_name));
+        let dir = Experiment::reserve(&dir)
+            .with_context(|| format!("cannot create experiment folder {}", dir.display()))?;
+        runner = runner.env(EXP_DIR_ENV, &dir.display().to_string());
     }
     let timeout = Duration::from_secs_f64(config.task.timeout);
     runner
@@ -144,16 +157,52 @@ fn worker(
         .copied()
         .filter(|r| task.match_labels(&[r]).unwrap_or(false))
         .collect();
+    let restarts: u32 = std::env::var("DRILL_RESTART_COUNT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     let mut exp = None;
+    let mut resume = None;
     if roles.learner {
-        let dir = args
-            .exp_dir
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(&config.exp_name));
-        exp = Some(
-            Experiment::create(&dir, config, args.quiet)
-                .with_context(|| format!("cannot create experiment folder {}", dir.display()))?,
-        );
+        let e = match std::env::var_os(EXP_DIR_ENV) {
+            Some(dir) => {
+                let dir = PathBuf::from(dir);
+                if restarts > 0 {
+                    resume = newest_checkpoint(&dir);
+                    match &resume {
+                        Some(ck) => tracing::info!(
+                            "restart {restarts}: resuming from {} (train iteration {}, env step {})",
+                            ck.path.display(),
+                            ck.counter("train_iters")?,
+                            ck.counter("env_steps")?
+                        ),
+                        None => tracing::info!(
+                            "restart {restarts}: no checkpoint in {} yet, starting over",
+                            dir.display()
+                        ),
+                    }
+                }
+                Experiment::reopen(&dir, config, args.quiet)
+                    .with_context(|| format!("cannot open experiment folder {}", dir.display()))?
+            }
+            None => {
+                let dir = args
+                    .exp_dir
+                    .clone()
+                    .unwrap_or_else(|| PathBuf::from(&config.exp_name));
+                Experiment::create(&dir, config, args.quiet).with_context(|| {
+                    format!("cannot create experiment folder {}", dir.display())
+                })?
+            }
+        };
+        if resume.is_none() {
+            resume = args
+                .resume
+                .as_deref()
+                .map(drill_algo::checkpoint::Checkpoint::load)
+                .transpose()?;
+        }
+        exp = Some(e);
     }
     let labels: Vec<&str> = task_labels.iter().collect();
     tracing::info!(
@@ -166,12 +215,6 @@ fn worker(
                 e.dir().display()
             ))
     );
-    let resume = args
-        .resume
-        .as_deref()
-        .filter(|_| roles.learner)
-        .map(drill_algo::checkpoint::Checkpoint::load)
-        .transpose()?;
     let mut null = NullReporter;
     let reporter: &mut dyn Reporter = match &mut exp {
         Some(e) => e,
@@ -184,7 +227,7 @@ fn worker(
             reporter,
             resume,
             dist: None,
-            restarts: 0,
+            restarts,
         },
         task,
         &roles,

@@ -73,7 +73,7 @@ pub enum TopologyArg {
 }
 
 /// `--platform`.
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum PlatformArg {
     /// This command starts the workers.
     Local,
@@ -208,7 +208,7 @@ fn join(config: &Config) -> anyhow::Result<Option<ProcessGroup>> {
 
 /// The checkpoint with the most train iterations among `final`, `latest` and `best` in
 /// `dir/ckpt` (each is complete: written to a temporary file and renamed).
-fn newest_checkpoint(dir: &Path) -> Option<Checkpoint> {
+pub(crate) fn newest_checkpoint(dir: &Path) -> Option<Checkpoint> {
     let mut best: Option<(u64, Checkpoint)> = None;
     for name in ["final", "latest", "best"] {
         let path = dir.join("ckpt").join(format!("{name}.safetensors"));

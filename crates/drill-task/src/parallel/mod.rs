@@ -52,6 +52,12 @@ pub struct Parallel {
     attach: Vec<Vec<usize>>,
     max_restarts: usize,
     timeout: Duration,
+    env: Vec<(String, String)>,
+}
+
+/// Whether this process is a worker of a Parallel run (started by the runner).
+pub fn in_worker() -> bool {
+    std::env::var_os(WORKER_ENV).is_some()
 }
 
 impl Parallel {
@@ -65,6 +71,7 @@ impl Parallel {
             attach: vec![Vec::new(); n],
             max_restarts: 0,
             timeout: Duration::from_secs(60),
+            env: Vec::new(),
         }
     }
 
@@ -94,6 +101,12 @@ impl Parallel {
         self
     }
 
+    /// Set `key=value` in every worker's environment (e.g. a folder the parent chose).
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
     /// Restart the whole group up to `n` times after a worker fails (DI-engine's
     /// auto-recover).
     pub fn auto_recover(mut self, n: usize) -> Self {
@@ -108,7 +121,7 @@ impl Parallel {
         self,
         main: impl FnOnce(&mut Task<'_, C>) -> Result<(), TaskError>,
     ) -> Result<(), TaskError> {
-        if std::env::var_os(WORKER_ENV).is_some() || self.platform == Platform::Slurm {
+        if in_worker() || self.platform == Platform::Slurm {
             return self.worker(main);
         }
         let exe =
@@ -128,7 +141,10 @@ impl Parallel {
             timeout: self.timeout,
             program: exe.display().to_string(),
             args: std::env::args().skip(1).collect(),
-            env: vec![(WORKER_ENV.into(), "1".into())],
+            env: [(WORKER_ENV.to_string(), "1".to_string())]
+                .into_iter()
+                .chain(self.env.iter().cloned())
+                .collect(),
         })
         .map_err(|e| TaskError::msg(format!("parallel runner: {e}")))?;
         match outcome {
