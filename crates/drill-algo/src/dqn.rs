@@ -485,12 +485,11 @@ pub fn train_roles(
         learn.eval_freq = eval_freq;
         learn.priority_beta = rb.priority.then_some(rb.priority_beta);
         task.use_mw(learn);
-        if roles.remote.is_some() {
+        if let Some(remote) = &roles.remote {
             let params = || agent.borrow().learner.online.params.clone();
             let collectors = roles.collector_elsewhere();
-            task.use_mw(ModelExchanger::sender(
-                eval_freq, collectors, params, timeout,
-            ));
+            let sender = ModelExchanger::sender(eval_freq, collectors, params, timeout);
+            task.use_mw(sender.every(remote.model_every));
         }
         task.use_mw(OnlineLogger::new(&out, cfg.max_env_step));
     }

@@ -142,5 +142,56 @@ fn with_max_restarts_the_group_restarts_and_the_learner_resumes_in_the_same_fold
     let r = result(&exp);
     assert_eq!(r["restarts"], 1, "{r}");
     assert!(r["env_steps"].as_u64().unwrap() >= 3000, "{r}");
-    assert!(!tmp.path().join("run_2").exists(), "the same folder carried on");
+    assert!(
+        !tmp.path().join("run_2").exists(),
+        "the same folder carried on"
+    );
+}
+
+#[test]
+fn two_runners_with_node_ids_form_one_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let port = drill_comm_port();
+    let runners: Vec<_> = [0, 1]
+        .into_iter()
+        .map(|id| {
+            drill()
+                .arg("train")
+                .arg(repo().join("configs/cartpole_dqn_dist.toml"))
+                .args([
+                    "--quiet",
+                    "--node-ids",
+                    &id.to_string(),
+                    "--master-port",
+                    &port,
+                ])
+                .arg("--exp-dir")
+                .arg(tmp.path().join(format!("run{id}")))
+                .env("DRILL_JOB_TOKEN", "shared-secret")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<_> = runners
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    for o in &outs {
+        assert!(o.status.success(), "{}", text(o));
+    }
+    let r = result(&tmp.path().join("run0"));
+    assert_eq!(r["stop_reached"], true, "{r}");
+    assert!(
+        !tmp.path().join("run1").exists(),
+        "only the learner's runner has a folder"
+    );
+    assert!(text(&outs[1]).contains("evaluator"), "{}", text(&outs[1]));
+}
+
+/// A free TCP port on 127.0.0.1.
+fn drill_comm_port() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port().to_string()
 }

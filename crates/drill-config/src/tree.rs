@@ -51,6 +51,8 @@ pub struct TaskConfig {
     pub roles: std::collections::BTreeMap<String, Vec<String>>,
     /// Steps a remote collector may run ahead of the weights it acts with (0: lock-step).
     pub model_staleness: u64,
+    /// Send a remote collector new weights every this many learner steps (1: every step).
+    pub model_every: u64,
     /// Seconds a worker waits for another before giving up (a lost worker fails the wait at
     /// once).
     pub timeout: f64,
@@ -63,6 +65,7 @@ impl Default for TaskConfig {
             topology: "star".into(),
             roles: std::collections::BTreeMap::new(),
             model_staleness: 1,
+            model_every: 1,
             timeout: 120.0,
         }
     }
@@ -417,6 +420,7 @@ impl Config {
             "must be \"star\", \"mesh\" or \"alone\"",
         );
         c.positive("task.timeout", t.timeout);
+        c.at_least_1("task.model_every", t.model_every);
         for (label, roles) in &t.roles {
             let path = format!("task.roles.{label}");
             for r in roles {

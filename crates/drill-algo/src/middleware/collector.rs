@@ -9,7 +9,7 @@ use drill_task::{Middleware, OnlineRLContext, TaskError, TaskHandle};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
-use super::{Collected, ActFn, EpisodeReturns, Epsilon, Ranks, Transitions, task_err};
+use super::{ActFn, Collected, EpisodeReturns, Epsilon, Ranks, Transitions, task_err};
 use crate::data::{NStep, ReplayBuffer};
 use crate::explore::epsilon;
 

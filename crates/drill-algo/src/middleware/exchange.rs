@@ -154,6 +154,8 @@ enum Side<'a> {
     Send {
         params: Box<dyn FnMut() -> Vec<f32> + 'a>,
         collectors: bool,
+        every: u64,
+        steps: u64,
         eval_freq: u64,
         sent_iter: Option<u64>,
         eval_iter: Option<u64>,
@@ -191,12 +193,24 @@ impl<'a> ModelExchanger<'a> {
             side: Side::Send {
                 params: Box::new(params),
                 collectors,
+                every: 1,
+                steps: 0,
                 eval_freq: eval_freq.max(1),
                 sent_iter: None,
                 eval_iter: None,
             },
             timeout,
         }
+    }
+
+    /// The periodic variant (sender side): the collector gets new weights only every `k`
+    /// steps (the updates in between carry none, so its staleness is counted alike); for
+    /// large models on slow links. The evaluator's weights are unaffected.
+    pub fn every(mut self, k: u64) -> Self {
+        if let Side::Send { every, .. } = &mut self.side {
+            *every = k.max(1);
+        }
+        self
     }
 
     /// Collector side, before the collector: loads the newest weights; a collector more than
@@ -243,6 +257,8 @@ impl Middleware<OnlineRLContext> for ModelExchanger<'_> {
             Side::Send {
                 params,
                 collectors,
+                every,
+                steps,
                 eval_freq,
                 sent_iter,
                 eval_iter,
@@ -251,7 +267,9 @@ impl Middleware<OnlineRLContext> for ModelExchanger<'_> {
                     return Ok(());
                 }
                 let iter = ctx.train_iter;
-                let changed = *sent_iter != Some(iter);
+                let due = (*steps).is_multiple_of(*every);
+                *steps += 1;
+                let changed = *sent_iter != Some(iter) && due;
                 let for_eval = iter.is_multiple_of(*eval_freq) && *eval_iter != Some(iter);
                 let weights = if (changed && *collectors) || for_eval {
                     params()
@@ -273,7 +291,9 @@ impl Middleware<OnlineRLContext> for ModelExchanger<'_> {
                     }
                     task.emit(MODEL, &update)?;
                 }
-                *sent_iter = Some(iter);
+                if changed {
+                    *sent_iter = Some(iter);
+                }
             }
             Side::Collector {
                 models,
@@ -461,6 +481,25 @@ mod tests {
             assert_eq!(*loaded.borrow(), [1.0], "the newest weights are loaded");
             assert_eq!(collector.ctx().train_iter, 1);
         }
+    }
+
+    #[test]
+    fn the_periodic_variant_sends_weights_every_k_steps() {
+        let owner = Task::<OnlineRLContext>::new();
+        let h = owner.handle().clone();
+        let got = Mailbox::<ModelUpdate>::new(h.events(), MODEL);
+        let mut learner = Task::<OnlineRLContext>::with_handle(h.clone());
+        learner.use_fn("fake_learner", |ctx, _| {
+            ctx.train_iter += 1;
+            Ok(())
+        });
+        let sender = ModelExchanger::sender(1000, true, || vec![1.0; 3], Duration::from_secs(1));
+        learner.use_mw(sender.every(3));
+        learner.run(Some(7)).unwrap();
+        let with: Vec<bool> = std::iter::from_fn(|| got.try_recv().unwrap())
+            .map(|u| !u.params.is_empty())
+            .collect();
+        assert_eq!(with, [true, false, false, true, false, false, true]);
     }
 
     #[test]

@@ -24,6 +24,9 @@ pub struct Roles {
 pub struct Remote {
     /// Steps a collector may run ahead of the weights it acts with (`task.model_staleness`).
     pub model_staleness: u64,
+    /// The learner sends a remote collector weights every this many steps
+    /// (`task.model_every`).
+    pub model_every: u64,
     /// Give up waiting for another process after this long (a lost one ends waits at once).
     pub timeout: Duration,
 }

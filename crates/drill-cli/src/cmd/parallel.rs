@@ -36,6 +36,7 @@ pub fn run(args: &Args, config: Config, n: usize) -> anyhow::Result<i32> {
         },
     };
     drill_algo::check_splittable(&config)?;
+    let config_ref = &config;
     check_roles(&config, &args.labels, n)?;
     let mut runner = Parallel::runner(n)
         .topology(topology)
@@ -49,7 +50,22 @@ pub fn run(args: &Args, config: Config, n: usize) -> anyhow::Result<i32> {
         let (node, peers) = parse_attach(spec)?;
         runner = runner.attach_to(node, &peers);
     }
-    if args.platform == PlatformArg::Local && !drill_task::parallel::in_worker() {
+    let mut local: Vec<usize> = (0..n).collect();
+    if !args.node_ids.is_empty() {
+        let (first, last) = (args.node_ids[0], args.node_ids[args.node_ids.len() - 1]);
+        if args.node_ids.iter().zip(first..).any(|(&a, b)| a != b) {
+            bail!("--node-ids {:?}: must be consecutive", args.node_ids);
+        }
+        runner = runner
+            .node_ids(first..last + 1, &args.master_addr, args.master_port)
+            .map_err(|e| anyhow::anyhow!("--node-ids: {e}"))?;
+        local = args.node_ids.clone();
+    }
+    let learner_here = local.iter().any(|&node| {
+        node_roles(config_ref, &node_labels(node, &args.labels))
+            .is_ok_and(|r| r.iter().any(|r| r == "learner"))
+    });
+    if args.platform == PlatformArg::Local && !drill_task::parallel::in_worker() && learner_here {
         // The parent claims the folder so that a restarted group writes into the same one.
         let dir = args
             .exp_dir
@@ -76,13 +92,7 @@ pub fn run(args: &Args, config: Config, n: usize) -> anyhow::Result<i32> {
 fn check_roles(config: &Config, extra: &[String], n: usize) -> anyhow::Result<()> {
     let mut owners: Vec<Vec<usize>> = vec![Vec::new(); drill_config::TASK_ROLES.len()];
     for node in 0..n {
-        let mut labels = Labels::new(["distributed".to_string(), format!("node.{node}")]);
-        for l in extra {
-            labels.insert(l.clone());
-        }
-        if let Ok(list) = std::env::var("DRILL_LABELS") {
-            labels.extend_from_list(&list);
-        }
+        let labels = node_labels(node, extra);
         for (k, role) in drill_config::TASK_ROLES.iter().enumerate() {
             if node_roles(config, &labels)?.iter().any(|r| r == role) {
                 owners[k].push(node);
@@ -107,6 +117,18 @@ fn check_roles(config: &Config, extra: &[String], n: usize) -> anyhow::Result<()
         }
     }
     Ok(())
+}
+
+/// The labels worker `node` will have (as the runner gives them).
+fn node_labels(node: usize, extra: &[String]) -> Labels {
+    let mut labels = Labels::new(["distributed".to_string(), format!("node.{node}")]);
+    for l in extra {
+        labels.insert(l.clone());
+    }
+    if let Ok(list) = std::env::var("DRILL_LABELS") {
+        labels.extend_from_list(&list);
+    }
+    labels
 }
 
 /// The roles `[task.roles]` gives a worker with `labels`.
@@ -147,6 +169,7 @@ fn worker(
         &task,
         Remote {
             model_staleness: config.task.model_staleness,
+            model_every: config.task.model_every,
             timeout,
         },
     )?;
@@ -190,9 +213,8 @@ fn worker(
                     .exp_dir
                     .clone()
                     .unwrap_or_else(|| PathBuf::from(&config.exp_name));
-                Experiment::create(&dir, config, args.quiet).with_context(|| {
-                    format!("cannot create experiment folder {}", dir.display())
-                })?
+                Experiment::create(&dir, config, args.quiet)
+                    .with_context(|| format!("cannot create experiment folder {}", dir.display()))?
             }
         };
         if resume.is_none() {

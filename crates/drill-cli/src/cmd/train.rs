@@ -55,6 +55,22 @@ pub struct Args {
     /// Under `--topology alone`: node NODE links to PEER,... (repeatable), e.g. `0=1,2`.
     #[arg(long = "attach-to", alias = "attach_to", value_name = "NODE=PEER,...")]
     pub attach_to: Vec<String>,
+    /// Start only these workers here (contiguous, an equal share of --parallel-workers, e.g.
+    /// `--node-ids 2,3` of 4); the same command with the other ids on other machines starts
+    /// the rest. Needs a shared `DRILL_JOB_TOKEN`.
+    #[arg(
+        long = "node-ids",
+        alias = "node_ids",
+        value_delimiter = ',',
+        value_name = "ID,..."
+    )]
+    pub node_ids: Vec<usize>,
+    /// With --node-ids: the host of the runner that starts node 0 (it hosts the rendezvous).
+    #[arg(long, alias = "master_addr", default_value = "127.0.0.1")]
+    pub master_addr: String,
+    /// With --node-ids: the rendezvous port on that host.
+    #[arg(long, alias = "master_port", default_value_t = 29500)]
+    pub master_port: u16,
     /// Who starts the workers: `local` (this command, on this machine) or `slurm` (run the
     /// command under `srun -n N`; node ids and the store's host come from SLURM_*).
     #[arg(long, value_enum, default_value = "local")]

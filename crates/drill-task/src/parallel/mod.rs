@@ -53,6 +53,16 @@ pub struct Parallel {
     max_restarts: usize,
     timeout: Duration,
     env: Vec<(String, String)>,
+    local: Option<Local>,
+}
+
+/// The workers this runner starts when the others run elsewhere (`node_ids`).
+#[derive(Debug, Clone)]
+struct Local {
+    first: usize,
+    count: usize,
+    master_addr: String,
+    master_port: u16,
 }
 
 /// Whether this process is a worker of a Parallel run (started by the runner).
@@ -72,6 +82,7 @@ impl Parallel {
             max_restarts: 0,
             timeout: Duration::from_secs(60),
             env: Vec::new(),
+            local: None,
         }
     }
 
@@ -101,6 +112,40 @@ impl Parallel {
         self
     }
 
+    /// Start only the workers `ids` (contiguous, e.g. `2..4`) here; runners started the same
+    /// way on other machines start the rest (the same number each, DI-engine's `--node-ids`).
+    /// The runner holding node 0 hosts the rendezvous on `master_addr:master_port`; all share
+    /// `DRILL_JOB_TOKEN`.
+    pub fn node_ids(
+        mut self,
+        ids: std::ops::Range<usize>,
+        master_addr: &str,
+        master_port: u16,
+    ) -> Result<Self, TaskError> {
+        let count = ids.len();
+        if count == 0
+            || ids.end > self.n
+            || !self.n.is_multiple_of(count)
+            || !ids.start.is_multiple_of(count)
+        {
+            return Err(TaskError::msg(format!(
+                "node ids {}..{} of {} workers: each runner must start an equal, aligned share (e.g. 0..{c} and {c}..{})",
+                ids.start,
+                ids.end,
+                self.n,
+                2 * count.max(1),
+                c = count.max(1)
+            )));
+        }
+        self.local = Some(Local {
+            first: ids.start,
+            count,
+            master_addr: master_addr.to_string(),
+            master_port,
+        });
+        Ok(self)
+    }
+
     /// Set `key=value` in every worker's environment (e.g. a folder the parent chose).
     pub fn env(mut self, key: &str, value: &str) -> Self {
         self.env.push((key.into(), value.into()));
@@ -126,12 +171,28 @@ impl Parallel {
         }
         let exe =
             std::env::current_exe().map_err(|e| TaskError::msg(format!("current_exe: {e}")))?;
+        let (per_node, nnodes, node_rank, master_addr, master_port) = match &self.local {
+            Some(l) => (
+                l.count,
+                self.n / l.count,
+                l.first / l.count,
+                l.master_addr.clone(),
+                l.master_port,
+            ),
+            None => (
+                self.n,
+                1,
+                0,
+                "127.0.0.1".to_string(),
+                drill_comm::spawn::free_port(),
+            ),
+        };
         let outcome = drill_launch::launch(&LaunchConfig {
-            nproc_per_node: self.n,
-            nnodes: 1,
-            node_rank: Some(0),
-            master_addr: "127.0.0.1".into(),
-            master_port: drill_comm::spawn::free_port(),
+            nproc_per_node: per_node,
+            nnodes,
+            node_rank: Some(node_rank),
+            master_addr,
+            master_port,
             rdzv_endpoint: None,
             rdzv_id: "drill-task".into(),
             max_restarts: self.max_restarts,
