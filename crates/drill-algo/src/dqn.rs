@@ -15,8 +15,8 @@ use crate::data::{Batch, ReplayBuffer};
 use crate::eval::ActionBuf;
 use crate::middleware::{
     CkptSaver, ContextExchanger, DataPusher, EpsGreedyHandler, FinishSync, InteractionEvaluator,
-    ModelExchanger, NStepRewardEnhancer, OffPolicy, OffPolicyLearner, OnlineLogger, Outputs, Ranks,
-    Roles, StepCollector, TerminationChecker,
+    ModelExchanger, NStepRewardEnhancer, OffPolicy, OffPolicyLearner, OnlineLogger, Outputs, Roles,
+    StepCollector, TerminationChecker,
 };
 use crate::nets::QNet;
 use crate::optim::{ParamLayout, Trainer};
@@ -344,11 +344,9 @@ pub fn train_roles(
 ) -> Result<Option<TrainResult>, TrainError> {
     // PLUMBING: seeding, environments, networks, storage.
     let start = Instant::now();
-    let ranks = Ranks::new(run.dist.clone());
+    let (ranks, venv) = session::setup(cfg, run)?;
     let (rank, world) = (ranks.rank(), ranks.world());
     let plain = run.device.clone();
-    plain.seed(cfg.seed);
-    let venv = session::collector_envs(cfg, rank)?;
     let (n_env, obs_dim) = (venv.num_envs(), venv.spec().obs_dim);
     let mut learner = DqnLearner::new(
         build_qnet(cfg, p, &plain.clone().autodiff())?,

@@ -12,7 +12,7 @@ use crate::dqn::check_shapes;
 use crate::eval::ActionBuf;
 use crate::middleware::{
     CkptSaver, GaeEstimator, InteractionEvaluator, OnPolicy, OnPolicyLearner, OnlineLogger,
-    Outputs, Ranks, RolloutBuffer, RolloutCollector, TerminationChecker,
+    Outputs, RolloutBuffer, RolloutCollector, TerminationChecker,
 };
 use crate::nets::{Actor, ActorCritic, ActorHead, Critic};
 use crate::optim::Trainer;
@@ -236,11 +236,9 @@ pub fn train(
 ) -> Result<TrainResult, TrainError> {
     // PLUMBING: seeding, environments, networks.
     let start = Instant::now();
-    let ranks = Ranks::new(run.dist.clone());
+    let (ranks, venv) = session::setup(cfg, run)?;
     let (rank, world) = (ranks.rank(), ranks.world());
     let plain = run.device.clone();
-    plain.seed(cfg.seed);
-    let venv = session::collector_envs(cfg, rank)?;
     let n_env = venv.num_envs();
     let space = venv.spec().action_space.clone();
     let obs_dim = venv.spec().obs_dim;

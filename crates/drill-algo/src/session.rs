@@ -45,6 +45,19 @@ pub fn rank_rng(cfg: &Config, resume: Option<&Checkpoint>, rank: usize) -> ChaCh
         })
 }
 
+/// The start of every pipeline: the DDP ranks of `run`, the device seeded with
+/// `config.seed` (the same initial weights everywhere), and this rank's collector
+/// environments.
+pub fn setup(
+    cfg: &Config,
+    run: &crate::RunContext<'_>,
+) -> Result<(crate::middleware::Ranks, Box<dyn DynVecEnv>), TrainError> {
+    let ranks = crate::middleware::Ranks::new(run.dist.clone());
+    run.device.seed(cfg.seed);
+    let venv = collector_envs(cfg, ranks.rank())?;
+    Ok((ranks, venv))
+}
+
 /// This rank's collector environments (copy `i` seeded `seed + rank * n + i`), reset.
 pub fn collector_envs(cfg: &Config, rank: usize) -> Result<Box<dyn DynVecEnv>, TrainError> {
     let n = cfg.env.collector_env_num;

@@ -4,11 +4,11 @@
 //! checkpoint in the same folder.
 
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{drill, rank_pid, repo, result, text};
+use common::{drill, rank_pid, repo, result, spawn_train, text};
 
 #[test]
 fn cartpole_dqn_ddp_reaches_its_stop_value_with_identical_parameters_on_both_ranks() {
@@ -65,17 +65,10 @@ fn a_multi_gpu_config_alone_runs_as_world_size_1_and_a_plain_config_refuses_npro
 /// `drill train --nproc-per-node 2` on a run that cannot reach its stop value before
 /// `max_env_step`, started in the background.
 fn long_run(exp: &Path, extra: &[&str]) -> Child {
-    drill()
-        .arg("train")
-        .arg(repo().join("configs/cartpole_dqn_ddp.toml"))
-        .args(["--nproc-per-node", "2", "--quiet", "--exp-dir"])
-        .arg(exp)
-        .args(["--set", "env.stop_value=1000", "--set", "max_env_step=5000"])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+    let mut args = vec!["--nproc-per-node", "2"];
+    args.extend(["--set", "env.stop_value=1000", "--set", "max_env_step=5000"]);
+    args.extend(extra);
+    spawn_train("configs/cartpole_dqn_ddp.toml", exp, &args)
 }
 
 #[test]

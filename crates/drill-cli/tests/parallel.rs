@@ -7,7 +7,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{drill, rank_pid, repo, result, text};
+use common::{drill, rank_pid, repo, result, spawn_train, text};
 
 #[test]
 fn the_two_shipped_layouts_reach_their_stop_values() {
@@ -122,16 +122,9 @@ fn a_killed_worker_fails_the_run_fast_naming_it() {
 fn with_max_restarts_the_group_restarts_and_the_learner_resumes_in_the_same_folder() {
     let tmp = tempfile::tempdir().unwrap();
     let exp = tmp.path().join("run");
-    let child = drill()
-        .arg("train")
-        .arg(repo().join("configs/cartpole_dqn_3roles.toml"))
-        .args(["--quiet", "--max-restarts", "1", "--exp-dir"])
-        .arg(&exp)
-        .args(["--set", "env.stop_value=1000", "--set", "max_env_step=3000"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let args = ["--max-restarts", "1", "--set", "env.stop_value=1000"];
+    let args = [&args[..], &["--set", "max_env_step=3000"]].concat();
+    let child = spawn_train("configs/cartpole_dqn_3roles.toml", &exp, &args);
     let pid = rank_pid(child.id(), 2, &exp);
     std::thread::sleep(Duration::from_millis(300));
     unsafe { libc::kill(pid, libc::SIGKILL) };

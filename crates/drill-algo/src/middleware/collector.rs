@@ -9,7 +9,7 @@ use drill_task::{Middleware, OnlineRLContext, TaskError, TaskHandle};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
-use super::{ActFn, Collected, EpisodeReturns, Epsilon, Ranks, Transitions, task_err};
+use super::{ActFn, EpisodeReturns, Epsilon, Ranks, Transitions, account_collection};
 use crate::data::{NStep, ReplayBuffer};
 use crate::explore::epsilon;
 
@@ -146,18 +146,8 @@ impl Middleware<OnlineRLContext> for StepCollector<'_> {
             }
         }
         drop(rng);
-        let mut counts = [local as i64, returns.0.len() as i64];
-        self.ranks.sum(&mut counts).map_err(task_err)?;
-        let collected = Collected {
-            env_steps: counts[0] as u64,
-            episodes: counts[1] as u64,
-        };
-        ctx.env_step += collected.env_steps;
-        ctx.env_episode += collected.episodes;
-        ctx.ext.insert(collected);
         ctx.ext.insert(t);
-        ctx.ext.insert(returns);
-        Ok(())
+        account_collection(ctx, &self.ranks, local, returns)
     }
 }
 

@@ -128,6 +128,27 @@ pub struct EvalOutput {
 #[derive(Debug, Clone, PartialEq)]
 pub struct LastEval(pub EvalOutput);
 
+/// Account a collection of `local` env steps and `returns` on this rank: every rank's sums
+/// go to `env_step` / `env_episode` and [`Collected`]; the returns go into the ctx.
+pub(crate) fn account_collection(
+    ctx: &mut drill_task::OnlineRLContext,
+    ranks: &Ranks,
+    local: u64,
+    returns: EpisodeReturns,
+) -> Result<(), TaskError> {
+    let mut counts = [local as i64, returns.0.len() as i64];
+    ranks.sum(&mut counts).map_err(task_err)?;
+    let collected = Collected {
+        env_steps: counts[0] as u64,
+        episodes: counts[1] as u64,
+    };
+    ctx.env_step += collected.env_steps;
+    ctx.env_episode += collected.episodes;
+    ctx.ext.insert(collected);
+    ctx.ext.insert(returns);
+    Ok(())
+}
+
 /// A training error as a middleware error (its message is kept).
 pub(crate) fn task_err(e: impl Into<crate::TrainError>) -> TaskError {
     TaskError::msg(e.into().to_string())

@@ -7,7 +7,7 @@ use drill_task::{Middleware, OnlineRLContext, TaskError, TaskHandle};
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 
-use super::{Collected, EpisodeReturns, Ranks, task_err};
+use super::{EpisodeReturns, Ranks, account_collection, task_err};
 use crate::TrainError;
 use crate::data::gae;
 use crate::eval::ActionBuf;
@@ -196,18 +196,8 @@ impl Middleware<OnlineRLContext> for RolloutCollector<'_> {
             }
         }
         drop(rng);
-        let mut counts = [rows as i64, returns.0.len() as i64];
-        self.ranks.sum(&mut counts).map_err(task_err)?;
-        let collected = Collected {
-            env_steps: counts[0] as u64,
-            episodes: counts[1] as u64,
-        };
-        ctx.env_step += collected.env_steps;
-        ctx.env_episode += collected.episodes;
-        ctx.ext.insert(collected);
         ctx.ext.insert(r);
-        ctx.ext.insert(returns);
-        Ok(())
+        account_collection(ctx, &self.ranks, rows as u64, returns)
     }
 }
 

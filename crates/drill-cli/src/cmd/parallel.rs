@@ -13,7 +13,7 @@ use drill_exp::Experiment;
 use drill_task::parallel::{Parallel, Platform, Topology};
 use drill_task::{Labels, OnlineRLContext, TaskError};
 
-use super::train::{Args, PlatformArg, TopologyArg, newest_checkpoint};
+use super::train::{Args, PlatformArg, TopologyArg, resume_after_restart};
 
 /// The experiment folder the parent claimed, for the learner's worker.
 const EXP_DIR_ENV: &str = "DRILL_EXP_DIR";
@@ -191,19 +191,7 @@ fn worker(
             Some(dir) => {
                 let dir = PathBuf::from(dir);
                 if restarts > 0 {
-                    resume = newest_checkpoint(&dir);
-                    match &resume {
-                        Some(ck) => tracing::info!(
-                            "restart {restarts}: resuming from {} (train iteration {}, env step {})",
-                            ck.path.display(),
-                            ck.counter("train_iters")?,
-                            ck.counter("env_steps")?
-                        ),
-                        None => tracing::info!(
-                            "restart {restarts}: no checkpoint in {} yet, starting over",
-                            dir.display()
-                        ),
-                    }
+                    resume = resume_after_restart(&dir, restarts)?;
                 }
                 Experiment::reopen(&dir, config, args.quiet)
                     .with_context(|| format!("cannot open experiment folder {}", dir.display()))?

@@ -224,7 +224,7 @@ fn join(config: &Config) -> anyhow::Result<Option<ProcessGroup>> {
 
 /// The checkpoint with the most train iterations among `final`, `latest` and `best` in
 /// `dir/ckpt` (each is complete: written to a temporary file and renamed).
-pub(crate) fn newest_checkpoint(dir: &Path) -> Option<Checkpoint> {
+fn newest_checkpoint(dir: &Path) -> Option<Checkpoint> {
     let mut best: Option<(u64, Checkpoint)> = None;
     for name in ["final", "latest", "best"] {
         let path = dir.join("ckpt").join(format!("{name}.safetensors"));
@@ -240,6 +240,27 @@ pub(crate) fn newest_checkpoint(dir: &Path) -> Option<Checkpoint> {
         }
     }
     best.map(|(_, ck)| ck)
+}
+
+/// After restart `restarts` of a group: the newest checkpoint in `dir`, said in the log.
+pub(crate) fn resume_after_restart(
+    dir: &Path,
+    restarts: u32,
+) -> anyhow::Result<Option<Checkpoint>> {
+    let resume = newest_checkpoint(dir);
+    match &resume {
+        Some(ck) => tracing::info!(
+            "restart {restarts}: resuming from {} (train iteration {}, env step {})",
+            ck.path.display(),
+            ck.counter("train_iters")?,
+            ck.counter("env_steps")?
+        ),
+        None => tracing::info!(
+            "restart {restarts}: no checkpoint in {} yet, starting over",
+            dir.display()
+        ),
+    }
+    Ok(resume)
 }
 
 /// Train as one process or one rank; rank 0 owns the experiment folder.
@@ -268,19 +289,7 @@ fn train_rank(args: &Args, config: Config) -> anyhow::Result<()> {
         };
         let e = match &previous {
             Some(dir) => {
-                resume = newest_checkpoint(dir);
-                match &resume {
-                    Some(ck) => tracing::info!(
-                        "restart {restarts}: resuming from {} (train iteration {}, env step {})",
-                        ck.path.display(),
-                        ck.counter("train_iters")?,
-                        ck.counter("env_steps")?
-                    ),
-                    None => tracing::info!(
-                        "restart {restarts}: no checkpoint in {} yet, starting over",
-                        dir.display()
-                    ),
-                }
+                resume = resume_after_restart(dir, restarts)?;
                 Experiment::reopen(dir, &config, args.quiet)
                     .with_context(|| format!("cannot reopen {}", dir.display()))?
             }

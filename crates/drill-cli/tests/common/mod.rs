@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// The repository root.
@@ -15,6 +15,20 @@ pub fn drill() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_drill"));
     c.env_remove("RANK").env_remove("WORLD_SIZE");
     c
+}
+
+/// `drill train CONFIG --quiet --exp-dir EXP ARGS...` started with piped output.
+pub fn spawn_train(config: &str, exp: &Path, args: &[&str]) -> Child {
+    drill()
+        .arg("train")
+        .arg(repo().join(config))
+        .args(["--quiet", "--exp-dir"])
+        .arg(exp)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
 }
 
 /// Stdout and stderr.
