@@ -8,7 +8,7 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{drill, rank_pid, repo, result, spawn_train, text};
+use common::{drill, kill_and_expect_resume, rank_pid, repo, result, spawn_train, text};
 
 #[test]
 fn cartpole_dqn_ddp_reaches_its_stop_value_with_identical_parameters_on_both_ranks() {
@@ -94,17 +94,7 @@ fn with_max_restarts_a_killed_rank_is_restarted_and_the_run_resumes() {
     let tmp = tempfile::tempdir().unwrap();
     let exp = tmp.path().join("run");
     let child = long_run(&exp, &["--max-restarts", "1"]);
-    let pid = rank_pid(child.id(), 1, &exp);
-    std::thread::sleep(Duration::from_millis(800));
-    unsafe { libc::kill(pid, libc::SIGKILL) };
-    let out = child.wait_with_output().unwrap();
-    let log = text(&out);
-    assert!(out.status.success(), "{log}");
-    assert!(log.contains("resuming from"), "{log}");
-    let r = result(&exp);
-    assert_eq!(r["restarts"], 1, "{r}");
+    let r = kill_and_expect_resume(child, 1, &exp, Duration::from_millis(800));
     assert_eq!(r["world_size"], 2);
     assert!(r["env_steps"].as_u64().unwrap() >= 5000, "{r}");
-    // The same folder carried on: no second one was created.
-    assert!(!tmp.path().join("run_2").exists());
 }

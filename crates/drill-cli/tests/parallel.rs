@@ -7,7 +7,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{drill, rank_pid, repo, result, spawn_train, text};
+use common::{drill, kill_and_expect_resume, rank_pid, repo, result, spawn_train, text};
 
 #[test]
 fn the_two_shipped_layouts_reach_their_stop_values() {
@@ -125,20 +125,8 @@ fn with_max_restarts_the_group_restarts_and_the_learner_resumes_in_the_same_fold
     let args = ["--max-restarts", "1", "--set", "env.stop_value=1000"];
     let args = [&args[..], &["--set", "max_env_step=3000"]].concat();
     let child = spawn_train("configs/cartpole_dqn_3roles.toml", &exp, &args);
-    let pid = rank_pid(child.id(), 2, &exp);
-    std::thread::sleep(Duration::from_millis(300));
-    unsafe { libc::kill(pid, libc::SIGKILL) };
-    let out = child.wait_with_output().unwrap();
-    let log = text(&out);
-    assert!(out.status.success(), "{log}");
-    assert!(log.contains("resuming from"), "{log}");
-    let r = result(&exp);
-    assert_eq!(r["restarts"], 1, "{r}");
+    let r = kill_and_expect_resume(child, 2, &exp, Duration::from_millis(300));
     assert!(r["env_steps"].as_u64().unwrap() >= 3000, "{r}");
-    assert!(
-        !tmp.path().join("run_2").exists(),
-        "the same folder carried on"
-    );
 }
 
 #[test]

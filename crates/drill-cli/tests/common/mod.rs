@@ -66,3 +66,27 @@ pub fn rank_pid(parent: u32, rank: usize, exp: &Path) -> i32 {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Kill -9 rank `rank` of `child` (a run with `--max-restarts 1`) `delay` after it started
+/// training; check the group restarted, resumed and finished in the same folder `exp`, and
+/// return its result.
+pub fn kill_and_expect_resume(
+    child: Child,
+    rank: usize,
+    exp: &Path,
+    delay: Duration,
+) -> serde_json::Value {
+    let pid = rank_pid(child.id(), rank, exp);
+    std::thread::sleep(delay);
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let out = child.wait_with_output().unwrap();
+    let log = text(&out);
+    assert!(out.status.success(), "{log}");
+    assert!(log.contains("resuming from"), "{log}");
+    let r = result(exp);
+    assert_eq!(r["restarts"], 1, "{r}");
+    let name = exp.file_name().unwrap().to_string_lossy();
+    let sibling = exp.with_file_name(format!("{name}_2"));
+    assert!(!sibling.exists(), "the same folder carried on");
+    r
+}
