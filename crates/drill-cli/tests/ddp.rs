@@ -5,10 +5,12 @@
 
 use std::path::Path;
 use std::process::Child;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod common;
-use common::{drill, kill_and_expect_resume, rank_pid, repo, result, spawn_train, text};
+use common::{
+    drill, kill_and_expect_failure, kill_and_expect_resume, repo, result, spawn_train, text,
+};
 
 #[test]
 fn cartpole_dqn_ddp_reaches_its_stop_value_with_identical_parameters_on_both_ranks() {
@@ -76,16 +78,8 @@ fn killing_a_rank_fails_the_job_fast_naming_it() {
     let tmp = tempfile::tempdir().unwrap();
     let exp = tmp.path().join("run");
     let child = long_run(&exp, &[]);
-    let pid = rank_pid(child.id(), 1, &exp);
-    std::thread::sleep(Duration::from_millis(300));
-    let t = Instant::now();
-    unsafe { libc::kill(pid, libc::SIGKILL) };
-    let out = child.wait_with_output().unwrap();
-    let dt = t.elapsed();
-    let log = text(&out);
-    assert!(!out.status.success(), "{log}");
+    let (log, dt) = kill_and_expect_failure(child, 1, &exp, Duration::from_millis(300));
     assert!(dt < Duration::from_secs(5), "took {dt:?}: {log}");
-    assert!(log.contains("rank 1"), "{log}");
     assert!(log.contains("signal 9") || log.contains("SIGKILL"), "{log}");
 }
 

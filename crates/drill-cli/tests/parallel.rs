@@ -7,7 +7,9 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{drill, kill_and_expect_resume, rank_pid, repo, result, spawn_train, text};
+use common::{
+    drill, kill_and_expect_failure, kill_and_expect_resume, repo, result, spawn_train, text,
+};
 
 #[test]
 fn the_two_shipped_layouts_reach_their_stop_values() {
@@ -92,30 +94,15 @@ fn role_tables_and_policies_that_cannot_split_are_refused_before_anything_starts
 fn a_killed_worker_fails_the_run_fast_naming_it() {
     let tmp = tempfile::tempdir().unwrap();
     let exp = tmp.path().join("run");
-    let child = drill()
-        .arg("train")
-        .arg(repo().join("configs/cartpole_dqn_3roles.toml"))
-        .args(["--quiet", "--exp-dir"])
-        .arg(&exp)
-        .args([
-            "--set",
-            "env.stop_value=1000",
-            "--set",
-            "max_env_step=1000000",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = rank_pid(child.id(), 2, &exp);
-    let t = Instant::now();
-    unsafe { libc::kill(pid, libc::SIGKILL) };
-    let out = child.wait_with_output().unwrap();
-    let dt = t.elapsed();
-    let log = text(&out);
-    assert!(!out.status.success(), "{log}");
+    let limits = [
+        "--set",
+        "env.stop_value=1000",
+        "--set",
+        "max_env_step=1000000",
+    ];
+    let child = spawn_train("configs/cartpole_dqn_3roles.toml", &exp, &limits);
+    let (log, dt) = kill_and_expect_failure(child, 2, &exp, Duration::ZERO);
     assert!(dt < Duration::from_secs(10), "took {dt:?}: {log}");
-    assert!(log.contains("rank 2"), "{log}");
 }
 
 #[test]

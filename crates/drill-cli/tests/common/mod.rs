@@ -90,3 +90,24 @@ pub fn kill_and_expect_resume(
     assert!(!sibling.exists(), "the same folder carried on");
     r
 }
+
+/// Kill -9 rank `rank` of `child` (a run without restarts) `delay` after it started
+/// training; check the run failed naming the rank, and return its output and how long the
+/// failure took after the kill.
+pub fn kill_and_expect_failure(
+    child: Child,
+    rank: usize,
+    exp: &Path,
+    delay: Duration,
+) -> (String, Duration) {
+    let pid = rank_pid(child.id(), rank, exp);
+    std::thread::sleep(delay);
+    let t = Instant::now();
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let out = child.wait_with_output().unwrap();
+    let dt = t.elapsed();
+    let log = text(&out);
+    assert!(!out.status.success(), "{log}");
+    assert!(log.contains(&format!("rank {rank}")), "{log}");
+    (log, dt)
+}
