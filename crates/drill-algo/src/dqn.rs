@@ -383,6 +383,9 @@ pub fn train_roles(
     let timeout = roles.remote.as_ref().map_or(Duration::MAX, |r| r.timeout);
     let out = Outputs::new(&mut *run.reporter);
     let mut task = Task::<OnlineRLContext>::with_handle(handle.clone());
+    if cfg.task.step_timer > 0 {
+        task.step_timer(cfg.task.step_timer);
+    }
     task.ctx_mut().env_step = env_step;
     task.ctx_mut().train_iter = agent.borrow().learner.iters;
 

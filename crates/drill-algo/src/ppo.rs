@@ -272,6 +272,9 @@ pub fn train(
     };
     let out = Outputs::new(&mut *run.reporter);
     let mut task = Task::<OnlineRLContext>::new();
+    if cfg.task.step_timer > 0 {
+        task.step_timer(cfg.task.step_timer);
+    }
     task.ctx_mut().env_step = env_step;
     task.ctx_mut().train_iter = iters;
 

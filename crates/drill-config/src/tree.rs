@@ -56,6 +56,9 @@ pub struct TaskConfig {
     /// Seconds a worker waits for another before giving up (a lost worker fails the wait at
     /// once).
     pub timeout: f64,
+    /// Log each middleware's mean time every this many task steps (DI-engine's StepTimer;
+    /// 0: off). Applies to every `drill train`, split or not.
+    pub step_timer: u64,
 }
 
 impl Default for TaskConfig {
@@ -67,6 +70,7 @@ impl Default for TaskConfig {
             model_staleness: 1,
             model_every: 1,
             timeout: 120.0,
+            step_timer: 0,
         }
     }
 }
