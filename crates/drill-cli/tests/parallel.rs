@@ -163,3 +163,43 @@ fn drill_comm_port() -> String {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap().port().to_string()
 }
+
+/// Through Redis pub/sub instead of direct links (`--features redis`; needs `redis-server`,
+/// which `.ci/run` installs).
+#[cfg(feature = "redis")]
+#[test]
+fn the_three_roles_reach_the_stop_value_through_redis() {
+    let port: u16 = drill_comm_port().parse().unwrap();
+    let mut server = std::process::Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+        ])
+        .args(["--appendonly", "no"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("this test needs redis-server (Debian: apt-get install redis-server)");
+    let t = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "redis-server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let exp = tmp.path().join("run");
+    let url = format!("redis://127.0.0.1:{port}/");
+    let args = ["--mq-type", "redis", "--redis-url", &url];
+    let out = spawn_train("configs/cartpole_dqn_3roles.toml", &exp, &args)
+        .wait_with_output()
+        .unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(result(&exp)["stop_reached"], true);
+}

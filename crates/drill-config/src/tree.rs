@@ -56,6 +56,11 @@ pub struct TaskConfig {
     /// Seconds a worker waits for another before giving up (a lost worker fails the wait at
     /// once).
     pub timeout: f64,
+    /// What carries events between the workers: `tcp` (direct links, the default) or `redis`
+    /// (pub/sub on `redis_url`; DI-engine's `mq_type`; needs a build with `--features redis`).
+    pub mq_type: String,
+    /// The Redis server for `mq_type = "redis"`: `redis://[user:password@]host:port`.
+    pub redis_url: String,
     /// Log each middleware's mean time every this many task steps (DI-engine's StepTimer;
     /// 0: off). Applies to every `drill train`, split or not.
     pub step_timer: u64,
@@ -70,6 +75,8 @@ impl Default for TaskConfig {
             model_staleness: 1,
             model_every: 1,
             timeout: 120.0,
+            mq_type: "tcp".into(),
+            redis_url: "redis://127.0.0.1:6379".into(),
             step_timer: 0,
         }
     }
@@ -425,6 +432,11 @@ impl Config {
         );
         c.positive("task.timeout", t.timeout);
         c.at_least_1("task.model_every", t.model_every);
+        c.check(
+            ["tcp", "redis"].contains(&t.mq_type.as_str()),
+            "task.mq_type",
+            "must be \"tcp\" or \"redis\"",
+        );
         for (label, roles) in &t.roles {
             let path = format!("task.roles.{label}");
             for r in roles {

@@ -2,13 +2,14 @@
 //! alone links only what `attach_to` names, and a killed peer fails the waiter instead of
 //! hanging it. This binary is re-run as each worker; `DRILL_TEST_SCENARIO` says which.
 //!
-//! `cargo test --release -p drill-task --test parallel [FILTER]`.
+//! `cargo test --release -p drill-task --test parallel [FILTER]`; with `--features redis` also
+//! the Redis scenarios (they start a `redis-server`, which must be installed).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use drill_task::parallel::{Parallel, Topology};
+use drill_task::parallel::{Mq, Parallel, Topology};
 use drill_task::{OnlineRLContext, Task, TaskError};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -24,14 +25,25 @@ fn main() {
     }
     let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
     let mut failed = 0;
-    for name in [
+    let mut names = vec![
         "star_relays",
         "mesh_reaches_everyone",
         "alone_links_only_attached",
         "killed_peer_fails_the_waiter",
-    ] {
+    ];
+    if cfg!(feature = "redis") {
+        names.extend([
+            "redis_reaches_everyone",
+            "redis_silent_peer_fails_the_waiter",
+        ]);
+    }
+    let mut redis_server = None;
+    for name in names {
         if filter.as_deref().is_some_and(|f| !name.contains(f)) {
             continue;
+        }
+        if name.starts_with("redis") && redis_server.is_none() {
+            redis_server = Some(RedisServer::start());
         }
         let t = Instant::now();
         // SAFETY: single-threaded here; the workers inherit the variable.
@@ -48,8 +60,50 @@ fn main() {
         );
         failed += usize::from(!ok);
     }
+    drop(redis_server);
     if failed > 0 {
         std::process::exit(1);
+    }
+}
+
+/// A throwaway `redis-server` on a free port; its URL in `DRILL_TEST_REDIS_URL`.
+struct RedisServer(std::process::Child);
+
+impl RedisServer {
+    fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = std::process::Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ])
+            .args(["--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("the Redis scenarios need redis-server (Debian: apt-get install redis-server)");
+        let t = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(t.elapsed() < WAIT, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // SAFETY: single-threaded here; the workers inherit the variable.
+        unsafe { std::env::set_var("DRILL_TEST_REDIS_URL", format!("redis://127.0.0.1:{port}/")) };
+        RedisServer(child)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
@@ -79,7 +133,15 @@ fn scenario(name: &str) -> Parallel {
             // Named from both sides: still one link.
             .attach_to(0, &[2]),
         "killed_peer_fails_the_waiter" => Parallel::runner(2).topology(Topology::Star),
+        "redis_reaches_everyone" => Parallel::runner(3).mq(redis()),
+        "redis_silent_peer_fails_the_waiter" => Parallel::runner(2).mq(redis()),
         other => panic!("unknown scenario {other}"),
+    }
+}
+
+fn redis() -> Mq {
+    Mq::Redis {
+        url: std::env::var("DRILL_TEST_REDIS_URL").expect("started by the parent"),
     }
 }
 
@@ -91,6 +153,13 @@ fn check(name: &str, result: Result<(), TaskError>) {
             assert!(e.contains("rank 0") && e.contains("signal 9"), "{e}");
             let lost = read("node1");
             assert!(lost.contains("node 0 is gone"), "{lost:?}");
+        }
+        "redis_silent_peer_fails_the_waiter" => {
+            // Node 1 gave up on the stopped node 0; the launcher then ended the group.
+            let e = result.unwrap_err().to_string();
+            assert!(e.contains("rank 1"), "{e}");
+            let lost = read("node1");
+            assert!(lost.contains("node 0 sent no heartbeat"), "{lost:?}");
         }
         _ => {
             result.unwrap();
@@ -151,7 +220,7 @@ fn worker(name: &str, task: &mut Task<'_, OnlineRLContext>) -> Result<(), TaskEr
             );
             done("ok");
         }
-        "mesh_reaches_everyone" => {
+        "mesh_reaches_everyone" | "redis_reaches_everyone" => {
             let seen = Arc::new(AtomicUsize::new(0));
             let s = seen.clone();
             h.on("hello", move |e| {
@@ -192,6 +261,25 @@ fn worker(name: &str, task: &mut Task<'_, OnlineRLContext>) -> Result<(), TaskEr
             let want = if me == 1 { 0 } else { 1 };
             assert_eq!(got.load(Ordering::SeqCst), want, "node {me}");
             done("ok");
+        }
+        "redis_silent_peer_fails_the_waiter" => {
+            // Pub/sub cannot see a publisher die or hang: heartbeats must.
+            h.barrier()?;
+            if me == 0 {
+                std::thread::sleep(Duration::from_millis(100));
+                // SAFETY: stops this process, as a hang would (the launcher sees it alive).
+                unsafe { libc::raise(libc::SIGSTOP) };
+            }
+            let t = Instant::now();
+            let e = h.wait_for("never", WAIT).unwrap_err();
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "took {:?}",
+                t.elapsed()
+            );
+            assert!(matches!(e, TaskError::PeerLost { .. }), "{e}");
+            done(&e.to_string());
+            return Err(e);
         }
         "killed_peer_fails_the_waiter" => {
             h.barrier()?;

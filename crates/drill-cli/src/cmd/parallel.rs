@@ -10,7 +10,7 @@ use drill_algo::middleware::{Remote, Roles};
 use drill_algo::{NullReporter, Reporter, RunContext, run::select_device};
 use drill_config::Config;
 use drill_exp::Experiment;
-use drill_task::parallel::{Parallel, Platform, Topology};
+use drill_task::parallel::{Mq, Parallel, Platform, Topology};
 use drill_task::{Labels, OnlineRLContext, TaskError};
 
 use super::train::{Args, PlatformArg, TopologyArg, resume_after_restart};
@@ -38,7 +38,26 @@ pub fn run(args: &Args, config: Config, n: usize) -> anyhow::Result<i32> {
     drill_algo::check_splittable(&config)?;
     let config_ref = &config;
     check_roles(&config, &args.labels, n)?;
+    let mq = match args.mq_type.as_deref().unwrap_or(&config.task.mq_type) {
+        "tcp" => Mq::Tcp,
+        "redis" => Mq::Redis {
+            url: args
+                .redis_url
+                .clone()
+                .unwrap_or_else(|| config.task.redis_url.clone()),
+        },
+        other => bail!("--mq-type {other:?}: expected tcp or redis"),
+    };
+    if matches!(mq, Mq::Redis { .. }) && !cfg!(feature = "redis") {
+        return Err(config
+            .error(
+                "task.mq_type",
+                "is \"redis\", but this drill was built without Redis: rebuild with `cargo build --release --features redis`",
+            )
+            .into());
+    }
     let mut runner = Parallel::runner(n)
+        .mq(mq)
         .topology(topology)
         .labels(args.labels.clone())
         .auto_recover(args.max_restarts)

@@ -71,6 +71,12 @@ pub struct Args {
     /// With --node-ids: the rendezvous port on that host.
     #[arg(long, alias = "master_port", default_value_t = 29500)]
     pub master_port: u16,
+    /// What carries events between the workers: `tcp` or `redis` (default: `[task] mq_type`).
+    #[arg(long = "mq-type", alias = "mq_type", value_name = "tcp|redis")]
+    pub mq_type: Option<String>,
+    /// The Redis server for `--mq-type redis` (default: `[task] redis_url`).
+    #[arg(long = "redis-url", alias = "redis_url", value_name = "URL")]
+    pub redis_url: Option<String>,
     /// Who starts the workers: `local` (this command, on this machine) or `slurm` (run the
     /// command under `srun -n N`; node ids and the store's host come from SLURM_*).
     #[arg(long, value_enum, default_value = "local")]

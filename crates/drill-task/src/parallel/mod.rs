@@ -18,6 +18,8 @@
 //! }).unwrap();
 //! ```
 
+#[cfg(feature = "redis")]
+mod redis;
 mod router;
 
 use std::time::Duration;
@@ -30,6 +32,19 @@ pub use router::{Place, Router, Topology};
 
 /// Set in the environment of the worker processes.
 const WORKER_ENV: &str = "DRILL_TASK_WORKER";
+
+/// What carries events between the workers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mq {
+    /// Direct authenticated TCP links as the [`Topology`] says (default).
+    Tcp,
+    /// Redis pub/sub on the server at `url` (`redis://[user:password@]host:port`); every
+    /// worker hears every other. Needs the `redis` cargo feature.
+    Redis {
+        /// The server.
+        url: String,
+    },
+}
 
 /// Who starts the worker processes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +62,7 @@ pub enum Platform {
 pub struct Parallel {
     n: usize,
     platform: Platform,
+    mq: Mq,
     topology: Topology,
     labels: Vec<String>,
     attach: Vec<Vec<usize>>,
@@ -76,6 +92,7 @@ impl Parallel {
         Self {
             n,
             platform: Platform::Local,
+            mq: Mq::Tcp,
             topology: Topology::Star,
             labels: Vec::new(),
             attach: vec![Vec::new(); n],
@@ -89,6 +106,12 @@ impl Parallel {
     /// Who starts the workers (default: this runner, on this machine).
     pub fn platform(mut self, p: Platform) -> Self {
         self.platform = p;
+        self
+    }
+
+    /// What carries the events (default: direct TCP links).
+    pub fn mq(mut self, mq: Mq) -> Self {
+        self.mq = mq;
         self
     }
 
@@ -262,22 +285,39 @@ impl Parallel {
             labels.extend_from_list(&list);
         }
         let mut task = Task::<C>::with_labels(labels);
-        let router = Router::connect(
-            router::Place {
-                node: info.rank,
-                n: info.world_size,
-                topology: self.topology,
-                attach: &self.attach,
-            },
-            &store,
-            &token,
-            task.handle().events(),
-            self.timeout,
-        )?;
+        let link = match &self.mq {
+            Mq::Tcp => Link::Tcp(Router::connect(
+                router::Place {
+                    node: info.rank,
+                    n: info.world_size,
+                    topology: self.topology,
+                    attach: &self.attach,
+                },
+                &store,
+                &token,
+                task.handle().events(),
+                self.timeout,
+            )?),
+            #[cfg(feature = "redis")]
+            Mq::Redis { url } => Link::Redis(redis::RedisLink::connect(
+                url,
+                &format!("drill/{}", info.run_id),
+                info.rank,
+                info.world_size,
+                task.handle().events(),
+            )?),
+            #[cfg(not(feature = "redis"))]
+            Mq::Redis { .. } => {
+                return Err(TaskError::msg(
+                    "mq redis: this build has no Redis support; rebuild with the `redis` feature",
+                ));
+            }
+        };
         // Everyone linked before anyone emits, so no early event is lost.
         store
             .barrier("linked", info.world_size, self.timeout)
             .map_err(|e| TaskError::msg(e.to_string()))?;
+        link.arm();
         let (barrier_store, world, timeout) = (store.clone(), info.world_size, self.timeout);
         let count = std::sync::atomic::AtomicU64::new(0);
         task.handle().set_barrier(move || {
@@ -293,7 +333,32 @@ impl Parallel {
                 .barrier("done", info.world_size, self.timeout)
                 .map_err(|e| TaskError::msg(e.to_string()))?;
         }
-        router.close();
+        link.close();
         result
+    }
+}
+
+/// The event transport of a worker.
+enum Link {
+    Tcp(std::sync::Arc<Router>),
+    #[cfg(feature = "redis")]
+    Redis(redis::RedisLink),
+}
+
+impl Link {
+    /// Everyone is connected: start detecting lost peers (TCP links do from the start).
+    fn arm(&self) {
+        #[cfg(feature = "redis")]
+        if let Link::Redis(r) = self {
+            r.arm();
+        }
+    }
+
+    fn close(self) {
+        match self {
+            Link::Tcp(r) => r.close(),
+            #[cfg(feature = "redis")]
+            Link::Redis(r) => r.close(),
+        }
     }
 }
