@@ -269,7 +269,7 @@ impl DqnLearner {
 }
 
 /// DQN's learner and the copy of the online network that the collector and evaluator act
-/// with (refreshed after each round of updates, or from a [`ModelUpdate`] in another
+/// with (refreshed after each round of updates, or from a [`ModelUpdate`](crate::middleware::ModelUpdate) in another
 /// process).
 pub struct DqnAgent {
     /// The learner (online + target network, Adam).

@@ -4,6 +4,11 @@
 //! and an [`EventBus`] for `emit` / `on` / `once` / `off` / `wait_for`, which [`parallel`] links
 //! across processes.
 //!
+//! This crate knows nothing of RL beyond the context's counters: the built-in middlewares
+//! (collectors, learners, evaluator, exchangers, ...) live in `drill_algo::middleware`, and
+//! `drill train` is their composition. [`Mailbox`] queues events for a middleware that takes
+//! them at its own pace.
+//!
 //! A middleware's `forward` is the code before DI-engine's `yield` (run in registration order),
 //! its `backward` the code after it (run in reverse order):
 //!
