@@ -203,3 +203,54 @@ fn the_three_roles_reach_the_stop_value_through_redis() {
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(result(&exp)["stop_reached"], true);
 }
+
+#[test]
+fn under_slurm_each_task_is_a_worker_named_by_its_slurm_variables() {
+    // What `srun -n 2 drill train CONFIG --platform slurm` gives each task, on one host.
+    let tmp = tempfile::tempdir().unwrap();
+    let exp = tmp.path().join("run");
+    let port = drill_comm_port();
+    let tasks: Vec<_> = [0, 1]
+        .into_iter()
+        .map(|rank| {
+            let r = rank.to_string();
+            drill()
+                .arg("train")
+                .arg(repo().join("configs/cartpole_dqn_dist.toml"))
+                .args(["--quiet", "--platform", "slurm", "--exp-dir"])
+                .arg(&exp)
+                .envs([("SLURM_PROCID", r.as_str()), ("SLURM_LOCALID", r.as_str())])
+                .envs([("SLURM_NTASKS", "2"), ("SLURM_NTASKS_PER_NODE", "2")])
+                .envs([("SLURM_NODEID", "0"), ("SLURM_JOB_NODELIST", "localhost")])
+                .envs([("MASTER_PORT", port.as_str()), ("DRILL_JOB_TOKEN", "s3")])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<_> = tasks
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    for o in &outs {
+        assert!(o.status.success(), "{}", text(o));
+    }
+    assert!(
+        text(&outs[1]).contains("node.1]: evaluator"),
+        "{}",
+        text(&outs[1])
+    );
+    assert_eq!(result(&exp)["stop_reached"], true);
+
+    // Without Slurm's variables the error says how to start it.
+    let out = drill()
+        .arg("train")
+        .arg(repo().join("configs/cartpole_dqn_dist.toml"))
+        .args(["--quiet", "--platform", "slurm", "--exp-dir"])
+        .arg(tmp.path().join("x"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out).contains("srun -n 2"), "{}", text(&out));
+}

@@ -188,6 +188,8 @@ mod tests {
             3,
             "the three stages overlapped"
         );
+        assert!(concurrent.handle().match_labels(&["async"]).unwrap());
+        assert!(!serial.handle().match_labels(&["async"]).unwrap());
     }
 
     #[test]

@@ -291,6 +291,10 @@ impl<'a, C: Context> Task<'a, C> {
     /// before the first step.
     pub fn async_mode(&mut self, on: bool) -> &mut Self {
         self.async_mode = on;
+        if on {
+            // DI-engine's `async` label, for `match_labels(["async"])`.
+            self.handle.insert_label("async");
+        }
         self.checked = false;
         self
     }
