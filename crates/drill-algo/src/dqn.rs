@@ -344,8 +344,16 @@ pub fn train_roles(
 ) -> Result<Option<TrainResult>, TrainError> {
     // PLUMBING: seeding, environments, networks, storage.
     let start = Instant::now();
-    let (ranks, venv) = session::setup(cfg, run)?;
+    let (ranks, mut venv) = session::setup(cfg, run)?;
     let (rank, world) = (ranks.rank(), ranks.world());
+    // Split over processes, each collector worker is seeded as a DDP rank would be.
+    let (slot, slots) = roles
+        .remote
+        .as_ref()
+        .map_or((rank, world), |r| (r.collector_index, r.collectors.max(1)));
+    if slot != rank {
+        venv = session::collector_envs(cfg, slot)?;
+    }
     let plain = run.device.clone();
     let (n_env, obs_dim) = (venv.num_envs(), venv.spec().obs_dim);
     let mut learner = DqnLearner::new(
@@ -365,7 +373,7 @@ pub fn train_roles(
         learner.distribute(pg.clone(), session::ddp_options(cfg))?;
     }
     let agent = RefCell::new(DqnAgent::new(learner));
-    let rng = RefCell::new(session::rank_rng(cfg, run.resume.as_ref(), rank));
+    let rng = RefCell::new(session::rank_rng(cfg, run.resume.as_ref(), slot));
     let split = |n: usize| {
         if cfg.policy.ddp().0 {
             n.div_ceil(world)
@@ -405,10 +413,11 @@ pub fn train_roles(
         } else {
             let mut x = ContextExchanger::new(timeout);
             if roles.collector {
-                x = x.send_trajectories();
+                x = x.send_trajectories(remote.node);
                 let load = |w: &[f32]| agent.borrow_mut().load_acting(w);
                 task.use_mw(ModelExchanger::collector(
                     &handle,
+                    remote.node,
                     remote.model_staleness,
                     load,
                     timeout,
@@ -425,7 +434,7 @@ pub fn train_roles(
     if roles.evaluator {
         // Evaluate greedily every eval_freq train iterations (and before training).
         let evaluator = (rank == 0)
-            .then(|| session::evaluator(cfg, world))
+            .then(|| session::evaluator(cfg, world.max(slots)))
             .transpose()?;
         let policy = |obs: &[f32], out: &mut ActionBuf| {
             if let ActionBuf::Discrete(a) = out {

@@ -254,3 +254,36 @@ fn under_slurm_each_task_is_a_worker_named_by_its_slurm_variables() {
     assert!(!out.status.success());
     assert!(text(&out).contains("srun -n 2"), "{}", text(&out));
 }
+
+#[test]
+fn two_collectors_feed_one_learner() {
+    let tmp = tempfile::tempdir().unwrap();
+    let exp = tmp.path().join("run");
+    let roles =
+        r#"task.roles={"node.[03]"=["collector"],"node.1"=["learner"],"node.2"=["evaluator"]}"#;
+    let args = ["--parallel-workers", "4", "--set", roles];
+    let out = spawn_train("configs/cartpole_dqn_3roles.toml", &exp, &args)
+        .wait_with_output()
+        .unwrap();
+    let log = text(&out);
+    assert!(out.status.success(), "{log}");
+    assert!(log.contains("node.3]: collector"), "{log}");
+    assert_eq!(result(&exp)["stop_reached"], true);
+
+    // A learner that collects too cannot also take remote collectors' data.
+    let mixed =
+        r#"task.roles={"node.[02]"=["collector"],"node.0"=["learner"],"node.1"=["evaluator"]}"#;
+    let out = spawn_train(
+        "configs/cartpole_dqn_3roles.toml",
+        &tmp.path().join("m"),
+        &["--set", mixed],
+    )
+    .wait_with_output()
+    .unwrap();
+    let log = text(&out);
+    assert!(!out.status.success(), "{log}");
+    assert!(
+        log.contains("task.roles") && log.contains("collects too"),
+        "{log}"
+    );
+}

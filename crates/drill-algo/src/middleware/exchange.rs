@@ -25,11 +25,16 @@ const FINISH: &str = "finish";
 /// What a collector sends the learner each step.
 #[derive(Serialize, Deserialize)]
 struct ContextMsg {
+    from: u32,
+    seq: u64,
     env_steps: u64,
     episodes: u64,
     transitions: Transitions,
     returns: EpisodeReturns,
 }
+
+/// The collector step the learner is answering this step (node, sequence number).
+struct Answering(u32, u64);
 
 /// Carries step data between processes (DI-engine's `ContextExchanger`). Each part is
 /// switched on for the roles of this process:
@@ -41,7 +46,8 @@ struct ContextMsg {
 /// - [`Self::receive_eval`] (learner): evaluations that arrived go into the ctx (for
 ///   checkpoints and logs); one that reached the stop value finishes the run.
 pub struct ContextExchanger {
-    send_traj: bool,
+    send_traj: Option<u32>,
+    seq: u64,
     recv_traj: Option<Mailbox<ContextMsg>>,
     send_eval: bool,
     recv_eval: Option<Mailbox<EvalOutput>>,
@@ -52,7 +58,8 @@ impl ContextExchanger {
     /// Nothing switched on yet; waits give up after `timeout` (a lost peer ends them at once).
     pub fn new(timeout: Duration) -> Self {
         Self {
-            send_traj: false,
+            send_traj: None,
+            seq: 0,
             recv_traj: None,
             send_eval: false,
             recv_eval: None,
@@ -60,13 +67,14 @@ impl ContextExchanger {
         }
     }
 
-    /// Collector side.
-    pub fn send_trajectories(mut self) -> Self {
-        self.send_traj = true;
+    /// Collector side, on node `node`.
+    pub fn send_trajectories(mut self, node: usize) -> Self {
+        self.send_traj = Some(node as u32);
         self
     }
 
-    /// Learner side; listens from now on (make it before the processes' barrier).
+    /// Learner side, one collector step per learner step from any number of collectors, in
+    /// arrival order; listens from now on (make it before the processes' barrier).
     pub fn receive_trajectories(mut self, task: &TaskHandle) -> Self {
         self.recv_traj = Some(Mailbox::new(task.events(), CONTEXT));
         self
@@ -96,6 +104,7 @@ impl Middleware<OnlineRLContext> for ContextExchanger {
         {
             ctx.env_step += msg.env_steps;
             ctx.env_episode += msg.episodes;
+            ctx.ext.insert(Answering(msg.from, msg.seq));
             ctx.ext.insert(msg.transitions);
             ctx.ext.insert(msg.returns);
         }
@@ -118,17 +127,20 @@ impl Middleware<OnlineRLContext> for ContextExchanger {
     }
 
     fn backward(&mut self, ctx: &mut OnlineRLContext, task: &TaskHandle) -> Result<(), TaskError> {
-        if self.send_traj
+        if let Some(from) = self.send_traj
             && let Some(transitions) = ctx.ext.remove::<Transitions>()
         {
             let collected = ctx.ext.remove::<Collected>().unwrap_or_default();
             let msg = ContextMsg {
+                from,
+                seq: self.seq,
                 env_steps: collected.env_steps,
                 episodes: collected.episodes,
                 transitions,
                 returns: ctx.ext.remove::<EpisodeReturns>().unwrap_or_default(),
             };
             task.emit(CONTEXT, &msg)?;
+            self.seq += 1;
         }
         if self.send_eval
             && let Some(eval) = ctx.ext.get::<EvalOutput>()
@@ -148,6 +160,8 @@ pub struct ModelUpdate {
     pub env_step: u64,
     /// Flat parameters in visit order (empty: unchanged since the last update).
     pub params: Vec<f32>,
+    /// The collector step this update answers: (node, its sequence number).
+    pub answered: Option<(u32, u64)>,
 }
 
 enum Side<'a> {
@@ -163,9 +177,10 @@ enum Side<'a> {
     Collector {
         models: Mailbox<ModelUpdate>,
         load: LoadFn<'a>,
+        node: u32,
         staleness: u64,
         sent: u64,
-        received: u64,
+        answered: u64,
     },
     Evaluator {
         models: Mailbox<ModelUpdate>,
@@ -213,11 +228,13 @@ impl<'a> ModelExchanger<'a> {
         self
     }
 
-    /// Collector side, before the collector: loads the newest weights; a collector more than
-    /// `staleness` steps ahead of the learner's replies waits for one (0: lock-step, every
-    /// step acts with the weights trained on everything collected before it).
+    /// Collector side (node `node`), before the collector: loads the newest weights; a
+    /// collector more than `staleness` of its steps ahead of the learner's answers to them
+    /// waits (0: lock-step, every step acts with the weights trained on everything it
+    /// collected before).
     pub fn collector(
         task: &TaskHandle,
+        node: usize,
         staleness: u64,
         load: impl FnMut(&[f32]) + 'a,
         timeout: Duration,
@@ -226,9 +243,10 @@ impl<'a> ModelExchanger<'a> {
             side: Side::Collector {
                 models: Mailbox::new(task.events(), MODEL),
                 load: Box::new(load),
+                node: node as u32,
                 staleness,
                 sent: 0,
-                received: 0,
+                answered: 0,
             },
             timeout,
         }
@@ -280,6 +298,7 @@ impl Middleware<OnlineRLContext> for ModelExchanger<'_> {
                     train_iter: iter,
                     env_step: ctx.env_step,
                     params: weights,
+                    answered: ctx.ext.get::<Answering>().map(|a| (a.0, a.1)),
                 };
                 if for_eval {
                     task.emit(MODEL_EVAL, &update)?;
@@ -298,21 +317,29 @@ impl Middleware<OnlineRLContext> for ModelExchanger<'_> {
             Side::Collector {
                 models,
                 load,
+                node,
                 staleness,
                 sent,
-                received,
+                answered,
             } => {
+                let me = *node;
+                let take = |u: ModelUpdate, newest: &mut Option<ModelUpdate>, acked: &mut u64| {
+                    if let Some((n, seq)) = u.answered
+                        && n == me
+                    {
+                        *acked = (*acked).max(seq + 1);
+                    }
+                    if !u.params.is_empty() {
+                        *newest = Some(u);
+                    }
+                };
                 let mut newest = None;
                 while let Some(u) = models.try_recv()? {
-                    *received += 1;
-                    newest = newest_with_params(newest, u);
+                    take(u, &mut newest, answered);
                 }
-                while *sent > *received + *staleness {
+                while *sent > *answered + *staleness {
                     match models.recv(task, self.timeout)? {
-                        Some(u) => {
-                            *received += 1;
-                            newest = newest_with_params(newest, u);
-                        }
+                        Some(u) => take(u, &mut newest, answered),
                         None => return Ok(()),
                     }
                 }
@@ -333,15 +360,6 @@ impl Middleware<OnlineRLContext> for ModelExchanger<'_> {
             }
         }
         Ok(())
-    }
-}
-
-/// The newer of two updates that carry weights.
-fn newest_with_params(old: Option<ModelUpdate>, new: ModelUpdate) -> Option<ModelUpdate> {
-    if new.params.is_empty() {
-        old
-    } else {
-        Some(new)
     }
 }
 
@@ -389,7 +407,7 @@ impl Middleware<OnlineRLContext> for FinishSync {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use drill_task::{Context, Task};
+    use drill_task::{Context, Task, TaskHandle};
 
     fn collector_step(task: &mut Task<'_, OnlineRLContext>) {
         task.step().unwrap();
@@ -401,7 +419,7 @@ mod tests {
         let bus_owner = Task::<OnlineRLContext>::new();
         let h = bus_owner.handle().clone();
         let mut collector = Task::<OnlineRLContext>::with_handle(h.clone());
-        collector.use_mw(ContextExchanger::new(Duration::from_secs(1)).send_trajectories());
+        collector.use_mw(ContextExchanger::new(Duration::from_secs(1)).send_trajectories(3));
         collector.use_fn("fake_collector", |ctx, _| {
             let k = ctx.env_step as f32;
             ctx.env_step += 8;
@@ -442,35 +460,60 @@ mod tests {
         );
     }
 
+    /// A collector process's pipeline on `h`: weights in, a fake collection, context out.
+    fn fake_collector<'a>(
+        h: &TaskHandle,
+        node: usize,
+        staleness: u64,
+        loaded: &'a std::cell::RefCell<Vec<f32>>,
+    ) -> Task<'a, OnlineRLContext> {
+        let mut c = Task::<OnlineRLContext>::with_handle(h.clone());
+        let load = |w: &[f32]| loaded.borrow_mut().push(w[0]);
+        c.use_mw(ModelExchanger::collector(
+            h,
+            node,
+            staleness,
+            load,
+            Duration::from_millis(30),
+        ));
+        c.use_fn("fake_collector", |ctx, _| {
+            ctx.ext.insert(Transitions::default());
+            Ok(())
+        });
+        c.use_mw(ContextExchanger::new(Duration::from_secs(1)).send_trajectories(node));
+        c
+    }
+
+    /// The learner process's pipeline on `h`: contexts in, a fake update, weights out.
+    fn fake_learner(h: &TaskHandle) -> Task<'static, OnlineRLContext> {
+        let mut l = Task::<OnlineRLContext>::with_handle(h.clone());
+        l.use_mw(ContextExchanger::new(Duration::from_millis(30)).receive_trajectories(h));
+        l.use_fn("fake_learner", |ctx, _| {
+            ctx.train_iter += 1;
+            Ok(())
+        });
+        let mut w = 0.0f32;
+        let params = move || {
+            w += 1.0;
+            vec![w]
+        };
+        l.use_mw(ModelExchanger::sender(
+            1000,
+            true,
+            params,
+            Duration::from_secs(1),
+        ));
+        l
+    }
+
     #[test]
-    fn a_collector_runs_at_most_staleness_steps_ahead_of_the_weights() {
+    fn a_collector_runs_at_most_staleness_steps_ahead_of_the_answers_to_it() {
         for staleness in [0u64, 1] {
             let owner = Task::<OnlineRLContext>::new();
             let h = owner.handle().clone();
             let loaded = std::cell::RefCell::new(Vec::new());
-            let mut collector = Task::<OnlineRLContext>::with_handle(h.clone());
-            let load = |w: &[f32]| loaded.borrow_mut().push(w[0]);
-            collector.use_mw(ModelExchanger::collector(
-                &h,
-                staleness,
-                load,
-                Duration::from_millis(30),
-            ));
-            let mut learner = Task::<OnlineRLContext>::with_handle(h.clone());
-            let mut w = 0.0f32;
-            learner.use_fn("fake_learner", |ctx, _| {
-                ctx.train_iter += 1;
-                Ok(())
-            });
-            learner.use_mw(ModelExchanger::sender(
-                1000,
-                true,
-                move || {
-                    w += 1.0;
-                    vec![w]
-                },
-                Duration::from_secs(1),
-            ));
+            let mut collector = fake_collector(&h, 1, staleness, &loaded);
+            let mut learner = fake_learner(&h);
             for _ in 0..=staleness {
                 collector_step(&mut collector);
             }
@@ -481,6 +524,27 @@ mod tests {
             assert_eq!(*loaded.borrow(), [1.0], "the newest weights are loaded");
             assert_eq!(collector.ctx().train_iter, 1);
         }
+    }
+
+    #[test]
+    fn with_two_collectors_each_waits_for_the_answer_to_its_own_step() {
+        let owner = Task::<OnlineRLContext>::new();
+        let h = owner.handle().clone();
+        let (la, lb) = Default::default();
+        let mut a = fake_collector(&h, 1, 0, &la);
+        let mut b = fake_collector(&h, 2, 0, &lb);
+        let mut learner = fake_learner(&h);
+        collector_step(&mut a);
+        collector_step(&mut b);
+        learner.step().unwrap();
+        learner.ctx_mut().renew();
+        collector_step(&mut a);
+        let e = b.step().unwrap_err().to_string();
+        assert!(e.contains("\"model\""), "b's step is not answered yet: {e}");
+        learner.step().unwrap();
+        collector_step(&mut b);
+        assert_eq!((la.borrow().len(), lb.borrow().len()), (1, 1));
+        assert_eq!(lb.borrow()[0], 2.0, "b loads the newest weights");
     }
 
     #[test]

@@ -22,6 +22,13 @@ pub struct Roles {
 /// How processes of a parallel run cooperate.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Remote {
+    /// This worker's node id.
+    pub node: usize,
+    /// This worker's place among the collector workers (seeds its environments and
+    /// generator as a DDP rank's would be).
+    pub collector_index: usize,
+    /// Collector workers in the run (the evaluator is seeded after all of them).
+    pub collectors: usize,
     /// Steps a collector may run ahead of the weights it acts with (`task.model_staleness`).
     pub model_staleness: u64,
     /// The learner sends a remote collector weights every this many steps

@@ -37,7 +37,7 @@ pub fn run(args: &Args, config: Config, n: usize) -> anyhow::Result<i32> {
     };
     drill_algo::check_splittable(&config)?;
     let config_ref = &config;
-    check_roles(&config, &args.labels, n)?;
+    let collectors = check_roles(&config, &args.labels, n)?;
     let mq = match args.mq_type.as_deref().unwrap_or(&config.task.mq_type) {
         "tcp" => Mq::Tcp,
         "redis" => Mq::Redis {
@@ -97,7 +97,7 @@ pub fn run(args: &Args, config: Config, n: usize) -> anyhow::Result<i32> {
     let timeout = Duration::from_secs_f64(config.task.timeout);
     runner
         .run::<OnlineRLContext>(|task| {
-            worker(args, &config, task.handle().clone(), timeout).map_err(|e| {
+            worker(args, &config, task.handle().clone(), timeout, &collectors).map_err(|e| {
                 // The chain (e.g. which middleware, which peer) is the message.
                 TaskError::msg(format!("{e:#}"))
             })
@@ -106,36 +106,45 @@ pub fn run(args: &Args, config: Config, n: usize) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// Each role on exactly one worker: checked before anything starts, naming the
-/// assignment.
-fn check_roles(config: &Config, extra: &[String], n: usize) -> anyhow::Result<()> {
+/// The learner and the evaluator on exactly one worker each, collectors on one or more (and
+/// only on the learner's when it collects too): checked before anything starts, naming the
+/// assignment. Returns the collector workers.
+fn check_roles(config: &Config, extra: &[String], n: usize) -> anyhow::Result<Vec<usize>> {
     let mut owners: Vec<Vec<usize>> = vec![Vec::new(); drill_config::TASK_ROLES.len()];
     for node in 0..n {
-        let labels = node_labels(node, extra);
+        let roles = node_roles(config, &node_labels(node, extra))?;
         for (k, role) in drill_config::TASK_ROLES.iter().enumerate() {
-            if node_roles(config, &labels)?.iter().any(|r| r == role) {
+            if roles.iter().any(|r| r == role) {
                 owners[k].push(node);
             }
         }
     }
-    for (k, role) in drill_config::TASK_ROLES.iter().enumerate() {
-        if owners[k].len() != 1 {
-            let on = if owners[k].is_empty() {
-                "no worker".to_string()
-            } else {
-                format!("nodes {:?}", owners[k])
-            };
-            return Err(config
-                .error(
-                    "task.roles",
-                    format!(
-                        "the {role} role must run on exactly one of the {n} workers, but {on} take it (e.g. \"node.0\" = [\"collector\", \"learner\"], \"node.1\" = [\"evaluator\"])"
-                    ),
-                )
-                .into());
+    let bad = |message: String| -> anyhow::Error { config.error("task.roles", message).into() };
+    let on = |nodes: &[usize]| match nodes {
+        [] => "no worker takes it".to_string(),
+        _ => format!("nodes {nodes:?} take it"),
+    };
+    let [collectors, learner, evaluator] = [&owners[0], &owners[1], &owners[2]];
+    for (role, nodes) in [("learner", learner), ("evaluator", evaluator)] {
+        if nodes.len() != 1 {
+            return Err(bad(format!(
+                "the {role} role must run on exactly one of the {n} workers, but {} (e.g. \"node.0\" = [\"collector\", \"learner\"], \"node.1\" = [\"evaluator\"])",
+                on(nodes)
+            )));
         }
     }
-    Ok(())
+    if collectors.is_empty() {
+        return Err(bad(format!(
+            "no worker of the {n} takes the collector role"
+        )));
+    }
+    if collectors.len() > 1 && collectors.contains(&learner[0]) {
+        return Err(bad(format!(
+            "the learner's worker (node {}) collects too, so no other may: nodes {collectors:?} take the collector role",
+            learner[0]
+        )));
+    }
+    Ok(collectors.clone())
 }
 
 /// The labels worker `node` will have (as the runner gives them).
@@ -180,13 +189,22 @@ fn worker(
     config: &Config,
     task: drill_task::TaskHandle,
     timeout: Duration,
+    collectors: &[usize],
 ) -> anyhow::Result<()> {
     for r in node_roles(config, &task.labels())? {
         task.insert_label(r);
     }
+    let node: usize = task
+        .labels()
+        .iter()
+        .find_map(|l| l.strip_prefix("node.")?.parse().ok())
+        .context("a worker without a node.N label")?;
     let roles = Roles::from_labels(
         &task,
         Remote {
+            node,
+            collector_index: collectors.iter().position(|&c| c == node).unwrap_or(0),
+            collectors: collectors.len(),
             model_staleness: config.task.model_staleness,
             model_every: config.task.model_every,
             timeout,
