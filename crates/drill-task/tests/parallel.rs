@@ -190,6 +190,19 @@ fn wait_until(cond: impl Fn() -> bool, what: &str) {
     }
 }
 
+/// Wait for an event nobody sends: the lost peer must end the wait within 5 s.
+fn peer_lost_within_5s(h: &drill_task::TaskHandle) -> TaskError {
+    let t = Instant::now();
+    let e = h.wait_for("never", WAIT).unwrap_err();
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t.elapsed()
+    );
+    assert!(matches!(e, TaskError::PeerLost { .. }), "{e}");
+    e
+}
+
 fn worker(name: &str, task: &mut Task<'_, OnlineRLContext>) -> Result<(), TaskError> {
     let h = task.handle().clone();
     let me: usize = (0..4)
@@ -270,14 +283,7 @@ fn worker(name: &str, task: &mut Task<'_, OnlineRLContext>) -> Result<(), TaskEr
                 // SAFETY: stops this process, as a hang would (the launcher sees it alive).
                 unsafe { libc::raise(libc::SIGSTOP) };
             }
-            let t = Instant::now();
-            let e = h.wait_for("never", WAIT).unwrap_err();
-            assert!(
-                t.elapsed() < Duration::from_secs(5),
-                "took {:?}",
-                t.elapsed()
-            );
-            assert!(matches!(e, TaskError::PeerLost { .. }), "{e}");
+            let e = peer_lost_within_5s(&h);
             done(&e.to_string());
             return Err(e);
         }
@@ -291,15 +297,7 @@ fn worker(name: &str, task: &mut Task<'_, OnlineRLContext>) -> Result<(), TaskEr
             // The launcher stops the group after node 0 dies; take the time to report.
             // SAFETY: ignoring SIGTERM in this test process only.
             unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
-            let t = Instant::now();
-            let e = h.wait_for("never", WAIT).unwrap_err();
-            assert!(
-                t.elapsed() < Duration::from_secs(5),
-                "took {:?}",
-                t.elapsed()
-            );
-            assert!(matches!(e, TaskError::PeerLost { .. }), "{e}");
-            done(&e.to_string());
+            done(&peer_lost_within_5s(&h).to_string());
         }
         other => panic!("unknown scenario {other}"),
     }
