@@ -68,6 +68,11 @@ pub mod red_op {
 type Buf = *const c_void;
 type BufMut = *mut c_void;
 
+/// `ncclAllReduce` and `ncclReduceScatter` (the same signature: send, recv, recv count,
+/// type, op, comm, stream).
+pub type ReduceCall =
+    unsafe extern "C" fn(Buf, BufMut, usize, c_int, c_int, Comm, Stream) -> NcclResult;
+
 /// The NCCL entry points drill calls.
 #[allow(missing_docs)]
 pub struct Api {
@@ -81,15 +86,13 @@ pub struct Api {
     pub comm_destroy: unsafe extern "C" fn(Comm) -> NcclResult,
     pub comm_get_async_error: unsafe extern "C" fn(Comm, *mut NcclResult) -> NcclResult,
     pub get_error_string: unsafe extern "C" fn(NcclResult) -> *const c_char,
-    pub all_reduce:
-        unsafe extern "C" fn(Buf, BufMut, usize, c_int, c_int, Comm, Stream) -> NcclResult,
+    pub all_reduce: ReduceCall,
     pub broadcast:
         unsafe extern "C" fn(Buf, BufMut, usize, c_int, c_int, Comm, Stream) -> NcclResult,
     pub reduce:
         unsafe extern "C" fn(Buf, BufMut, usize, c_int, c_int, c_int, Comm, Stream) -> NcclResult,
     pub all_gather: unsafe extern "C" fn(Buf, BufMut, usize, c_int, Comm, Stream) -> NcclResult,
-    pub reduce_scatter:
-        unsafe extern "C" fn(Buf, BufMut, usize, c_int, c_int, Comm, Stream) -> NcclResult,
+    pub reduce_scatter: ReduceCall,
     pub send: unsafe extern "C" fn(Buf, usize, c_int, c_int, Comm, Stream) -> NcclResult,
     pub recv: unsafe extern "C" fn(BufMut, usize, c_int, c_int, Comm, Stream) -> NcclResult,
     pub group_start: unsafe extern "C" fn() -> NcclResult,

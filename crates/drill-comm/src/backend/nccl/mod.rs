@@ -27,7 +27,9 @@ use super::Backend;
 use crate::dtype::{DType, ReduceOp, div_bytes};
 use crate::error::{CommError, Result};
 use crate::store::Store;
-use loader::{Api, Comm, IN_PROGRESS, NcclResult, SUCCESS, UniqueId, data_type, red_op};
+use loader::{
+    Api, Comm, IN_PROGRESS, NcclResult, ReduceCall, SUCCESS, UniqueId, data_type, red_op,
+};
 
 /// How often each process bumps its heartbeat counter.
 const HEARTBEAT_EVERY: Duration = Duration::from_millis(500);
@@ -367,6 +369,57 @@ impl Nccl {
         check(self.shared.api, r, what)
     }
 
+    /// all_reduce (in place: `send` is `None`) and reduce_scatter: stage the input in buffer
+    /// a, reduce into a (in place) or b, copy the result to `out` once done, divide for Avg.
+    fn reduce_staged(
+        &mut self,
+        name: &'static str,
+        (call, call_name): (ReduceCall, &'static str),
+        send: Option<&[u8]>,
+        out: &mut [u8],
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.start(name)?;
+        if out.is_empty() {
+            return Ok(());
+        }
+        let in_place = send.is_none();
+        match send {
+            Some(send) => {
+                self.reserve(send.len(), out.len())?;
+                self.upload(send, false, 0)?;
+            }
+            None => {
+                self.reserve(out.len(), 0)?;
+                self.upload(out, false, 0)?;
+            }
+        }
+        let (a, b) = self.ptrs();
+        let dst = if in_place { a } else { b };
+        let n = out.len() / dtype.size();
+        // SAFETY: reduces staging buffer a into `dst` (in place, or b sized by `reserve`),
+        // n elements of the result per rank, on this communicator's stream.
+        let r = unsafe {
+            call(
+                a as _,
+                dst as _,
+                n,
+                nccl_type(dtype),
+                nccl_op(op),
+                self.comm,
+                self.stream(),
+            )
+        };
+        self.check(r, call_name)?;
+        self.finish(name)?;
+        self.download(out, !in_place, 0)?;
+        if op == ReduceOp::Avg {
+            div_bytes(dtype, out, self.size());
+        }
+        Ok(())
+    }
+
     fn stream(&self) -> *mut std::ffi::c_void {
         self.shared.stream.cu_stream() as _
     }
@@ -513,34 +566,8 @@ impl Backend for Nccl {
     }
 
     fn all_reduce(&mut self, buf: &mut [u8], dtype: DType, op: ReduceOp) -> Result<()> {
-        self.start("all_reduce")?;
-        if buf.is_empty() {
-            return Ok(());
-        }
-        self.reserve(buf.len(), 0)?;
-        self.upload(buf, false, 0)?;
-        let (a, _) = self.ptrs();
-        let api = self.shared.api;
-        let n = buf.len() / dtype.size();
-        // SAFETY: in-place all_reduce of n elements in staging buffer a.
-        let r = unsafe {
-            (api.all_reduce)(
-                a as _,
-                a as _,
-                n,
-                nccl_type(dtype),
-                nccl_op(op),
-                self.comm,
-                self.stream(),
-            )
-        };
-        self.check(r, "ncclAllReduce")?;
-        self.finish("all_reduce")?;
-        self.download(buf, false, 0)?;
-        if op == ReduceOp::Avg {
-            div_bytes(dtype, buf, self.size());
-        }
-        Ok(())
+        let call = (self.shared.api.all_reduce, "ncclAllReduce");
+        self.reduce_staged("all_reduce", call, None, buf, dtype, op)
     }
 
     fn reduce(&mut self, buf: &mut [u8], dtype: DType, op: ReduceOp, root: usize) -> Result<()> {
@@ -655,34 +682,8 @@ impl Backend for Nccl {
         dtype: DType,
         op: ReduceOp,
     ) -> Result<()> {
-        self.start("reduce_scatter")?;
-        if recv.is_empty() {
-            return Ok(());
-        }
-        self.reserve(send.len(), recv.len())?;
-        self.upload(send, false, 0)?;
-        let (a, b) = self.ptrs();
-        let api = self.shared.api;
-        let n = recv.len() / dtype.size();
-        // SAFETY: reduces staging buffer a (size * n elements) into b (n elements).
-        let r = unsafe {
-            (api.reduce_scatter)(
-                a as _,
-                b as _,
-                n,
-                nccl_type(dtype),
-                nccl_op(op),
-                self.comm,
-                self.stream(),
-            )
-        };
-        self.check(r, "ncclReduceScatter")?;
-        self.finish("reduce_scatter")?;
-        self.download(recv, true, 0)?;
-        if op == ReduceOp::Avg {
-            div_bytes(dtype, recv, self.size());
-        }
-        Ok(())
+        let call = (self.shared.api.reduce_scatter, "ncclReduceScatter");
+        self.reduce_staged("reduce_scatter", call, Some(send), recv, dtype, op)
     }
 
     fn barrier(&mut self) -> Result<()> {
