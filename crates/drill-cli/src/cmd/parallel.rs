@@ -138,6 +138,14 @@ fn check_roles(config: &Config, extra: &[String], n: usize) -> anyhow::Result<Ve
             "no worker of the {n} takes the collector role"
         )));
     }
+    // A remote evaluator waits for the weights of every eval_freq-th iteration; a collector
+    // beside it would wait with it and starve the learner.
+    if evaluator[0] != learner[0] && collectors.contains(&evaluator[0]) {
+        return Err(bad(format!(
+            "the evaluator's worker (node {}) may also collect only if it is the learner's: give the evaluator a worker of its own or put it with the learner",
+            evaluator[0]
+        )));
+    }
     if collectors.len() > 1 && collectors.contains(&learner[0]) {
         return Err(bad(format!(
             "the learner's worker (node {}) collects too, so no other may: nodes {collectors:?} take the collector role",
