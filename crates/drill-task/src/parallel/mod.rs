@@ -332,6 +332,21 @@ impl Parallel {
             store
                 .barrier("done", info.world_size, self.timeout)
                 .map_err(|e| TaskError::msg(e.to_string()))?;
+            // A store hosted here (Slurm) serves until the others are past the barrier too.
+            let left = |delta| {
+                store
+                    .add("left", delta)
+                    .map_err(|e| TaskError::msg(e.to_string()))
+            };
+            if _server.is_some() {
+                let t = std::time::Instant::now();
+                while left(0)? < info.world_size as i64 - 1 && t.elapsed() < Duration::from_secs(5)
+                {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            } else {
+                left(1)?;
+            }
         }
         link.close();
         result
