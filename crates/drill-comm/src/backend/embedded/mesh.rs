@@ -93,6 +93,8 @@ impl Peer {
 pub struct Health {
     broken: AtomicBool,
     why: Mutex<Option<(usize, String)>>,
+    /// The cause is a peer that rejected this rank's data (the culprit was this rank).
+    rejected: AtomicBool,
     left: Vec<AtomicBool>,
     stop: AtomicBool,
 }
@@ -102,6 +104,7 @@ impl Health {
         Health {
             broken: AtomicBool::new(false),
             why: Mutex::new(None),
+            rejected: AtomicBool::new(false),
             left: (0..world).map(|_| AtomicBool::new(false)).collect(),
             stop: AtomicBool::new(false),
         }
@@ -116,6 +119,17 @@ impl Health {
         self.broken.store(true, Ordering::Release);
     }
 
+    /// Record that peer `by` gave up on this rank because its data did not match (the first
+    /// cause wins): this rank's calls then fail with a protocol error naming `by`.
+    pub fn set_rejected(&self, by: usize, detail: String) {
+        let mut w = self.why.lock().unwrap_or_else(|p| p.into_inner());
+        if w.is_none() {
+            *w = Some((by, detail));
+            self.rejected.store(true, Ordering::Release);
+        }
+        self.broken.store(true, Ordering::Release);
+    }
+
     /// The cause, if the job is broken.
     #[inline]
     pub fn broken(&self) -> Option<(usize, String)> {
@@ -123,6 +137,22 @@ impl Health {
             return None;
         }
         self.why.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The error for an operation of a broken job, if it is broken.
+    #[inline]
+    fn error(&self, cx: &Cx) -> Option<CommError> {
+        let (rank, detail) = self.broken()?;
+        Some(if self.rejected.load(Ordering::Acquire) {
+            CommError::Protocol {
+                op: cx.op.name().into(),
+                group: cx.name.into(),
+                rank,
+                detail,
+            }
+        } else {
+            lost(cx, rank, detail)
+        })
     }
 }
 
@@ -229,7 +259,7 @@ impl Mesh {
             let world = peers.len();
             std::thread::Builder::new()
                 .name("drill-comm-watch".into())
-                .spawn(move || watch(watched, h, world))
+                .spawn(move || watch(watched, h, world, rank))
                 .map_err(|e| CommError::io("spawn failure detector", e))?;
         }
         Ok(Mesh {
@@ -252,9 +282,9 @@ impl Mesh {
     /// Fail fast if the job is already broken.
     #[inline]
     pub fn check(&self, cx: &Cx) -> Result<()> {
-        match self.health.broken() {
+        match self.health.error(cx) {
             None => Ok(()),
-            Some((rank, detail)) => Err(lost(cx, rank, detail)),
+            Some(e) => Err(e),
         }
     }
 
@@ -377,8 +407,8 @@ impl Mesh {
                     .map(|s| s.peer)
             })
             .unwrap_or(self.rank);
-        if let Some((rank, detail)) = self.health.broken() {
-            return Err(lost(cx, rank, detail));
+        if let Some(e) = self.health.error(cx) {
+            return Err(e);
         }
         // A peer that left in order cannot send any more; its shared-memory data is all there.
         if self.health.left[waiting_on].load(Ordering::Acquire)
@@ -508,7 +538,7 @@ fn io_lost(cx: &Cx, rank: usize, e: &io::Error) -> CommError {
 
 /// The failure detector: sleeps in poll() on every control connection and records the first
 /// crash (EOF without goodbye) or abort notice.
-fn watch(mut conns: Vec<(usize, TcpStream)>, health: Arc<Health>, world: usize) {
+fn watch(mut conns: Vec<(usize, TcpStream)>, health: Arc<Health>, world: usize, me: usize) {
     let mut bufs: Vec<([u8; HEADER], usize)> = vec![([0; HEADER], 0); conns.len()];
     let mut open = vec![true; conns.len()];
     for (_, s) in &conns {
@@ -543,6 +573,19 @@ fn watch(mut conns: Vec<(usize, TcpStream)>, health: Arc<Health>, world: usize) 
                         match Control::decode(buf, world) {
                             Ok(Control::Goodbye) => {
                                 health.left[*rank].store(true, Ordering::Release)
+                            }
+                            Ok(Control::Abort {
+                                culprit,
+                                reason: AbortReason::Protocol,
+                            }) if culprit as usize == me => health.set_rejected(
+                                *rank,
+                                "it rejected this rank's data: the ranks' calls differ (buffer sizes, dtypes, or the order of collectives)".into(),
+                            ),
+                            Ok(Control::Abort { culprit, reason }) if culprit as usize == me => {
+                                health.set_broken(
+                                    *rank,
+                                    format!("it gave up on this rank: {}", reason.describe()),
+                                )
                             }
                             Ok(Control::Abort { culprit, reason }) => health.set_broken(
                                 culprit as usize,
