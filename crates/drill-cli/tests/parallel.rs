@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 mod common;
 use common::{
     drill, kill_and_expect_failure, kill_and_expect_resume, repo, result, spawn_train, text,
+    wait_all_ok,
 };
 
 #[test]
@@ -119,7 +120,7 @@ fn with_max_restarts_the_group_restarts_and_the_learner_resumes_in_the_same_fold
 #[test]
 fn two_runners_with_node_ids_form_one_run() {
     let tmp = tempfile::tempdir().unwrap();
-    let port = drill_comm_port();
+    let port = drill_comm::spawn::free_port().to_string();
     let runners: Vec<_> = [0, 1]
         .into_iter()
         .map(|id| {
@@ -142,13 +143,7 @@ fn two_runners_with_node_ids_form_one_run() {
                 .unwrap()
         })
         .collect();
-    let outs: Vec<_> = runners
-        .into_iter()
-        .map(|c| c.wait_with_output().unwrap())
-        .collect();
-    for o in &outs {
-        assert!(o.status.success(), "{}", text(o));
-    }
+    let outs = wait_all_ok(runners);
     let r = result(&tmp.path().join("run0"));
     assert_eq!(r["stop_reached"], true, "{r}");
     assert!(
@@ -158,18 +153,12 @@ fn two_runners_with_node_ids_form_one_run() {
     assert!(text(&outs[1]).contains("evaluator"), "{}", text(&outs[1]));
 }
 
-/// A free TCP port on 127.0.0.1.
-fn drill_comm_port() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port().to_string()
-}
-
 /// Through Redis pub/sub instead of direct links (`--features redis`; needs `redis-server`,
 /// which `.ci/run` installs).
 #[cfg(feature = "redis")]
 #[test]
 fn the_three_roles_reach_the_stop_value_through_redis() {
-    let port: u16 = drill_comm_port().parse().unwrap();
+    let port = drill_comm::spawn::free_port();
     let mut server = std::process::Command::new("redis-server")
         .args([
             "--port",
@@ -209,7 +198,7 @@ fn under_slurm_each_task_is_a_worker_named_by_its_slurm_variables() {
     // What `srun -n 2 drill train CONFIG --platform slurm` gives each task, on one host.
     let tmp = tempfile::tempdir().unwrap();
     let exp = tmp.path().join("run");
-    let port = drill_comm_port();
+    let port = drill_comm::spawn::free_port().to_string();
     let tasks: Vec<_> = [0, 1]
         .into_iter()
         .map(|rank| {
@@ -229,13 +218,7 @@ fn under_slurm_each_task_is_a_worker_named_by_its_slurm_variables() {
                 .unwrap()
         })
         .collect();
-    let outs: Vec<_> = tasks
-        .into_iter()
-        .map(|c| c.wait_with_output().unwrap())
-        .collect();
-    for o in &outs {
-        assert!(o.status.success(), "{}", text(o));
-    }
+    let outs = wait_all_ok(tasks);
     assert!(
         text(&outs[1]).contains("node.1]: evaluator"),
         "{}",

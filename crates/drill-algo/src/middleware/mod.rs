@@ -45,7 +45,7 @@ pub use onpolicy::{
 };
 pub use ranks::Ranks;
 
-pub use roles::{ROLE_NAMES, Remote, Roles};
+pub use roles::{Remote, Roles};
 
 use crate::eval::EvalResult;
 use drill_task::TaskError;

@@ -38,9 +38,6 @@ pub struct Remote {
     pub timeout: Duration,
 }
 
-/// The role names a `[task]` table and `--labels` use.
-pub const ROLE_NAMES: [&str; 3] = ["collector", "learner", "evaluator"];
-
 impl Roles {
     /// Everything in this process.
     pub fn all() -> Self {
@@ -62,6 +59,18 @@ impl Roles {
             evaluator: has("evaluator")?,
             remote: Some(remote),
         })
+    }
+
+    /// The roles taken, by name (`collector`, `learner`, `evaluator`).
+    pub fn names(&self) -> Vec<&'static str> {
+        [
+            (self.collector, "collector"),
+            (self.learner, "learner"),
+            (self.evaluator, "evaluator"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect()
     }
 
     /// The collector runs in another process.

@@ -13,7 +13,9 @@ use drill_exp::Experiment;
 use drill_task::parallel::{Mq, Parallel, Platform, Topology};
 use drill_task::{Labels, OnlineRLContext, TaskError};
 
-use super::train::{Args, PlatformArg, TopologyArg, resume_after_restart};
+use super::train::{
+    Args, PlatformArg, TopologyArg, exp_dir, finish_experiment, open_experiment, restart_count,
+};
 
 /// The experiment folder the parent claimed, for the learner's worker.
 const EXP_DIR_ENV: &str = "DRILL_EXP_DIR";
@@ -86,10 +88,7 @@ pub fn run(args: &Args, config: Config, n: usize) -> anyhow::Result<i32> {
     });
     if args.platform == PlatformArg::Local && !drill_task::parallel::in_worker() && learner_here {
         // The parent claims the folder so that a restarted group writes into the same one.
-        let dir = args
-            .exp_dir
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(&config.exp_name));
+        let dir = exp_dir(args, &config);
         let dir = Experiment::reserve(&dir)
             .with_context(|| format!("cannot create experiment folder {}", dir.display()))?;
         runner = runner.env(EXP_DIR_ENV, &dir.display().to_string());
@@ -220,44 +219,14 @@ fn worker(
     )?;
     let device = select_device(config)?;
     let task_labels = task.labels();
-    let names: Vec<&str> = drill_config::TASK_ROLES
-        .iter()
-        .copied()
-        .filter(|r| task.match_labels(&[r]).unwrap_or(false))
-        .collect();
-    let restarts: u32 = std::env::var("DRILL_RESTART_COUNT")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+    let names = roles.names();
+    let restarts = restart_count();
     let mut exp = None;
     let mut resume = None;
     if roles.learner {
-        let e = match std::env::var_os(EXP_DIR_ENV) {
-            Some(dir) => {
-                let dir = PathBuf::from(dir);
-                if restarts > 0 {
-                    resume = resume_after_restart(&dir, restarts)?;
-                }
-                Experiment::reopen(&dir, config, args.quiet)
-                    .with_context(|| format!("cannot open experiment folder {}", dir.display()))?
-            }
-            None => {
-                let dir = args
-                    .exp_dir
-                    .clone()
-                    .unwrap_or_else(|| PathBuf::from(&config.exp_name));
-                Experiment::create(&dir, config, args.quiet)
-                    .with_context(|| format!("cannot create experiment folder {}", dir.display()))?
-            }
-        };
-        if resume.is_none() {
-            resume = args
-                .resume
-                .as_deref()
-                .map(drill_algo::checkpoint::Checkpoint::load)
-                .transpose()?;
-        }
-        exp = Some(e);
+        let previous = std::env::var_os(EXP_DIR_ENV).map(PathBuf::from);
+        let (e, r) = open_experiment(args, config, previous.as_deref(), restarts)?;
+        (exp, resume) = (Some(e), r);
     }
     let labels: Vec<&str> = task_labels.iter().collect();
     tracing::info!(
@@ -287,22 +256,8 @@ fn worker(
         task,
         &roles,
     )?;
-    if let (Some(mut exp), Some(result)) = (exp, result) {
-        exp.finish(&result)
-            .with_context(|| format!("cannot write {}/result.json", exp.dir().display()))?;
-        tracing::info!(
-            "{}: eval {:.1} after {} env steps, {} iters, {:.2} s",
-            if result.stop_reached {
-                "stop value reached"
-            } else {
-                "stopped at the step limit"
-            },
-            result.eval_reward_mean,
-            result.env_steps,
-            result.train_iters,
-            result.wall_seconds
-        );
-        println!("{}", exp.dir().join("result.json").display());
+    if let (Some(exp), Some(result)) = (exp, result) {
+        finish_experiment(exp, &result)?;
     }
     Ok(())
 }

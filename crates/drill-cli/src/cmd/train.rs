@@ -3,7 +3,7 @@
 
 use anyhow::{Context, bail};
 use drill_algo::checkpoint::Checkpoint;
-use drill_algo::{NullReporter, Reporter, RunContext, run::select_device};
+use drill_algo::{NullReporter, Reporter, RunContext, TrainResult, run::select_device};
 use drill_comm::{BackendKind, InitInfo, InitOptions, ProcessGroup};
 use drill_config::Config;
 use drill_exp::Experiment;
@@ -248,11 +248,54 @@ fn newest_checkpoint(dir: &Path) -> Option<Checkpoint> {
     best.map(|(_, ck)| ck)
 }
 
-/// After restart `restarts` of a group: the newest checkpoint in `dir`, said in the log.
-pub(crate) fn resume_after_restart(
-    dir: &Path,
+/// Times the launcher restarted this group (`DRILL_RESTART_COUNT`, 0 when not launched).
+pub(crate) fn restart_count() -> u32 {
+    std::env::var("DRILL_RESTART_COUNT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The run's experiment folder and the checkpoint to start from: `previous` (a folder this
+/// run already owns) is reopened — after restart `restarts` > 0 resuming from its newest
+/// checkpoint — else a new folder is made at `--exp-dir` (default: the config's exp_name);
+/// without a checkpoint from a restart, `--resume`'s.
+pub(crate) fn open_experiment(
+    args: &Args,
+    config: &Config,
+    previous: Option<&Path>,
     restarts: u32,
-) -> anyhow::Result<Option<Checkpoint>> {
+) -> anyhow::Result<(Experiment, Option<Checkpoint>)> {
+    let mut resume = None;
+    let exp = match previous {
+        Some(dir) => {
+            if restarts > 0 {
+                resume = resume_after_restart(dir, restarts)?;
+            }
+            Experiment::reopen(dir, config, args.quiet)
+                .with_context(|| format!("cannot reopen {}", dir.display()))?
+        }
+        None => {
+            let dir = exp_dir(args, config);
+            Experiment::create(&dir, config, args.quiet)
+                .with_context(|| format!("cannot create experiment folder {}", dir.display()))?
+        }
+    };
+    if resume.is_none() {
+        resume = args.resume.as_deref().map(Checkpoint::load).transpose()?;
+    }
+    Ok((exp, resume))
+}
+
+/// `--exp-dir`, or the config's exp_name.
+pub(crate) fn exp_dir(args: &Args, config: &Config) -> PathBuf {
+    args.exp_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(&config.exp_name))
+}
+
+/// After restart `restarts` of a group: the newest checkpoint in `dir`, said in the log.
+fn resume_after_restart(dir: &Path, restarts: u32) -> anyhow::Result<Option<Checkpoint>> {
     let resume = newest_checkpoint(dir);
     match &resume {
         Some(ck) => tracing::info!(
@@ -274,10 +317,7 @@ fn train_rank(args: &Args, config: Config) -> anyhow::Result<()> {
     let device = select_device(&config)?;
     let dist = join(&config)?;
     let rank = dist.as_ref().map_or(0, ProcessGroup::rank);
-    let restarts: u32 = std::env::var("DRILL_RESTART_COUNT")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+    let restarts = restart_count();
     let store = dist
         .as_ref()
         .and_then(|pg| pg.store().map(|s| s.unprefixed()));
@@ -293,24 +333,8 @@ fn train_rank(args: &Args, config: Config) -> anyhow::Result<()> {
             )),
             _ => None,
         };
-        let e = match &previous {
-            Some(dir) => {
-                resume = resume_after_restart(dir, restarts)?;
-                Experiment::reopen(dir, &config, args.quiet)
-                    .with_context(|| format!("cannot reopen {}", dir.display()))?
-            }
-            None => {
-                let dir = args
-                    .exp_dir
-                    .clone()
-                    .unwrap_or_else(|| PathBuf::from(&config.exp_name));
-                Experiment::create(&dir, &config, args.quiet)
-                    .with_context(|| format!("cannot create experiment folder {}", dir.display()))?
-            }
-        };
-        if resume.is_none() {
-            resume = args.resume.as_deref().map(Checkpoint::load).transpose()?;
-        }
+        let (e, r) = open_experiment(args, &config, previous.as_deref(), restarts)?;
+        resume = r;
         if let Some(s) = &store {
             s.set(EXP_DIR_KEY, e.dir().display().to_string().as_bytes())?;
         }
@@ -370,10 +394,15 @@ fn train_rank(args: &Args, config: Config) -> anyhow::Result<()> {
         },
     )
     .map_err(whose)?;
-    let Some(mut exp) = exp else {
+    let Some(exp) = exp else {
         return Ok(());
     };
-    exp.finish(&result)
+    finish_experiment(exp, &result)
+}
+
+/// Write `result.json`, log the outcome and print the file's path (the last line of output).
+pub(crate) fn finish_experiment(mut exp: Experiment, result: &TrainResult) -> anyhow::Result<()> {
+    exp.finish(result)
         .with_context(|| format!("cannot write {}/result.json", exp.dir().display()))?;
     let stop = if result.stop_reached {
         "stop value reached"

@@ -31,6 +31,18 @@ pub fn spawn_train(config: &str, exp: &Path, args: &[&str]) -> Child {
         .unwrap()
 }
 
+/// Wait for every child (started with piped output) and check each succeeded.
+pub fn wait_all_ok(children: Vec<Child>) -> Vec<Output> {
+    let outs: Vec<Output> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    for o in &outs {
+        assert!(o.status.success(), "{}", text(o));
+    }
+    outs
+}
+
 /// Stdout and stderr.
 pub fn text(o: &Output) -> String {
     format!(
