@@ -344,18 +344,18 @@ pub fn train_roles(
 ) -> Result<Option<TrainResult>, TrainError> {
     // PLUMBING: seeding, environments, networks, storage.
     let start = Instant::now();
-    let (ranks, mut venv) = session::setup(cfg, run)?;
+    let ranks = session::setup(cfg, run);
     let (rank, world) = (ranks.rank(), ranks.world());
     // Split over processes, each collector worker is seeded as a DDP rank would be.
     let (slot, slots) = roles
         .remote
         .as_ref()
         .map_or((rank, world), |r| (r.collector_index, r.collectors.max(1)));
-    if slot != rank {
-        venv = session::collector_envs(cfg, slot)?;
-    }
     let plain = run.device.clone();
-    let (n_env, obs_dim) = (venv.num_envs(), venv.spec().obs_dim);
+    let (n_env, obs_dim) = (
+        cfg.env.collector_env_num,
+        drill_env::spec(&cfg.env.id)?.obs_dim,
+    );
     let mut learner = DqnLearner::new(
         build_qnet(cfg, p, &plain.clone().autodiff())?,
         p,
@@ -471,7 +471,7 @@ pub fn train_roles(
         task.use_mw(EpsGreedyHandler::new(p.other.eps.clone()));
         let policy = |obs: &[f32], a: &mut [u32]| agent.borrow().act(obs, a);
         task.use_mw(StepCollector::new(
-            venv,
+            session::collector_envs(cfg, slot)?,
             split(p.collect.n_sample),
             policy,
             &rng,

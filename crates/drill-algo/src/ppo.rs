@@ -236,7 +236,8 @@ pub fn train(
 ) -> Result<TrainResult, TrainError> {
     // PLUMBING: seeding, environments, networks.
     let start = Instant::now();
-    let (ranks, venv) = session::setup(cfg, run)?;
+    let ranks = session::setup(cfg, run);
+    let venv = session::collector_envs(cfg, ranks.rank())?;
     let (rank, world) = (ranks.rank(), ranks.world());
     let plain = run.device.clone();
     let n_env = venv.num_envs();

@@ -45,17 +45,11 @@ pub fn rank_rng(cfg: &Config, resume: Option<&Checkpoint>, rank: usize) -> ChaCh
         })
 }
 
-/// The start of every pipeline: the DDP ranks of `run`, the device seeded with
-/// `config.seed` (the same initial weights everywhere), and this rank's collector
-/// environments.
-pub fn setup(
-    cfg: &Config,
-    run: &crate::RunContext<'_>,
-) -> Result<(crate::middleware::Ranks, Box<dyn DynVecEnv>), TrainError> {
-    let ranks = crate::middleware::Ranks::new(run.dist.clone());
+/// The start of every pipeline: the DDP ranks of `run`, with the device seeded with
+/// `config.seed` (the same initial weights everywhere).
+pub fn setup(cfg: &Config, run: &crate::RunContext<'_>) -> crate::middleware::Ranks {
     run.device.seed(cfg.seed);
-    let venv = collector_envs(cfg, ranks.rank())?;
-    Ok((ranks, venv))
+    crate::middleware::Ranks::new(run.dist.clone())
 }
 
 /// This rank's collector environments (copy `i` seeded `seed + rank * n + i`), reset.
