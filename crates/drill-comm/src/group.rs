@@ -3,7 +3,7 @@
 //! [`DistContext`] guard that sets it all up and tears it down.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -46,18 +46,10 @@ impl Drop for World {
         // The store host keeps serving until every rank has said it is done (bounded wait), so
         // a fast rank 0 does not pull the store from under slower ranks.
         if let Some(store) = &self.store {
-            let _ = store.add("finished", 1);
             let failed = self.failed.load(std::sync::atomic::Ordering::Acquire);
-            if !failed && self.server.lock().map(|s| s.is_some()).unwrap_or(false) {
-                let deadline = Instant::now() + Duration::from_secs(5);
-                while Instant::now() < deadline {
-                    match store.add("finished", 0) {
-                        Ok(n) if n as usize >= self.info.world_size => break,
-                        Ok(_) => std::thread::sleep(Duration::from_millis(2)),
-                        Err(_) => break,
-                    }
-                }
-            }
+            let host = !failed && self.server.lock().map(|s| s.is_some()).unwrap_or(false);
+            let world = self.info.world_size;
+            let _ = store.depart("finished", world, host, Duration::from_secs(5));
         }
     }
 }

@@ -273,6 +273,18 @@ impl Store {
             ))
         })
     }
+
+    /// Say this process is done with the store (counter `name`). The process hosting the
+    /// store (`host`) then keeps serving until all `n` have said so, at most `bound`, so it
+    /// does not pull the store from under slower processes still finishing a barrier.
+    pub fn depart(&self, name: &str, n: usize, host: bool, bound: Duration) -> Result<()> {
+        self.add(name, 1)?;
+        let deadline = Instant::now() + bound;
+        while host && Instant::now() < deadline && (self.add(name, 0)? as usize) < n {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

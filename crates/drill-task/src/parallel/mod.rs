@@ -261,7 +261,7 @@ impl Parallel {
         }
         let token = Token::new(info.token.as_deref());
         // Without a launcher (Slurm), node 0 hosts the rendezvous store.
-        let _server = if info.rank == 0 && !info.agent_store {
+        let server = if info.rank == 0 && !info.agent_store {
             Some(
                 drill_comm::StoreServer::bind(&format!("0.0.0.0:{}", info.master_port), &token)
                     .map_err(|e| {
@@ -333,20 +333,14 @@ impl Parallel {
                 .barrier("done", info.world_size, self.timeout)
                 .map_err(|e| TaskError::msg(e.to_string()))?;
             // A store hosted here (Slurm) serves until the others are past the barrier too.
-            let left = |delta| {
-                store
-                    .add("left", delta)
-                    .map_err(|e| TaskError::msg(e.to_string()))
-            };
-            if _server.is_some() {
-                let t = std::time::Instant::now();
-                while left(0)? < info.world_size as i64 - 1 && t.elapsed() < Duration::from_secs(5)
-                {
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-            } else {
-                left(1)?;
-            }
+            store
+                .depart(
+                    "left",
+                    info.world_size,
+                    server.is_some(),
+                    Duration::from_secs(5),
+                )
+                .map_err(|e| TaskError::msg(e.to_string()))?;
         }
         link.close();
         result
