@@ -3,10 +3,10 @@
 # env steps, wall seconds and the final evaluation, then the median and max wall time.
 #   scripts/bench_train.sh [CONFIG...]   (default: the four shipped single-process configs)
 #   NPROC=2 scripts/bench_train.sh configs/cartpole_dqn_ddp.toml   (data-parallel on 2 ranks)
-# Uses target/release/drill (build it first: cargo build --release).
+# Uses target/release/drill (build it first: cargo build --release), or DRILL=path (A/B runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-drill=target/release/drill
+drill=${DRILL:-target/release/drill}
 configs=("$@")
 [ ${#configs[@]} -gt 0 ] || configs=(configs/cartpole_dqn.toml configs/cartpole_v1_dqn.toml configs/cartpole_v1_ppo.toml configs/pendulum_ppo.toml)
 seeds=${SEEDS:-"0 1 2"}

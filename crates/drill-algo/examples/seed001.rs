@@ -15,12 +15,14 @@ use std::time::{Duration, Instant};
 
 use burn::tensor::Device;
 use drill_algo::data::ReplayBuffer;
-use drill_algo::dqn::{DqnAgent, DqnLearner, build_qnet};
-use drill_algo::eval::{ActionBuf, Evaluator};
+use drill_algo::ddp::Ranks;
+use drill_algo::dqn::Dqn;
+use drill_algo::eval::Evaluator;
 use drill_algo::middleware::{
     DataPusher, EpsGreedyHandler, InteractionEvaluator, NStepRewardEnhancer, OffPolicyLearner,
-    Ranks, StepCollector,
+    StepCollector,
 };
+use drill_algo::policy::Policy as _;
 use drill_algo::session;
 use drill_config::{Config, DqnPolicy, Policy};
 use drill_task::parallel::{Parallel, Topology};
@@ -49,32 +51,26 @@ fn config() -> (Config, DqnPolicy) {
     (cfg, p)
 }
 
-/// The agent (learner + the copy it acts with), seeded as `drill train` seeds it.
-fn agent(cfg: &Config, p: &DqnPolicy) -> RefCell<DqnAgent> {
+/// The policy (learner + the copy it acts with), seeded as `drill train` seeds it.
+fn agent(cfg: &Config, p: &DqnPolicy) -> RefCell<Dqn> {
     let device = Device::flex();
     device.seed(cfg.seed);
-    let net = build_qnet(cfg, p, &device.clone().autodiff()).unwrap();
-    RefCell::new(DqnAgent::new(DqnLearner::new(net, p, 4, &device)))
+    RefCell::new(Dqn::from_config(cfg, p, &device).unwrap())
 }
 
 /// The evaluate middleware: greedy episodes every eval_freq iterations, finish at 195.
 fn evaluate<'a>(
     cfg: &Config,
     p: &DqnPolicy,
-    agent: &'a RefCell<DqnAgent>,
-) -> InteractionEvaluator<'a> {
-    let policy = |obs: &[f32], out: &mut ActionBuf| {
-        if let ActionBuf::Discrete(a) = out {
-            agent.borrow().act(obs, a);
-        }
-    };
+    agent: &'a RefCell<Dqn>,
+) -> InteractionEvaluator<'a, Dqn> {
     let evaluator: Evaluator = session::evaluator(cfg, 1).unwrap();
     InteractionEvaluator::new(
         Some(evaluator),
         p.eval.evaluator.eval_freq,
         cfg.env.stop_value,
         Ranks::alone(),
-        policy,
+        agent,
     )
 }
 
@@ -83,25 +79,26 @@ fn collect_and_train<'a>(
     task: &mut Task<'a, OnlineRLContext>,
     cfg: &Config,
     p: &DqnPolicy,
-    agent: &'a RefCell<DqnAgent>,
+    agent: &'a RefCell<Dqn>,
     buffer: &'a RefCell<ReplayBuffer>,
     rng: &'a RefCell<ChaCha8Rng>,
 ) {
     let venv = session::collector_envs(cfg, 0).unwrap();
-    let act = |obs: &[f32], a: &mut [u32]| agent.borrow().act(obs, a);
+    let spec = venv.spec().clone();
     task.use_mw(EpsGreedyHandler::new(p.other.eps.clone()))
         .use_mw(StepCollector::new(
             venv,
             p.collect.n_sample,
-            act,
+            agent,
             rng,
             Ranks::alone(),
         ))
         .use_mw(NStepRewardEnhancer::new(
             p.nstep,
             p.discount_factor as f32,
-            8,
-            4,
+            cfg.env.collector_env_num,
+            &spec.obs,
+            &spec.action_space,
         ))
         .use_mw(DataPusher::new(buffer));
     let mut learner = OffPolicyLearner::new(agent, buffer, rng, Ranks::alone());
@@ -112,11 +109,13 @@ fn collect_and_train<'a>(
     task.use_mw(learner);
 }
 
-fn storage(p: &DqnPolicy) -> (RefCell<ReplayBuffer>, RefCell<ChaCha8Rng>) {
+fn storage(cfg: &Config, p: &DqnPolicy) -> (RefCell<ReplayBuffer>, RefCell<ChaCha8Rng>) {
+    let spec = session::env_spec(cfg).unwrap();
     (
         RefCell::new(ReplayBuffer::new(
             p.other.replay_buffer.replay_buffer_size,
-            4,
+            &spec.obs,
+            &spec.action_space,
         )),
         RefCell::new(ChaCha8Rng::seed_from_u64(0x5eed)),
     )
@@ -135,7 +134,7 @@ fn report(name: &str, ctx: &OnlineRLContext, t: Instant) {
 fn local() -> Result<(), TaskError> {
     let (cfg, p) = config();
     let agent = agent(&cfg, &p);
-    let (buffer, rng) = storage(&p);
+    let (buffer, rng) = storage(&cfg, &p);
     let mut task = Task::<OnlineRLContext>::new();
     task.step_timer(0);
     task.use_mw(evaluate(&cfg, &p, &agent));
@@ -153,7 +152,7 @@ fn local() -> Result<(), TaskError> {
 fn learner_node(h: TaskHandle) -> Result<(), TaskError> {
     let (cfg, p) = config();
     let agent = agent(&cfg, &p);
-    let (buffer, rng) = storage(&p);
+    let (buffer, rng) = storage(&cfg, &p);
     let mut task = Task::<OnlineRLContext>::with_handle(h.clone());
     collect_and_train(&mut task, &cfg, &p, &agent, &buffer, &rng);
     let eval_freq = p.eval.evaluator.eval_freq;
@@ -162,7 +161,7 @@ fn learner_node(h: TaskHandle) -> Result<(), TaskError> {
     task.use_fn("learn_output", move |ctx, task| {
         if ctx.train_iter.is_multiple_of(eval_freq) && sent != Some(ctx.train_iter) {
             sent = Some(ctx.train_iter);
-            let state_dict = agent.borrow().learner.online.params.clone();
+            let state_dict = agent.borrow().weights();
             task.emit(
                 "learn_output",
                 &LearnOutput {
@@ -192,7 +191,7 @@ fn evaluator_node(h: TaskHandle) -> Result<(), TaskError> {
         let out: LearnOutput = task
             .wait_for("learn_output", Duration::from_secs(60))?
             .decode()?;
-        agent.borrow_mut().load_acting(&out.state_dict);
+        agent.borrow_mut().load_weights(&out.state_dict);
         (ctx.train_iter, ctx.env_step) = (out.train_iter, out.env_step);
         Ok(())
     });

@@ -2,51 +2,55 @@
 //! hard (or soft) target updates, epsilon-greedy exploration on an exponential schedule driven
 //! by env steps, uniform (or prioritized) replay, Adam, MSE TD loss.
 //!
-//! Read top to bottom: the update rule ([`DqnLearner::update`]), then [`train_roles`]: setup
-//! and the pipeline of built-in middlewares `evaluate? → collect n_sample → n-step → push →
-//! update × update_per_collect → log`. Hyper-parameters come from [`DqnPolicy`] (the
-//! `[policy]` table).
+//! Read top to bottom: the network ([`build_qnet`]), acting (greedy for evaluation,
+//! epsilon-greedy for collection: [`Dqn`]'s [`Policy`] impl), the update rule
+//! ([`Dqn::update`]), then [`train_roles`]: setup and the pipeline of built-in middlewares
+//! `evaluate? → collect n_sample → n-step → push → update × update_per_collect → log`.
+//! Hyper-parameters come from [`DqnPolicy`] (the `[policy]` table).
 
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
 use crate::checkpoint::Checkpoint;
 use crate::data::{Batch, ReplayBuffer};
-use crate::eval::ActionBuf;
 use crate::middleware::{
     CkptSaver, ContextExchanger, DataPusher, EpsGreedyHandler, FinishSync, InteractionEvaluator,
-    ModelExchanger, NStepRewardEnhancer, OffPolicy, OffPolicyLearner, OnlineLogger, Outputs, Roles,
+    ModelExchanger, NStepRewardEnhancer, OffPolicyLearner, OnlineLogger, Outputs, Roles,
     StepCollector, TerminationChecker,
 };
-use crate::nets::QNet;
+use crate::nets::{QNet, input};
 use crate::optim::{ParamLayout, Trainer};
+use crate::policy::{Acted, Explore, LearnOutput, Policy};
 use crate::run::{RunContext, TrainError, TrainResult};
 use crate::session;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use drill_config::{Config, DqnPolicy};
+use drill_env::{ActionBuf, ActionSpace, Obs};
 use drill_task::{OnlineRLContext, Task, TaskError, TaskHandle};
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
 
 /// The Q-network for `env_id` as `[policy.model]` describes it, checking its shapes.
 pub fn build_qnet(cfg: &Config, p: &DqnPolicy, device: &Device) -> Result<QNet, TrainError> {
-    let spec = drill_env::spec(&cfg.env.id).map_err(|e| cfg.error("env.id", e.to_string()))?;
-    let drill_env::ActionSpace::Discrete(actions) = spec.action_space else {
+    let spec = session::env_spec(cfg)?;
+    let ActionSpace::Discrete(actions) = spec.action_space else {
         return Err(cfg
             .error(
                 "policy.type",
                 format!(
-                    "DQN needs discrete actions; {} is continuous (use ppo)",
+                    "DQN needs discrete actions; {} is continuous (use ppo or sac)",
                     spec.id
                 ),
             )
             .into());
     };
-    check_shapes(
+    session::check_model_shapes(
         cfg,
         (p.model.obs_shape, p.model.action_shape),
-        (spec.obs_dim, actions),
+        (spec.obs_dim(), actions),
     )?;
     Ok(QNet::new(
-        spec.obs_dim,
+        spec.obs_dim(),
         &p.model.encoder_hidden_size_list,
         actions,
         p.model.dueling,
@@ -54,34 +58,10 @@ pub fn build_qnet(cfg: &Config, p: &DqnPolicy, device: &Device) -> Result<QNet, 
     ))
 }
 
-/// Check `policy.model.obs_shape` / `action_shape` (when given) against the environment's.
-pub(crate) fn check_shapes(
-    cfg: &Config,
-    given: (Option<usize>, Option<usize>),
-    env: (usize, usize),
-) -> Result<(), TrainError> {
-    for (path, given, env) in [
-        ("policy.model.obs_shape", given.0, env.0),
-        ("policy.model.action_shape", given.1, env.1),
-    ] {
-        if let Some(g) = given.filter(|&g| g != env) {
-            return Err(cfg
-                .error(path, format!("is {g} but {} has {env}", cfg.env.id))
-                .into());
-        }
-    }
-    Ok(())
-}
-
 /// Greedy actions for a batch of observations.
-pub fn greedy(net: &QNet, obs: &[f32], obs_dim: usize, device: &Device, out: &mut [u32]) {
+pub fn greedy(net: &QNet, obs: Obs<'_>, obs_dim: usize, device: &Device, out: &mut [u32]) {
     let n = obs.len() / obs_dim;
-    let q = net
-        .forward(Tensor::from_data(
-            TensorData::new(obs.to_vec(), [n, obs_dim]),
-            device,
-        ))
-        .into_data();
+    let q = net.forward(input(obs, obs_dim, device)).into_data();
     let q = q.as_slice::<f32>().expect("f32 q-values");
     let actions = q.len() / n;
     for (i, a) in out.iter_mut().enumerate() {
@@ -100,22 +80,26 @@ fn argmax(row: &[f32]) -> usize {
     best
 }
 
-/// One DQN learner: online net (trained), target net, and the update rule. Split out of
-/// [`train`] so benchmarks and tests can drive updates directly.
-pub struct DqnLearner {
+/// DQN: the online net (trained), the target net, the copy the collector and evaluator act
+/// with (refreshed after updates, or loaded from another process), and the update rule.
+pub struct Dqn {
     /// Online network with its flat parameters and Adam state.
     pub online: Trainer<QNet>,
     /// Target network (no gradients).
     pub target: QNet,
     target_params: Vec<f32>,
     layout: ParamLayout,
+    acting: QNet,
+    acting_stale: bool,
     device: Device,
     ad_device: Device,
     obs_dim: usize,
+    n_actions: u32,
     gamma_ignore_done: bool,
     lr: f64,
     target_update_freq: u64,
     target_theta: Option<f64>,
+    priorities: bool,
     /// Updates done.
     pub iters: u64,
 }
@@ -131,26 +115,50 @@ pub struct UpdateStats {
     pub grad_norm: f32,
 }
 
-impl DqnLearner {
-    /// A learner for `net` (built on `device.autodiff()`; `device` is the plain device).
-    pub fn new(net: QNet, p: &DqnPolicy, obs_dim: usize, device: &Device) -> Self {
+impl Dqn {
+    /// DQN on `net` (built on `device.autodiff()`; `device` is the plain device) for
+    /// observations of `obs_dim` elements and `n_actions` actions.
+    pub fn new(
+        net: QNet,
+        p: &DqnPolicy,
+        obs_dim: usize,
+        n_actions: usize,
+        device: &Device,
+    ) -> Self {
         let online = Trainer::new(net, 1e-8);
         let layout = online.layout.clone();
         let target_params = online.params.clone();
         Self {
             target: online.inference(),
+            acting: online.inference(),
+            acting_stale: false,
             online,
             target_params,
             layout,
             device: device.clone(),
             ad_device: device.clone().autodiff(),
             obs_dim,
+            n_actions: n_actions as u32,
             gamma_ignore_done: p.learn.ignore_done,
             lr: p.learn.learning_rate,
             target_update_freq: p.learn.target_update_freq,
             target_theta: p.learn.target_theta,
+            priorities: p.other.replay_buffer.priority,
             iters: 0,
         }
+    }
+
+    /// DQN for `cfg`'s environment on `device` (the plain device).
+    pub fn from_config(cfg: &Config, p: &DqnPolicy, device: &Device) -> Result<Self, TrainError> {
+        let spec = session::env_spec(cfg)?;
+        let net = build_qnet(cfg, p, &device.clone().autodiff())?;
+        Ok(Self::new(
+            net,
+            p,
+            spec.obs_dim(),
+            spec.action_space.dim(),
+            device,
+        ))
     }
 
     /// Train data-parallel on `pg`: rank 0's online and target networks are broadcast, and
@@ -162,7 +170,9 @@ impl DqnLearner {
     ) -> Result<(), TrainError> {
         pg.broadcast(&mut self.target_params, 0)?;
         self.write_target();
-        self.online.distribute(pg, opts)
+        self.online.distribute(pg, opts)?;
+        self.acting_stale = true;
+        Ok(())
     }
 
     /// One gradient step on `batch`; returns the TD errors (for priorities) through `td_out`.
@@ -171,10 +181,10 @@ impl DqnLearner {
         batch: &Batch,
         td_out: Option<&mut Vec<f32>>,
     ) -> Result<UpdateStats, TrainError> {
-        let (bs, d) = (batch.actions.len(), self.obs_dim);
+        let (bs, d) = (batch.len(), self.obs_dim);
         let plain = &self.device;
         // ALGO: double-DQN target y = r + gamma^m (1 - done) Q_target(s', argmax_a Q_online(s', a)).
-        let next = Tensor::<2>::from_data(TensorData::new(batch.next_obs.clone(), [bs, d]), plain);
+        let next = input(batch.next_obs.as_obs(), d, plain);
         let q_next_online = self.online.inference().forward(next.clone()).into_data();
         let q_next_target = self.target.forward(next).into_data();
         let (qo, qt) = (
@@ -196,13 +206,15 @@ impl DqnLearner {
         let target_q_mean = y.iter().sum::<f32>() / bs as f32;
         // ALGO: loss = mean(w * (Q(s, a) - y)^2).
         let ad = self.ad_device.clone();
-        let obs = Tensor::<2>::from_data(TensorData::new(batch.obs.clone(), [bs, d]), &ad);
-        let actions =
-            Tensor::<2, Int>::from_data(TensorData::new(batch.actions.clone(), [bs, 1]), &ad);
+        let ActionBuf::Discrete(taken) = &batch.actions else {
+            unreachable!("DQN's replay holds discrete actions")
+        };
+        let taken: Vec<i64> = taken.iter().map(|&a| i64::from(a)).collect();
+        let actions = Tensor::<2, Int>::from_data(TensorData::new(taken, [bs, 1]), &ad);
         let q_sa = self
             .online
             .model()
-            .forward(obs)
+            .forward(input(batch.obs.as_obs(), d, &ad))
             .gather(1, actions)
             .reshape([bs]);
         let td = q_sa - Tensor::<1>::from_data(TensorData::new(y, [bs]), &ad);
@@ -221,6 +233,7 @@ impl DqnLearner {
         self.online.backward(loss)?;
         let step = self.online.step(self.lr, 0.0)?;
         self.iters += 1;
+        self.acting_stale = true;
         // ALGO: target network update (hard every N iterations, or soft every iteration).
         if let Some(theta) = self.target_theta {
             let t = theta as f32;
@@ -244,79 +257,86 @@ impl DqnLearner {
         self.target = self.layout.write(target, &self.target_params);
     }
 
-    /// Save online net, Adam state, target net and the iteration counter.
-    pub fn save(&self, ck: &mut Checkpoint) {
+    /// What the collector and evaluator act with: the online net as of the last update.
+    fn acting(&mut self) -> &QNet {
+        if self.acting_stale {
+            self.acting = self.online.inference();
+            self.acting_stale = false;
+        }
+        &self.acting
+    }
+}
+
+impl Policy for Dqn {
+    type Data = Batch;
+    const NAME: &'static str = "dqn";
+
+    fn eval(&mut self, obs: Obs<'_>, out: &mut ActionBuf) {
+        let n = obs.len() / self.obs_dim;
+        let (d, device) = (self.obs_dim, self.device.clone());
+        greedy(self.acting(), obs, d, &device, out.discrete_mut(n));
+    }
+
+    fn collect(&mut self, obs: Obs<'_>, explore: &Explore, rng: &mut ChaCha8Rng, out: &mut Acted) {
+        let n = obs.len() / self.obs_dim;
+        let (d, device, n_actions) = (self.obs_dim, self.device.clone(), self.n_actions);
+        let actions = out.actions.discrete_mut(n);
+        greedy(self.acting(), obs, d, &device, actions);
+        // ALGO: epsilon-greedy: each action is replaced by a uniform one with probability eps.
+        if explore.epsilon > 0.0 {
+            for a in actions.iter_mut() {
+                if rng.random::<f64>() < explore.epsilon {
+                    *a = rng.random_range(0..n_actions);
+                }
+            }
+        }
+    }
+
+    fn learn(
+        &mut self,
+        batch: &Batch,
+        _env_step: u64,
+        _rng: &mut ChaCha8Rng,
+        out: &mut LearnOutput,
+    ) -> Result<(), TrainError> {
+        let td = self.priorities.then_some(&mut out.priorities);
+        let stats = self.update(batch, td)?;
+        out.loss = stats.loss;
+        out.scalars.push(("losses/td_loss", stats.loss));
+        out.scalars
+            .push(("losses/target_q_mean", stats.target_q_mean));
+        Ok(())
+    }
+
+    fn train_iter(&self) -> u64 {
+        self.iters
+    }
+
+    /// Online net, Adam state, target net and the iteration counter.
+    fn state_dict(&self) -> Checkpoint {
+        let mut ck = Checkpoint::default();
         ck.put_trainer("model", &self.online);
         ck.put_params("target", &self.layout, &self.target_params);
         ck.meta.insert("train_iters".into(), self.iters.to_string());
-    }
-
-    /// A checkpoint holding what [`Self::save`] writes.
-    pub fn checkpoint(&self) -> Checkpoint {
-        let mut ck = Checkpoint::default();
-        self.save(&mut ck);
         ck
     }
 
-    /// Restore what [`Self::save`] wrote.
-    pub fn load(&mut self, ck: &Checkpoint) -> Result<(), TrainError> {
+    fn load_state_dict(&mut self, ck: &Checkpoint) -> Result<(), TrainError> {
         ck.get_trainer("model", &mut self.online)?;
         self.target_params = ck.get_params("target", &self.layout)?;
         self.write_target();
         self.iters = ck.counter("train_iters")?;
+        self.acting_stale = true;
         Ok(())
     }
-}
 
-/// DQN's learner and the copy of the online network that the collector and evaluator act
-/// with (refreshed after each round of updates, or from a [`ModelUpdate`](crate::middleware::ModelUpdate) in another
-/// process).
-pub struct DqnAgent {
-    /// The learner (online + target network, Adam).
-    pub learner: DqnLearner,
-    /// What the collector and evaluator act with.
-    pub acting: QNet,
-    obs_dim: usize,
-    device: Device,
-}
-
-impl DqnAgent {
-    /// Act with `learner`'s current weights.
-    pub fn new(learner: DqnLearner) -> Self {
-        Self {
-            acting: learner.online.inference(),
-            obs_dim: learner.obs_dim,
-            device: learner.device.clone(),
-            learner,
-        }
+    fn weights(&self) -> Vec<f32> {
+        self.online.params.clone()
     }
 
-    /// Greedy actions for a batch of observations.
-    pub fn act(&self, obs: &[f32], out: &mut [u32]) {
-        greedy(&self.acting, obs, self.obs_dim, &self.device, out);
-    }
-
-    /// Act with `params` (flat, visit order) from now on.
-    pub fn load_acting(&mut self, params: &[f32]) {
-        self.acting = self.learner.layout.write(self.acting.clone(), params);
-    }
-}
-
-impl OffPolicy for DqnAgent {
-    fn train_iter(&self) -> u64 {
-        self.learner.iters
-    }
-
-    fn update(
-        &mut self,
-        batch: &Batch,
-        td: Option<&mut Vec<f32>>,
-    ) -> Result<UpdateStats, TrainError> {
-        self.learner.update(batch, td)
-    }
-
-    fn publish(&mut self) {
-        self.acting = self.learner.online.inference();
+    fn load_weights(&mut self, weights: &[f32]) {
+        self.acting = self.layout.write(self.acting.clone(), weights);
+        self.acting_stale = false;
     }
 }
 
@@ -351,41 +371,30 @@ pub fn train_roles(
         .remote
         .as_ref()
         .map_or((rank, world), |r| (r.collector_index, r.collectors.max(1)));
-    let plain = run.device.clone();
-    let (n_env, obs_dim) = (
-        cfg.env.collector_env_num,
-        drill_env::spec(&cfg.env.id)?.obs_dim,
-    );
-    let mut learner = DqnLearner::new(
-        build_qnet(cfg, p, &plain.clone().autodiff())?,
-        p,
-        obs_dim,
-        &plain,
-    );
+    let spec = session::env_spec(cfg)?;
+    let mut dqn = Dqn::from_config(cfg, p, &run.device)?;
     let mut env_step = 0;
     if roles.learner
         && let Some(ck) = &run.resume
     {
-        learner.load(ck)?;
+        dqn.load_state_dict(ck)?;
         env_step = ck.counter("env_steps")?;
     }
     if let Some(pg) = ranks.group() {
-        learner.distribute(pg.clone(), session::ddp_options(cfg))?;
+        dqn.distribute(pg.clone(), session::ddp_options(cfg))?;
     }
-    let agent = RefCell::new(DqnAgent::new(learner));
+    let dqn = RefCell::new(dqn);
     let rng = RefCell::new(session::rank_rng(cfg, run.resume.as_ref(), slot));
-    let split = |n: usize| {
-        if cfg.policy.ddp().0 {
-            n.div_ceil(world)
-        } else {
-            n
-        }
-    };
     let rb = &p.other.replay_buffer;
     let buffer = RefCell::new(if rb.priority {
-        ReplayBuffer::prioritized(rb.replay_buffer_size, obs_dim, rb.priority_alpha)
+        ReplayBuffer::prioritized(
+            rb.replay_buffer_size,
+            &spec.obs,
+            &spec.action_space,
+            rb.priority_alpha,
+        )
     } else {
-        ReplayBuffer::new(rb.replay_buffer_size, obs_dim)
+        ReplayBuffer::new(rb.replay_buffer_size, &spec.obs, &spec.action_space)
     });
     let eval_freq = p.eval.evaluator.eval_freq;
     let timeout = roles.remote.as_ref().map_or(Duration::MAX, |r| r.timeout);
@@ -395,66 +404,56 @@ pub fn train_roles(
         task.step_timer(cfg.task.step_timer);
     }
     task.ctx_mut().env_step = env_step;
-    task.ctx_mut().train_iter = agent.borrow().learner.iters;
+    task.ctx_mut().train_iter = dqn.borrow().iters;
 
     // ALGO: the pipeline, DI-engine's order. Each role's middlewares run only where the role
     // does; exchangers carry data to the roles that run in other processes.
     if let Some(remote) = &roles.remote {
         task.use_mw(FinishSync::new(&handle));
+        let mut x = ContextExchanger::new(timeout);
         if roles.learner {
-            let mut x = ContextExchanger::new(timeout);
             if roles.collector_elsewhere() {
                 x = x.receive_trajectories(&handle);
             }
             if roles.evaluator_elsewhere() {
                 x = x.receive_eval(&handle);
             }
-            task.use_mw(x);
         } else {
-            let mut x = ContextExchanger::new(timeout);
             if roles.collector {
                 x = x.send_trajectories(remote.node);
-                let load = |w: &[f32]| agent.borrow_mut().load_acting(w);
                 task.use_mw(ModelExchanger::collector(
                     &handle,
                     remote.node,
                     remote.model_staleness,
-                    load,
+                    &dqn,
                     timeout,
                 ));
             }
             if roles.evaluator {
                 x = x.send_eval();
-                let load = |w: &[f32]| agent.borrow_mut().load_acting(w);
-                task.use_mw(ModelExchanger::evaluator(&handle, load, timeout));
+                task.use_mw(ModelExchanger::evaluator(&handle, &dqn, timeout));
             }
-            task.use_mw(x);
         }
+        task.use_mw(x);
     }
     if roles.evaluator {
         // Evaluate greedily every eval_freq train iterations (and before training).
         let evaluator = (rank == 0)
             .then(|| session::evaluator(cfg, world.max(slots)))
             .transpose()?;
-        let policy = |obs: &[f32], out: &mut ActionBuf| {
-            if let ActionBuf::Discrete(a) = out {
-                agent.borrow().act(obs, a);
-            }
-        };
         task.use_mw(
             InteractionEvaluator::new(
                 evaluator,
                 eval_freq,
                 cfg.env.stop_value,
                 ranks.clone(),
-                policy,
+                &dqn,
             )
             .finish_on_stop(!roles.learner_elsewhere()),
         );
     }
     if roles.learner {
-        let build = || agent.borrow().learner.checkpoint();
-        let mut saver = CkptSaver::new(&out, "dqn", ranks.clone(), &rng, build);
+        let mut saver = CkptSaver::new(&out, &dqn, ranks.clone(), &rng);
         if roles.evaluator_elsewhere() {
             saver = saver.remote_eval(eval_freq);
         }
@@ -469,26 +468,26 @@ pub fn train_roles(
         // Collect n_sample transitions with epsilon-greedy actions; the schedule runs on the
         // global env-step count.
         task.use_mw(EpsGreedyHandler::new(p.other.eps.clone()));
-        let policy = |obs: &[f32], a: &mut [u32]| agent.borrow().act(obs, a);
         task.use_mw(StepCollector::new(
             session::collector_envs(cfg, slot)?,
-            split(p.collect.n_sample),
-            policy,
+            session::split(cfg, &ranks, p.collect.n_sample),
+            &dqn,
             &rng,
             ranks.clone(),
         ));
         task.use_mw(NStepRewardEnhancer::new(
             p.nstep,
             p.discount_factor as f32,
-            n_env,
-            obs_dim,
+            cfg.env.collector_env_num,
+            &spec.obs,
+            &spec.action_space,
         ));
     }
     if roles.learner {
         // update_per_collect gradient steps on uniform (or prioritized) minibatches.
         task.use_mw(DataPusher::new(&buffer));
-        let batch_size = split(p.learn.batch_size);
-        let mut learn = OffPolicyLearner::new(&agent, &buffer, &rng, ranks.clone());
+        let batch_size = session::split(cfg, &ranks, p.learn.batch_size);
+        let mut learn = OffPolicyLearner::new(&dqn, &buffer, &rng, ranks.clone());
         learn.batch_size = batch_size;
         learn.update_per_collect = p.learn.update_per_collect;
         learn.learning_starts = p.learn.learning_starts.max(batch_size);
@@ -496,9 +495,8 @@ pub fn train_roles(
         learn.priority_beta = rb.priority.then_some(rb.priority_beta);
         task.use_mw(learn);
         if let Some(remote) = &roles.remote {
-            let params = || agent.borrow().learner.online.params.clone();
             let collectors = roles.collector_elsewhere();
-            let sender = ModelExchanger::sender(eval_freq, collectors, params, timeout);
+            let sender = ModelExchanger::sender(eval_freq, collectors, &dqn, timeout);
             task.use_mw(sender.every(remote.model_every));
         }
         task.use_mw(OnlineLogger::new(&out, cfg.max_env_step));
@@ -514,16 +512,17 @@ pub fn train_roles(
 mod tests {
     use super::*;
     use crate::nets::QNet;
-    use rand::{Rng, SeedableRng};
+    use drill_env::ObsBuf;
+    use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
 
     fn batch(seed: u64) -> Batch {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let bs = 16;
         Batch {
-            obs: (0..bs * 4).map(|_| rng.random_range(-1.0..1.0)).collect(),
-            next_obs: (0..bs * 4).map(|_| rng.random_range(-1.0..1.0)).collect(),
-            actions: (0..bs).map(|_| rng.random_range(0..2)).collect(),
+            obs: ObsBuf::F32((0..bs * 4).map(|_| rng.random_range(-1.0..1.0)).collect()),
+            next_obs: ObsBuf::F32((0..bs * 4).map(|_| rng.random_range(-1.0..1.0)).collect()),
+            actions: ActionBuf::Discrete((0..bs).map(|_| rng.random_range(0..2)).collect()),
             rewards: (0..bs).map(|_| rng.random_range(0.0..1.0)).collect(),
             dones: (0..bs).map(|k| (k % 5 == 0) as u8 as f32).collect(),
             discounts: vec![0.9; bs],
@@ -532,17 +531,17 @@ mod tests {
         }
     }
 
-    fn learner(seed: u64) -> DqnLearner {
+    fn learner(seed: u64) -> Dqn {
         let device = Device::flex();
         device.seed(seed);
         let mut p = DqnPolicy::default();
         p.learn.target_update_freq = 3;
         let net = QNet::new(4, &[16, 8], 2, true, &device.clone().autodiff());
-        DqnLearner::new(net, &p, 4, &device)
+        Dqn::new(net, &p, 4, 2, &device)
     }
 
-    fn q_values(l: &DqnLearner, b: &Batch) -> Vec<f32> {
-        let x = Tensor::<2>::from_data(TensorData::new(b.obs.clone(), [16, 4]), &Device::flex());
+    fn q_values(l: &Dqn, b: &Batch) -> Vec<f32> {
+        let x = input(b.obs.as_obs(), 4, &Device::flex());
         l.online
             .inference()
             .forward(x)
@@ -559,7 +558,7 @@ mod tests {
         }
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ck.safetensors");
-        let mut ck = a.checkpoint();
+        let mut ck = a.state_dict();
         ck.meta.insert("env_steps".into(), "123".into());
         ck.save(&path).unwrap();
         let loaded = Checkpoint::load(&path).unwrap();
@@ -570,7 +569,7 @@ mod tests {
             q_values(&b, &batch(99)),
             "different init before loading"
         );
-        b.load(&loaded).unwrap();
+        b.load_state_dict(&loaded).unwrap();
         assert_eq!(b.iters, 7);
         assert_eq!(
             q_values(&a, &batch(99)),
@@ -593,10 +592,10 @@ mod tests {
     #[test]
     fn loading_a_mismatched_checkpoint_names_the_tensor() {
         let a = learner(1);
-        let mut ck = a.checkpoint();
+        let mut ck = a.state_dict();
         ck.tensors.remove("model.encoder.0.weight");
         ck.path = "x.safetensors".into();
-        let err = learner(2).load(&ck).unwrap_err().to_string();
+        let err = learner(2).load_state_dict(&ck).unwrap_err().to_string();
         assert_eq!(
             err,
             "checkpoint x.safetensors: missing tensor model.encoder.0.weight"

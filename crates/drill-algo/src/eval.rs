@@ -1,35 +1,6 @@
 //! [`Evaluator`]: runs whole episodes with a deterministic policy and reports the mean return.
 
-use drill_env::{Actions, DynVecEnv, make_vec};
-
-/// Actions written by a policy for a batch of observations.
-#[derive(Debug, Clone)]
-pub enum ActionBuf {
-    /// One index per env.
-    Discrete(Vec<u32>),
-    /// `act_dim` values per env.
-    Continuous(Vec<f32>),
-}
-
-impl ActionBuf {
-    /// A buffer for `num_envs` envs of `space`.
-    pub fn for_space(space: &drill_env::ActionSpace, num_envs: usize) -> Self {
-        match space {
-            drill_env::ActionSpace::Discrete(_) => ActionBuf::Discrete(vec![0; num_envs]),
-            drill_env::ActionSpace::Continuous { low, .. } => {
-                ActionBuf::Continuous(vec![0.0; num_envs * low.len()])
-            }
-        }
-    }
-
-    /// View as [`Actions`] for [`DynVecEnv::step`].
-    pub fn as_actions(&self) -> Actions<'_> {
-        match self {
-            ActionBuf::Discrete(a) => Actions::Discrete(a),
-            ActionBuf::Continuous(a) => Actions::Continuous(a),
-        }
-    }
-}
+use drill_env::{ActionBuf, DynVecEnv, Obs, make_vec};
 
 /// Returns of one evaluation.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -71,7 +42,7 @@ impl Evaluator {
     }
 
     /// Run the episodes; `policy(obs, actions)` fills one action per copy.
-    pub fn run(&mut self, mut policy: impl FnMut(&[f32], &mut ActionBuf)) -> EvalResult {
+    pub fn run(&mut self, mut policy: impl FnMut(Obs<'_>, &mut ActionBuf)) -> EvalResult {
         self.venv.reset(None);
         let mut left = self.quota.clone();
         let mut returns = Vec::with_capacity(left.iter().sum());
@@ -114,7 +85,7 @@ mod tests {
         let r = ev.run(|obs, a| {
             if let ActionBuf::Discrete(a) = a {
                 for (i, a) in a.iter_mut().enumerate() {
-                    let o = &obs[i * 4..i * 4 + 4];
+                    let o = &obs.f32()[i * 4..i * 4 + 4];
                     *a = u32::from(o[2] + 0.5 * o[3] > 0.0);
                 }
             }

@@ -1,14 +1,20 @@
 //! drill's reinforcement-learning algorithms and the data plumbing around them.
 //!
-//! - [`dqn`] and [`ppo`]: each algorithm in one file, read top to bottom.
+//! - [`dqn`], [`ppo`], [`sac`]: each algorithm in one file, read top to bottom: its
+//!   networks' use, exploration, update and pipeline. Each implements [`policy::Policy`].
+//! - [`policy`]: the one abstraction every middleware takes (collect, eval, learn, state).
+//! - [`middleware`]: the built-in, generic middlewares the pipelines are composed of.
 //! - [`nets`]: the networks; [`optim`]: flat parameters and Adam.
-//! - [`data`]: replay buffer, n-step returns, GAE; [`explore`]: epsilon schedules.
+//! - [`data`]: replay buffer, n-step returns, rollouts, GAE; [`explore`]: epsilon schedules.
 //! - [`eval`]: the evaluator; [`checkpoint`]: safetensors checkpoints; [`session`]: the
-//!   plumbing every training loop shares.
-//! - [`middleware`]: the built-in middlewares the training pipelines are composed of.
-//! - [`ddp`]: data-parallel training (gradient averaging, distributed sampler).
+//!   setup every pipeline shares.
+//! - [`ddp`]: data-parallel training (gradient averaging, the ranks as the pipeline sees
+//!   them, distributed sampler).
 //! - [`run`]: what a run reports ([`run::Reporter`]) and returns ([`run::TrainResult`]);
 //!   [`train()`] picks the algorithm from the config.
+//!
+//! Modules call down only: algorithms → middleware → policy, data, eval, ddp, nets, optim,
+//! checkpoint, run (a test in drill-cli checks that no two modules import each other).
 
 pub mod checkpoint;
 pub mod data;
@@ -19,8 +25,10 @@ pub mod explore;
 pub mod middleware;
 pub mod nets;
 pub mod optim;
+pub mod policy;
 pub mod ppo;
 pub mod run;
+pub mod sac;
 pub mod session;
 
 pub use run::{NullReporter, Progress, Reporter, RunContext, TrainError, TrainResult};
@@ -29,11 +37,13 @@ pub use run::{NullReporter, Progress, Reporter, RunContext, TrainError, TrainRes
 /// spaces (`policy.model.obs_shape`, discrete vs continuous actions). Cheap; call it before
 /// creating anything on disk.
 pub fn validate(config: &drill_config::Config) -> Result<(), TrainError> {
-    drill_env::spec(&config.env.id).map_err(|e| config.error("env.id", e.to_string()))?;
     let device = burn::tensor::Device::flex();
     match &config.policy {
         drill_config::Policy::Dqn(p) => dqn::build_qnet(config, p, &device).map(drop),
         drill_config::Policy::Ppo(p) => ppo::build_agent(config, p, &device).map(drop),
+        drill_config::Policy::Sac(p) => {
+            sac::Sac::from_config(config, p, &device, ddp::Ranks::alone()).map(drop)
+        }
     }
 }
 
@@ -46,6 +56,7 @@ pub fn train(
     match &config.policy {
         drill_config::Policy::Dqn(p) => dqn::train(config, p, ctx),
         drill_config::Policy::Ppo(p) => ppo::train(config, p, ctx),
+        drill_config::Policy::Sac(p) => sac::train(config, p, ctx),
     }
 }
 
@@ -71,21 +82,24 @@ pub fn train_roles(
 pub fn check_splittable(config: &drill_config::Config) -> Result<(), TrainError> {
     match &config.policy {
         drill_config::Policy::Dqn(_) => Ok(()),
-        drill_config::Policy::Ppo(_) => Err(not_splittable(config)),
+        drill_config::Policy::Ppo(_) | drill_config::Policy::Sac(_) => Err(not_splittable(config)),
     }
 }
 
 fn not_splittable(config: &drill_config::Config) -> TrainError {
-    config
-        .error(
-            "policy.type",
-            "--parallel-workers splits DQN's off-policy pipeline; PPO is on-policy (each rollout must be trained on by the weights that collected it): train it in one process, or data-parallel with --nproc-per-node",
-        )
-        .into()
+    let why = match config.policy {
+        drill_config::Policy::Ppo(_) => {
+            "--parallel-workers splits DQN's off-policy pipeline; PPO is on-policy (each rollout must be trained on by the weights that collected it): train it in one process, or data-parallel with --nproc-per-node"
+        }
+        _ => {
+            "--parallel-workers splits DQN's pipeline only so far (SAC's is not wired to the exchangers): train it in one process, or data-parallel with --nproc-per-node"
+        }
+    };
+    config.error("policy.type", why).into()
 }
 
 /// Evaluate the model in checkpoint `ck` (trained with `config`) over `episodes` episodes
-/// with deterministic actions.
+/// with deterministic actions (the policy's eval side).
 pub fn evaluate(
     config: &drill_config::Config,
     ck: &checkpoint::Checkpoint,
@@ -93,28 +107,29 @@ pub fn evaluate(
     seed: u64,
     device: &burn::tensor::Device,
 ) -> Result<eval::EvalResult, TrainError> {
+    fn run<P: policy::Policy>(
+        mut policy: P,
+        ck: &checkpoint::Checkpoint,
+        evaluator: &mut eval::Evaluator,
+    ) -> Result<eval::EvalResult, TrainError> {
+        policy.load_state_dict(ck)?;
+        Ok(evaluator.run(|obs, out| policy.eval(obs, out)))
+    }
     let num_envs = config.env.evaluator_env_num.min(episodes.max(1));
     let mut evaluator = eval::Evaluator::new(&config.env.id, num_envs, episodes.max(1), seed)?;
+    let alone = ddp::Ranks::alone();
     match &config.policy {
         drill_config::Policy::Dqn(p) => {
-            let net = dqn::build_qnet(config, p, device)?;
-            let (layout, _) = optim::ParamLayout::with_values(&net);
-            let net = layout.write(net, &ck.get_params("model", &layout)?);
-            let obs_dim = drill_env::spec(&config.env.id)?.obs_dim;
-            Ok(evaluator.run(|obs, out| {
-                if let eval::ActionBuf::Discrete(a) = out {
-                    dqn::greedy(&net, obs, obs_dim, device, a);
-                }
-            }))
+            let policy = dqn::Dqn::from_config(config, p, device)?;
+            run(policy, ck, &mut evaluator)
         }
         drill_config::Policy::Ppo(p) => {
-            let agent = ppo::build_agent(config, p, device)?;
-            let (layout, _) = optim::ParamLayout::with_values(&agent);
-            let agent = layout.write(agent, &ck.get_params("model", &layout)?);
-            let spec = drill_env::spec(&config.env.id)?;
-            Ok(evaluator.run(|obs, out| {
-                ppo::act_deterministic(&agent, &spec.action_space, obs, spec.obs_dim, device, out)
-            }))
+            let policy = ppo::Ppo::from_config(config, p, device, alone)?;
+            run(policy, ck, &mut evaluator)
+        }
+        drill_config::Policy::Sac(p) => {
+            let policy = sac::Sac::from_config(config, p, device, alone)?;
+            run(policy, ck, &mut evaluator)
         }
     }
 }

@@ -1,29 +1,35 @@
 //! PPO (Schulman et al. 2017) as CleanRL writes it, for categorical and Gaussian policies:
 //! GAE, clipped surrogate, clipped value loss, entropy bonus, per-minibatch advantage
-//! normalisation, several epochs of shuffled minibatches, global gradient-norm clipping.
+//! normalisation, several epochs of shuffled minibatches with an optional KL early stop
+//! (checked once per epoch, as CleanRL), linear learning-rate annealing, global gradient-norm
+//! clipping.
 //!
-//! Read top to bottom: acting, the update rule ([`minibatch_update`]), then [`train`]: setup
+//! Read top to bottom: the network ([`build_agent`]), acting (sampling for collection,
+//! deterministic for evaluation) and the update (epochs over the rollout in [`Ppo`]'s
+//! [`Policy::learn`], each minibatch's loss in [`minibatch_update`]), then [`train`]: setup
 //! and the pipeline of built-in middlewares `evaluate? → roll out n_sample steps → GAE →
-//! epochs × minibatches → log`. Hyper-parameters come from [`PpoPolicy`] (the `[policy]` table).
-//! A train iteration is one minibatch gradient step (as DI-engine counts them).
+//! learn → log`. Hyper-parameters come from [`PpoPolicy`] (the `[policy]` table). A train
+//! iteration is one minibatch gradient step (as DI-engine counts them).
 
 use crate::checkpoint::Checkpoint;
-use crate::dqn::check_shapes;
-use crate::eval::ActionBuf;
+use crate::data::Rollout;
+use crate::ddp::Ranks;
 use crate::middleware::{
-    CkptSaver, GaeEstimator, InteractionEvaluator, OnPolicy, OnPolicyLearner, OnlineLogger,
-    Outputs, RolloutBuffer, RolloutCollector, TerminationChecker,
+    CkptSaver, GaeEstimator, InteractionEvaluator, OnPolicyLearner, OnlineLogger, Outputs,
+    RolloutCollector, TerminationChecker,
 };
-use crate::nets::{Actor, ActorCritic, ActorHead, Critic};
+use crate::nets::{Actor, ActorCritic, ActorHead, Critic, input};
 use crate::optim::Trainer;
+use crate::policy::{Acted, Explore, LearnOutput, Policy};
 use crate::run::{RunContext, TrainError, TrainResult};
 use crate::session;
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use drill_config::{Config, PpoPolicy, SigmaType};
-use drill_env::ActionSpace;
+use drill_env::{ActionBuf, ActionSpace, Obs, ObsBuf};
 use drill_task::{OnlineRLContext, Task};
 use rand::Rng;
+use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::StandardNormal;
 use std::cell::RefCell;
@@ -36,7 +42,7 @@ pub fn build_agent(
     p: &PpoPolicy,
     device: &Device,
 ) -> Result<ActorCritic, TrainError> {
-    let spec = drill_env::spec(&cfg.env.id).map_err(|e| cfg.error("env.id", e.to_string()))?;
+    let spec = session::env_spec(cfg)?;
     let hidden = &p.model.encoder_hidden_size_list;
     let (act_dim, head) = match &spec.action_space {
         ActionSpace::Discrete(n) => (*n, ActorHead::Categorical),
@@ -45,14 +51,14 @@ pub fn build_agent(
             SigmaType::Conditioned => (low.len(), ActorHead::GaussianConditioned),
         },
     };
-    check_shapes(
+    session::check_model_shapes(
         cfg,
         (p.model.obs_shape, p.model.action_shape),
-        (spec.obs_dim, act_dim),
+        (spec.obs_dim(), act_dim),
     )?;
     Ok(ActorCritic {
         actor: Actor::new(
-            spec.obs_dim,
+            spec.obs_dim(),
             hidden,
             act_dim,
             head,
@@ -60,7 +66,7 @@ pub fn build_agent(
             p.model.init_log_std,
             device,
         ),
-        critic: Critic::new(spec.obs_dim, hidden, p.model.activation, device),
+        critic: Critic::new(spec.obs_dim(), hidden, p.model.activation, device),
     })
 }
 
@@ -68,25 +74,26 @@ pub fn build_agent(
 pub fn act_deterministic(
     agent: &ActorCritic,
     space: &ActionSpace,
-    obs: &[f32],
+    obs: Obs<'_>,
     obs_dim: usize,
     device: &Device,
     out: &mut ActionBuf,
 ) {
     let n = obs.len() / obs_dim;
-    let x = Tensor::<2>::from_data(TensorData::new(obs.to_vec(), [n, obs_dim]), device);
-    match (space, out) {
-        (ActionSpace::Discrete(k), ActionBuf::Discrete(a)) => {
+    let x = input(obs, obs_dim, device);
+    match space {
+        ActionSpace::Discrete(k) => {
             let logits = agent.actor.logits(x).into_data();
             let l = logits.as_slice::<f32>().unwrap();
-            for (i, a) in a.iter_mut().enumerate() {
+            for (i, a) in out.discrete_mut(n).iter_mut().enumerate() {
                 let row = &l[i * k..(i + 1) * k];
                 *a = (0..*k).fold(0, |b, j| if row[j] > row[b] { j } else { b }) as u32;
             }
         }
-        (ActionSpace::Continuous { low, high }, ActionBuf::Continuous(a)) => {
+        ActionSpace::Continuous { low, high } => {
             let mean = agent.actor.gaussian(x).0.into_data();
-            for (j, (a, m)) in a
+            let out = out.continuous_mut(n, low.len());
+            for (j, (a, m)) in out
                 .iter_mut()
                 .zip(mean.as_slice::<f32>().unwrap())
                 .enumerate()
@@ -95,31 +102,28 @@ pub fn act_deterministic(
                 *a = m.clamp(low[d], high[d]);
             }
         }
-        _ => unreachable!("action buffer matches the space"),
     }
 }
 
-/// Sample actions for a batch of observations from the stochastic policy: env actions into
-/// `out`, the stored actions (`act_dim` each; the index as f32 when discrete) into `store` and
-/// their log-probabilities into `logp_out`.
-#[allow(clippy::too_many_arguments)]
+/// Sample actions for a batch of observations from the stochastic policy: the actions
+/// (continuous ones unclipped: the env clips) and their log-probabilities into `out`.
 pub fn sample_actions(
     agent: &ActorCritic,
     space: &ActionSpace,
-    obs: &[f32],
+    obs: Obs<'_>,
+    obs_dim: usize,
     device: &Device,
     rng: &mut impl Rng,
-    out: &mut ActionBuf,
-    store: &mut [f32],
-    logp_out: &mut [f32],
+    out: &mut Acted,
 ) {
-    let n = logp_out.len();
-    let obs_dim = obs.len() / n;
-    let x = Tensor::<2>::from_data(TensorData::new(obs.to_vec(), [n, obs_dim]), device);
-    match (space, out) {
-        (ActionSpace::Discrete(k), ActionBuf::Discrete(a)) => {
+    let n = obs.len() / obs_dim;
+    let x = input(obs, obs_dim, device);
+    out.logp.resize(n, 0.0);
+    match space {
+        ActionSpace::Discrete(k) => {
             let logp = log_softmax(agent.actor.logits(x), 1).into_data();
             let logp = logp.as_slice::<f32>().unwrap();
+            let a = out.actions.discrete_mut(n);
             for i in 0..n {
                 let row = &logp[i * k..(i + 1) * k];
                 let mut u: f32 = rng.random();
@@ -132,11 +136,10 @@ pub fn sample_actions(
                     }
                 }
                 a[i] = choice as u32;
-                store[i] = choice as f32;
-                logp_out[i] = row[choice];
+                out.logp[i] = row[choice];
             }
         }
-        (ActionSpace::Continuous { low, high }, ActionBuf::Continuous(a)) => {
+        ActionSpace::Continuous { low, .. } => {
             let act_dim = low.len();
             let (mean, log_std) = agent.actor.gaussian(x);
             let (mean, log_std) = (mean.into_data(), log_std.into_data());
@@ -144,91 +147,188 @@ pub fn sample_actions(
                 mean.as_slice::<f32>().unwrap(),
                 log_std.as_slice::<f32>().unwrap(),
             );
-            for (i, lp_out) in logp_out.iter_mut().enumerate() {
+            let a = out.actions.continuous_mut(n, act_dim);
+            for (i, lp_out) in out.logp.iter_mut().enumerate() {
                 let mut lp = 0.0;
                 for d in 0..act_dim {
                     let k = i * act_dim + d;
                     let z: f32 = rng.sample(StandardNormal);
-                    let sample = mean[k] + log_std[k].exp() * z;
-                    store[k] = sample;
-                    a[k] = sample.clamp(low[d], high[d]);
+                    a[k] = mean[k] + log_std[k].exp() * z;
                     lp += -0.5 * z * z - log_std[k] - 0.5 * (2.0 * PI).ln();
                 }
                 *lp_out = lp;
             }
         }
-        _ => unreachable!("action buffer matches the space"),
     }
 }
 
-/// PPO's trainer and the copy of the actor-critic that the collector and evaluator act with.
-pub struct PpoAgent {
+/// PPO: the actor-critic with its flat parameters and Adam state, the copy the collector and
+/// evaluator act with, and the update schedule.
+pub struct Ppo {
     /// The actor-critic with its flat parameters and Adam state.
     pub trainer: Trainer<ActorCritic>,
-    /// What the collector and evaluator act with (refreshed after each round of epochs).
-    pub acting: ActorCritic,
+    acting: ActorCritic,
+    acting_stale: bool,
     /// Minibatch steps done.
     pub iters: u64,
     p: PpoPolicy,
     space: ActionSpace,
+    obs_dim: usize,
+    device: Device,
     ad: Device,
-    last_kl: f32,
+    ranks: Ranks,
+    batch_size: usize,
+    anneal_to: Option<u64>,
+    order: Vec<usize>,
 }
 
-impl OnPolicy for PpoAgent {
+impl Ppo {
+    /// PPO for `cfg`'s environment on `device` (the plain device); `ranks` average the KL of
+    /// the early stop under DDP.
+    pub fn from_config(
+        cfg: &Config,
+        p: &PpoPolicy,
+        device: &Device,
+        ranks: Ranks,
+    ) -> Result<Self, TrainError> {
+        let spec = session::env_spec(cfg)?;
+        let ad = device.clone().autodiff();
+        let trainer = Trainer::new(build_agent(cfg, p, &ad)?, 1e-5);
+        Ok(Self {
+            acting: trainer.inference(),
+            acting_stale: false,
+            trainer,
+            iters: 0,
+            p: p.clone(),
+            space: spec.action_space.clone(),
+            obs_dim: spec.obs_dim(),
+            device: device.clone(),
+            ad,
+            batch_size: session::split(cfg, &ranks, p.learn.batch_size),
+            ranks,
+            anneal_to: if p.learn.lr_anneal {
+                cfg.max_env_step
+            } else {
+                None
+            },
+            order: Vec::new(),
+        })
+    }
+
+    fn acting(&mut self) -> &ActorCritic {
+        if self.acting_stale {
+            self.acting = self.trainer.inference();
+            self.acting_stale = false;
+        }
+        &self.acting
+    }
+}
+
+impl Policy for Ppo {
+    type Data = Rollout;
+    const NAME: &'static str = "ppo";
+
+    fn eval(&mut self, obs: Obs<'_>, out: &mut ActionBuf) {
+        let (space, d, device) = (self.space.clone(), self.obs_dim, self.device.clone());
+        act_deterministic(self.acting(), &space, obs, d, &device, out);
+    }
+
+    fn collect(&mut self, obs: Obs<'_>, _: &Explore, rng: &mut ChaCha8Rng, out: &mut Acted) {
+        let (space, d, device) = (self.space.clone(), self.obs_dim, self.device.clone());
+        sample_actions(self.acting(), &space, obs, d, &device, rng, out);
+    }
+
+    fn values(&mut self, obs: Obs<'_>, out: &mut Vec<f32>) -> Result<(), TrainError> {
+        let (d, device) = (self.obs_dim, self.device.clone());
+        let v = self.acting().critic.forward(input(obs, d, &device));
+        *out = v.into_data().try_into_vec::<f32>().expect("f32 values");
+        Ok(())
+    }
+
+    fn learn(
+        &mut self,
+        r: &Rollout,
+        env_step: u64,
+        rng: &mut ChaCha8Rng,
+        out: &mut LearnOutput,
+    ) -> Result<(), TrainError> {
+        // ALGO: learning rate, annealed linearly to 0 at max_env_step when asked.
+        let lr = match self.anneal_to {
+            Some(max) => self.p.learn.learning_rate * (1.0 - env_step as f64 / max as f64).max(0.0),
+            None => self.p.learn.learning_rate,
+        };
+        // ALGO: epoch_per_collect passes of shuffled minibatches; the early stop compares the
+        // last minibatch's approximate KL (averaged over ranks, so every rank agrees) with
+        // target_kl after each epoch.
+        self.order.clear();
+        self.order.extend(0..r.len());
+        let mut last = MinibatchStats::default();
+        for _ in 0..self.p.learn.epoch_per_collect {
+            self.order.shuffle(rng);
+            for mb in self.order.chunks(self.batch_size) {
+                last =
+                    minibatch_update(&mut self.trainer, &self.p, &self.space, &self.ad, mb, r, lr)?;
+                self.iters += 1;
+                if !last.loss.is_finite() {
+                    return Err(TrainError::NonFinite {
+                        iter: self.iters,
+                        value: f64::from(last.loss),
+                    });
+                }
+            }
+            if self.p.learn.target_kl > 0.0 {
+                let mut kl = [last.approx_kl];
+                self.ranks.mean(&mut kl)?;
+                if f64::from(kl[0]) > self.p.learn.target_kl {
+                    break;
+                }
+            }
+        }
+        self.acting_stale = true;
+        out.loss = last.loss;
+        out.scalars.extend([
+            ("losses/total_loss", last.loss),
+            ("losses/policy_loss", last.policy_loss),
+            ("losses/value_loss", last.value_loss),
+            ("losses/entropy", last.entropy),
+            ("losses/approx_kl", last.approx_kl),
+            ("losses/clipfrac", last.clipfrac),
+            ("charts/learning_rate", lr as f32),
+        ]);
+        Ok(())
+    }
+
     fn train_iter(&self) -> u64 {
         self.iters
     }
 
-    fn minibatch(
-        &mut self,
-        mb: &[usize],
-        r: &RolloutBuffer,
-        lr: f64,
-    ) -> Result<Vec<(&'static str, f32)>, TrainError> {
-        let view = Rollout {
-            obs: &r.obs,
-            actions: &r.actions,
-            logp: &r.logp,
-            adv: &r.adv,
-            returns: &r.returns,
-            values: &r.values,
-            obs_dim: r.obs_dim,
-            act_dim: r.act_dim,
-        };
-        let s = minibatch_update(
-            &mut self.trainer,
-            &self.p,
-            &self.space,
-            &self.ad,
-            mb,
-            &view,
-            lr,
-        )?;
-        self.iters += 1;
-        self.last_kl = s.approx_kl;
-        Ok(vec![
-            ("losses/total_loss", s.loss),
-            ("losses/policy_loss", s.policy_loss),
-            ("losses/value_loss", s.value_loss),
-            ("losses/entropy", s.entropy),
-            ("losses/approx_kl", s.approx_kl),
-            ("losses/clipfrac", s.clipfrac),
-        ])
+    fn state_dict(&self) -> Checkpoint {
+        let mut ck = Checkpoint::default();
+        ck.put_trainer("model", &self.trainer);
+        ck.meta.insert("train_iters".into(), self.iters.to_string());
+        ck
     }
 
-    fn approx_kl(&self) -> f32 {
-        self.last_kl
+    fn load_state_dict(&mut self, ck: &Checkpoint) -> Result<(), TrainError> {
+        ck.get_trainer("model", &mut self.trainer)?;
+        self.iters = ck.counter("train_iters")?;
+        self.acting_stale = true;
+        Ok(())
     }
 
-    fn publish(&mut self) {
-        self.acting = self.trainer.inference();
+    fn weights(&self) -> Vec<f32> {
+        self.trainer.params.clone()
+    }
+
+    fn load_weights(&mut self, weights: &[f32]) {
+        self.acting = self.trainer.layout.write(self.acting.clone(), weights);
+        self.acting_stale = false;
     }
 }
 
 /// Train PPO as configured; stops at `env.stop_value`, `max_env_step` or `max_train_iter`.
 /// The pipeline of built-in middlewares: `evaluate? → roll out n_sample steps → GAE →
-/// epochs × minibatches → log`.
+/// learn → log`.
 pub fn train(
     cfg: &Config,
     p: &PpoPolicy,
@@ -239,113 +339,60 @@ pub fn train(
     let ranks = session::setup(cfg, run);
     let venv = session::collector_envs(cfg, ranks.rank())?;
     let (rank, world) = (ranks.rank(), ranks.world());
-    let plain = run.device.clone();
     let n_env = venv.num_envs();
-    let space = venv.spec().action_space.clone();
-    let obs_dim = venv.spec().obs_dim;
-    let ad = plain.clone().autodiff();
-    let mut trainer = Trainer::new(build_agent(cfg, p, &ad)?, 1e-5);
-    let (mut iters, mut env_step) = (0, 0);
+    let mut ppo = Ppo::from_config(cfg, p, &run.device, ranks.clone())?;
+    let mut env_step = 0;
     if let Some(ck) = &run.resume {
-        ck.get_trainer("model", &mut trainer)?;
-        iters = ck.counter("train_iters")?;
+        ppo.load_state_dict(ck)?;
         env_step = ck.counter("env_steps")?;
     }
     if let Some(pg) = ranks.group() {
-        trainer.distribute(pg.clone(), session::ddp_options(cfg))?;
+        ppo.trainer
+            .distribute(pg.clone(), session::ddp_options(cfg))?;
+        ppo.acting_stale = true;
     }
-    let agent = RefCell::new(PpoAgent {
-        acting: trainer.inference(),
-        trainer,
-        iters,
-        p: p.clone(),
-        space: space.clone(),
-        ad,
-        last_kl: 0.0,
-    });
+    let ppo = RefCell::new(ppo);
     let rng = RefCell::new(session::rank_rng(cfg, run.resume.as_ref(), rank));
-    let split = |n: usize| {
-        if cfg.policy.ddp().0 {
-            n.div_ceil(world)
-        } else {
-            n
-        }
-    };
     let out = Outputs::new(&mut *run.reporter);
     let mut task = Task::<OnlineRLContext>::new();
     if cfg.task.step_timer > 0 {
         task.step_timer(cfg.task.step_timer);
     }
     task.ctx_mut().env_step = env_step;
-    task.ctx_mut().train_iter = iters;
+    task.ctx_mut().train_iter = ppo.borrow().iters;
 
     // ALGO: evaluate deterministically every eval_freq train iterations (and before training).
     let evaluator = (rank == 0)
         .then(|| session::evaluator(cfg, world))
         .transpose()?;
-    let policy = |obs: &[f32], a: &mut ActionBuf| {
-        act_deterministic(&agent.borrow().acting, &space, obs, obs_dim, &plain, a)
-    };
     task.use_mw(InteractionEvaluator::new(
         evaluator,
         p.eval.evaluator.eval_freq,
         cfg.env.stop_value,
         ranks.clone(),
-        policy,
+        &ppo,
     ));
-    let build = || {
-        let mut ck = Checkpoint::default();
-        ck.put_trainer("model", &agent.borrow().trainer);
-        ck
-    };
-    task.use_mw(CkptSaver::new(&out, "ppo", ranks.clone(), &rng, build));
+    task.use_mw(CkptSaver::new(&out, &ppo, ranks.clone(), &rng));
     task.use_mw(TerminationChecker::new(
         cfg.max_env_step,
         cfg.max_train_iter,
         ranks.clone(),
     ));
     // ALGO: roll out n_sample / env_num steps in every env with the stochastic policy.
-    let steps = (split(p.collect.n_sample) / n_env).max(1);
-    let sample = |obs: &[f32],
-                  rng: &mut ChaCha8Rng,
-                  a: &mut ActionBuf,
-                  store: &mut [f32],
-                  logp: &mut [f32]| {
-        sample_actions(
-            &agent.borrow().acting,
-            &space,
-            obs,
-            &plain,
-            rng,
-            a,
-            store,
-            logp,
-        )
-    };
-    let mut collector = RolloutCollector::new(venv, steps, sample, &rng, ranks.clone());
+    let steps = (session::split(cfg, &ranks, p.collect.n_sample) / n_env).max(1);
+    let mut collector = RolloutCollector::new(venv, steps, &ppo, &rng, ranks.clone());
     if p.learn.reward_norm {
         collector = collector.reward_norm(p.collect.discount_factor);
     }
     task.use_mw(collector);
     // ALGO: values of every state and next state, then GAE advantages and returns.
-    let values = |obs: &[f32]| critic_values(&agent.borrow().acting.critic, obs, obs_dim, &plain);
     task.use_mw(GaeEstimator::new(
         p.collect.discount_factor as f32,
         p.collect.gae_lambda as f32,
-        values,
+        &ppo,
     ));
-    // ALGO: epoch_per_collect passes of shuffled minibatches.
-    let mut learn = OnPolicyLearner::new(&agent, &rng, ranks.clone());
-    learn.batch_size = split(p.learn.batch_size);
-    learn.epoch_per_collect = p.learn.epoch_per_collect;
-    learn.learning_rate = p.learn.learning_rate;
-    learn.anneal_to = if p.learn.lr_anneal {
-        cfg.max_env_step
-    } else {
-        None
-    };
-    learn.target_kl = p.learn.target_kl;
-    task.use_mw(learn);
+    // ALGO: the update (Ppo::learn): epochs of shuffled minibatches.
+    task.use_mw(OnPolicyLearner::new(&ppo, &rng, ranks.clone()));
     task.use_mw(OnlineLogger::new(&out, cfg.max_env_step));
     let ctx = task.run(None)?;
     Ok(session::result(
@@ -354,35 +401,6 @@ pub fn train(
         world,
         run.restarts,
     ))
-}
-
-fn critic_values(critic: &Critic, obs: &[f32], obs_dim: usize, device: &Device) -> Vec<f32> {
-    let n = obs.len() / obs_dim;
-    let v = critic.forward(Tensor::from_data(
-        TensorData::new(obs.to_vec(), [n, obs_dim]),
-        device,
-    ));
-    v.into_data().try_into_vec::<f32>().expect("f32 values")
-}
-
-/// The rollout a minibatch is drawn from (time-major rows).
-pub struct Rollout<'a> {
-    /// `[rows, obs_dim]`.
-    pub obs: &'a [f32],
-    /// `[rows, act_dim]` (discrete: the index as f32).
-    pub actions: &'a [f32],
-    /// Log-probabilities under the behaviour policy.
-    pub logp: &'a [f32],
-    /// GAE advantages.
-    pub adv: &'a [f32],
-    /// Value targets.
-    pub returns: &'a [f32],
-    /// Values under the behaviour critic.
-    pub values: &'a [f32],
-    /// Observation size.
-    pub obs_dim: usize,
-    /// Action size (1 for discrete).
-    pub act_dim: usize,
 }
 
 /// What a minibatch update measured.
@@ -409,18 +427,22 @@ pub fn minibatch_update(
     space: &ActionSpace,
     ad: &Device,
     mb: &[usize],
-    r: &Rollout<'_>,
+    r: &Rollout,
     lr: f64,
 ) -> Result<MinibatchStats, TrainError> {
-    let (b, d, ad_dim) = (mb.len(), r.obs_dim, r.act_dim);
+    let (b, d) = (mb.len(), r.obs_dim);
     let gather = |src: &[f32], width: usize| -> Vec<f32> {
         mb.iter()
             .flat_map(|&k| src[k * width..(k + 1) * width].iter().copied())
             .collect()
     };
-    let obs = Tensor::<2>::from_data(TensorData::new(gather(r.obs, d), [b, d]), ad);
-    let old_logp = Tensor::<1>::from_data(TensorData::new(gather(r.logp, 1), [b]), ad);
-    let mut adv = gather(r.adv, 1);
+    let mut rows = ObsBuf::new(r.obs.dtype());
+    for &k in mb {
+        rows.extend(r.obs.as_obs().rows(k..k + 1, d));
+    }
+    let obs = input(rows.as_obs(), d, ad);
+    let old_logp = Tensor::<1>::from_data(TensorData::new(gather(&r.logp, 1), [b]), ad);
+    let mut adv = gather(&r.adv, 1);
     if p.learn.adv_norm && b > 1 {
         let mean = adv.iter().sum::<f32>() / b as f32;
         let std = (adv.iter().map(|a| (a - mean).powi(2)).sum::<f32>() / (b - 1) as f32).sqrt();
@@ -431,7 +453,10 @@ pub fn minibatch_update(
     // ALGO: log-probability and entropy of the taken actions under the current policy.
     let (new_logp, entropy) = match space {
         ActionSpace::Discrete(_) => {
-            let acts: Vec<i64> = mb.iter().map(|&k| r.actions[k] as i64).collect();
+            let ActionBuf::Discrete(taken) = &r.actions else {
+                unreachable!("discrete space, discrete actions")
+            };
+            let acts: Vec<i64> = mb.iter().map(|&k| i64::from(taken[k])).collect();
             let logp = log_softmax(model.actor.logits(obs.clone()), 1);
             let taken = logp
                 .clone()
@@ -444,8 +469,10 @@ pub fn minibatch_update(
             (taken, entropy)
         }
         ActionSpace::Continuous { .. } => {
-            let a =
-                Tensor::<2>::from_data(TensorData::new(gather(r.actions, ad_dim), [b, ad_dim]), ad);
+            let ActionBuf::Continuous { dim, values } = &r.actions else {
+                unreachable!("continuous space, continuous actions")
+            };
+            let a = Tensor::<2>::from_data(TensorData::new(gather(values, *dim), [b, *dim]), ad);
             let (mean, log_std) = model.actor.gaussian(obs.clone());
             let z = (a - mean) / log_std.clone().exp();
             let logp = (z.clone() * z).mul_scalar(-0.5)
@@ -466,10 +493,10 @@ pub fn minibatch_update(
     let pg2 = adv.neg() * ratio.clone().clamp(1.0 - c, 1.0 + c);
     let policy_loss = pg1.max_pair(pg2).mean();
     // ALGO: value loss, clipped around the behaviour values.
-    let returns = Tensor::<1>::from_data(TensorData::new(gather(r.returns, 1), [b]), ad);
+    let returns = Tensor::<1>::from_data(TensorData::new(gather(&r.returns, 1), [b]), ad);
     let v = model.critic.forward(obs);
     let value_loss = if p.learn.value_clip {
-        let old_v = Tensor::<1>::from_data(TensorData::new(gather(r.values, 1), [b]), ad);
+        let old_v = Tensor::<1>::from_data(TensorData::new(gather(&r.values, 1), [b]), ad);
         let v_clipped = old_v.clone() + (v.clone() - old_v).clamp(-c, c);
         let l1 = (v - returns.clone()).square();
         let l2 = (v_clipped - returns).square();

@@ -105,6 +105,14 @@ pub enum TrainError {
     /// A middleware of the training pipeline failed (its name and step are in the message).
     #[error(transparent)]
     Task(#[from] drill_task::TaskError),
+    /// A middleware asked a policy for something it does not have.
+    #[error("policy {policy} has no {what}")]
+    Unsupported {
+        /// The policy's name.
+        policy: &'static str,
+        /// What was asked for.
+        what: &'static str,
+    },
     /// Parameters are no longer identical across ranks.
     #[error(
         "DDP: parameter {tensor} differs between rank 0 and rank {rank} after optimizer step {step} (ranks ran different updates or a nondeterministic op)"

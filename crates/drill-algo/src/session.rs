@@ -1,38 +1,17 @@
 //! The setup every algorithm's pipeline shares: seeding (rank-aware under DDP: each rank
 //! seeds its own environments `seed + rank * collector_env_num + i` and generator), the
-//! collector's environments, the evaluator, DDP options, generator states for checkpoints,
-//! and the final [`TrainResult`] from the task's last context. The loop itself is the
-//! middleware pipeline ([`crate::middleware`]).
+//! collector's environments, the evaluator, the model-shape check, DDP options and batch
+//! splitting, and the final [`TrainResult`] from the task's last context. The loop itself is
+//! the middleware pipeline ([`crate::middleware`]).
 
-use crate::checkpoint::Checkpoint;
-use crate::ddp::DdpOptions;
+use crate::checkpoint::{Checkpoint, parse_rng_state};
+use crate::ddp::{DdpOptions, Ranks};
 use crate::eval::Evaluator;
 use crate::run::{TrainError, TrainResult};
 use drill_config::Config;
 use drill_env::{DynVecEnv, make_vec};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-
-/// A generator's position, to save in checkpoints.
-pub(crate) fn rng_state(rng: &ChaCha8Rng) -> String {
-    let seed: String = rng.get_seed().iter().map(|b| format!("{b:02x}")).collect();
-    format!("{seed}:{}:{}", rng.get_stream(), rng.get_word_pos())
-}
-
-pub(crate) fn parse_rng_state(s: &str) -> Option<ChaCha8Rng> {
-    let mut it = s.split(':');
-    let hex = it.next()?;
-    let stream: u64 = it.next()?.parse().ok()?;
-    let pos: u128 = it.next()?.parse().ok()?;
-    let mut seed = [0u8; 32];
-    for (k, b) in seed.iter_mut().enumerate() {
-        *b = u8::from_str_radix(hex.get(2 * k..2 * k + 2)?, 16).ok()?;
-    }
-    let mut rng = ChaCha8Rng::from_seed(seed);
-    rng.set_stream(stream);
-    rng.set_word_pos(pos);
-    Some(rng)
-}
 
 /// This rank's generator: restored from `resume` (`rng.{rank}`) or seeded
 /// `seed + 0x5eed + rank`.
@@ -47,9 +26,44 @@ pub fn rank_rng(cfg: &Config, resume: Option<&Checkpoint>, rank: usize) -> ChaCh
 
 /// The start of every pipeline: the DDP ranks of `run`, with the device seeded with
 /// `config.seed` (the same initial weights everywhere).
-pub fn setup(cfg: &Config, run: &crate::RunContext<'_>) -> crate::middleware::Ranks {
+pub fn setup(cfg: &Config, run: &crate::RunContext<'_>) -> Ranks {
     run.device.seed(cfg.seed);
-    crate::middleware::Ranks::new(run.dist.clone())
+    Ranks::new(run.dist.clone())
+}
+
+/// `n` per rank: divided by the world size (rounded up) when `policy.ddp_split_batch` is set
+/// (DI-engine's `to_ddp_config`), else `n`.
+pub fn split(cfg: &Config, ranks: &Ranks, n: usize) -> usize {
+    if cfg.policy.ddp().split_batch {
+        n.div_ceil(ranks.world())
+    } else {
+        n
+    }
+}
+
+/// Check `policy.model.obs_shape` / `action_shape` (when given) against the environment's
+/// (`env`: observation elements, action count or dimension).
+pub fn check_model_shapes(
+    cfg: &Config,
+    given: (Option<usize>, Option<usize>),
+    env: (usize, usize),
+) -> Result<(), TrainError> {
+    for (path, given, env) in [
+        ("policy.model.obs_shape", given.0, env.0),
+        ("policy.model.action_shape", given.1, env.1),
+    ] {
+        if let Some(g) = given.filter(|&g| g != env) {
+            return Err(cfg
+                .error(path, format!("is {g} but {} has {env}", cfg.env.id))
+                .into());
+        }
+    }
+    Ok(())
+}
+
+/// The environment's spec, an unknown `env.id` named.
+pub fn env_spec(cfg: &Config) -> Result<drill_env::EnvSpec, TrainError> {
+    drill_env::spec(&cfg.env.id).map_err(|e| cfg.error("env.id", e.to_string()).into())
 }
 
 /// This rank's collector environments (copy `i` seeded `seed + rank * n + i`), reset.
@@ -99,28 +113,10 @@ pub fn result(
 
 /// DDP options from the config (`policy.ddp_bucket_cap_mb`, `policy.ddp_check_every`).
 pub fn ddp_options(cfg: &Config) -> DdpOptions {
-    let (_, cap, check) = cfg.policy.ddp();
+    let keys = cfg.policy.ddp();
     DdpOptions {
-        bucket_cap_mb: cap,
-        check_every: check,
+        bucket_cap_mb: keys.bucket_cap_mb,
+        check_every: keys.check_every,
         ..DdpOptions::default()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use rand::Rng;
-
-    #[test]
-    fn rng_state_round_trips_mid_stream() {
-        let mut a = ChaCha8Rng::seed_from_u64(7);
-        for _ in 0..13 {
-            a.random::<u32>();
-        }
-        let mut b = parse_rng_state(&rng_state(&a)).unwrap();
-        let xs: Vec<u64> = (0..5).map(|_| a.random()).collect();
-        let ys: Vec<u64> = (0..5).map(|_| b.random()).collect();
-        assert_eq!(xs, ys);
     }
 }

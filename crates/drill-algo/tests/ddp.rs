@@ -11,17 +11,18 @@ use std::time::{Duration, Instant};
 use burn::tensor::{Device, Tensor, TensorData};
 use drill_algo::TrainError;
 use drill_algo::data::Batch;
+use drill_algo::data::Rollout;
+use drill_algo::ddp::Ranks;
 use drill_algo::ddp::{DdpOptions, SyncBatchNorm};
-use drill_algo::dqn::DqnLearner;
-use drill_algo::middleware::Ranks;
+use drill_algo::dqn::Dqn;
 use drill_algo::nets::{ActorCritic, QNet};
 use drill_algo::optim::Trainer;
-use drill_algo::ppo::{Rollout, minibatch_update};
+use drill_algo::ppo::minibatch_update;
 use drill_algo::session;
 use drill_comm::ProcessGroup;
 use drill_comm::spawn::{RankOutput, Spawn};
 use drill_config::{Config, DqnPolicy, Policy, PpoPolicy};
-use drill_env::ActionSpace;
+use drill_env::{ActionBuf, ActionSpace, ObsBuf};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -134,9 +135,9 @@ fn dqn_batch(k: usize) -> Batch {
     let mut rng = ChaCha8Rng::seed_from_u64(100 + k as u64);
     let n = 2 * B;
     Batch {
-        obs: (0..n * 4).map(|_| rng.random_range(-1.0..1.0)).collect(),
-        next_obs: (0..n * 4).map(|_| rng.random_range(-1.0..1.0)).collect(),
-        actions: (0..n).map(|_| rng.random_range(0..2)).collect(),
+        obs: ObsBuf::F32((0..n * 4).map(|_| rng.random_range(-1.0..1.0)).collect()),
+        next_obs: ObsBuf::F32((0..n * 4).map(|_| rng.random_range(-1.0..1.0)).collect()),
+        actions: ActionBuf::Discrete((0..n).map(|_| rng.random_range(0..2)).collect()),
         rewards: (0..n).map(|_| rng.random_range(0.0..1.0)).collect(),
         dones: (0..n).map(|i| f32::from(u8::from(i % 5 == 0))).collect(),
         discounts: vec![0.97; n],
@@ -150,9 +151,12 @@ fn half(b: &Batch, rank: usize) -> Batch {
     let rows = rank * B..(rank + 1) * B;
     let r4 = rows.start * 4..rows.end * 4;
     Batch {
-        obs: b.obs[r4.clone()].to_vec(),
-        next_obs: b.next_obs[r4].to_vec(),
-        actions: b.actions[rows.clone()].to_vec(),
+        obs: ObsBuf::F32(b.obs.as_obs().f32()[r4.clone()].to_vec()),
+        next_obs: ObsBuf::F32(b.next_obs.as_obs().f32()[r4].to_vec()),
+        actions: match &b.actions {
+            ActionBuf::Discrete(a) => ActionBuf::Discrete(a[rows.clone()].to_vec()),
+            other => panic!("discrete batch, got {other:?}"),
+        },
         rewards: b.rewards[rows.clone()].to_vec(),
         dones: b.dones[rows.clone()].to_vec(),
         discounts: b.discounts[rows.clone()].to_vec(),
@@ -161,13 +165,13 @@ fn half(b: &Batch, rank: usize) -> Batch {
     }
 }
 
-fn dqn_learner() -> DqnLearner {
+fn dqn_learner() -> Dqn {
     let device = Device::flex();
     device.seed(1);
     let mut p = DqnPolicy::default();
     p.learn.target_update_freq = 2;
     let net = QNet::new(4, &[32, 16], 2, true, &device.clone().autodiff());
-    DqnLearner::new(net, &p, 4, &device)
+    Dqn::new(net, &p, 4, 2, &device)
 }
 
 fn dqn_equivalence() {
@@ -215,27 +219,23 @@ fn ppo_trainer() -> Trainer<ActorCritic> {
     )
 }
 
-struct RolloutData {
-    obs: Vec<f32>,
-    actions: Vec<f32>,
-    logp: Vec<f32>,
-    adv: Vec<f32>,
-    returns: Vec<f32>,
-    values: Vec<f32>,
-}
-
-fn ppo_rollout(k: usize) -> RolloutData {
+fn ppo_rollout(k: usize) -> Rollout {
     let mut rng = ChaCha8Rng::seed_from_u64(200 + k as u64);
     let n = 2 * B;
-    RolloutData {
-        obs: (0..n * 4).map(|_| rng.random_range(-1.0..1.0)).collect(),
-        actions: (0..n)
-            .map(|_| f32::from(rng.random_range(0u8..2)))
-            .collect(),
+    Rollout {
+        obs_dim: 4,
+        num_envs: 1,
+        obs: ObsBuf::F32((0..n * 4).map(|_| rng.random_range(-1.0..1.0)).collect()),
+        actions: ActionBuf::Discrete(
+            (0..n)
+                .map(|_| u32::from(rng.random_range(0u8..2)))
+                .collect(),
+        ),
         logp: (0..n).map(|_| rng.random_range(-1.2..-0.3)).collect(),
         adv: (0..n).map(|_| rng.random_range(-1.0..1.0)).collect(),
         returns: (0..n).map(|_| rng.random_range(0.0..2.0)).collect(),
         values: (0..n).map(|_| rng.random_range(0.0..2.0)).collect(),
+        ..Rollout::default()
     }
 }
 
@@ -244,17 +244,7 @@ fn ppo_steps(trainer: &mut Trainer<ActorCritic>, rows: std::ops::Range<usize>) {
     let ad = Device::flex().autodiff();
     let mb: Vec<usize> = rows.collect();
     for k in 0..STEPS {
-        let d = ppo_rollout(k);
-        let r = Rollout {
-            obs: &d.obs,
-            actions: &d.actions,
-            logp: &d.logp,
-            adv: &d.adv,
-            returns: &d.returns,
-            values: &d.values,
-            obs_dim: 4,
-            act_dim: 1,
-        };
+        let r = ppo_rollout(k);
         minibatch_update(trainer, &p, &ActionSpace::Discrete(2), &ad, &mb, &r, 3e-3).unwrap();
     }
 }
@@ -285,7 +275,10 @@ fn q_loss(trainer: &Trainer<QNet>, k: usize, rows: std::ops::Range<usize>) -> Te
     let n = rows.len();
     let ad = Device::flex().autodiff();
     let x = Tensor::<2>::from_data(
-        TensorData::new(b.obs[rows.start * 4..rows.end * 4].to_vec(), [n, 4]),
+        TensorData::new(
+            b.obs.as_obs().f32()[rows.start * 4..rows.end * 4].to_vec(),
+            [n, 4],
+        ),
         &ad,
     );
     let y = Tensor::<2>::from_data(
@@ -340,7 +333,7 @@ fn seeds_differ() {
     // Rank 0 collects exactly what a single process with the same seed collects.
     let cfg = Config::parse("[env]\nid = \"CartPole-v1\"\n", "t.toml", &[]).unwrap();
     let venv = session::collector_envs(&cfg, 0).unwrap();
-    assert_eq!(a, venv.obs(), "rank 0 = single process");
+    assert_eq!(a, venv.obs().f32(), "rank 0 = single process");
 }
 
 fn divergence_named() {
@@ -446,7 +439,7 @@ fn run_child(name: &str, pg: ProcessGroup) {
             let ranks = Ranks::new(Some(pg));
             assert_eq!((ranks.rank(), ranks.world()), (rank, 2));
             let venv = session::collector_envs(&cfg, ranks.rank()).unwrap();
-            print("obs", venv.obs());
+            print("obs", venv.obs().f32());
         }
         "diverge" => {
             let mut t = q_trainer();

@@ -5,7 +5,7 @@
 //! (naming the key path and the nearest valid key) and out-of-range values (naming the key path),
 //! and fills every omitted key with its default. [`Config::to_toml`] writes the resolved tree.
 //!
-//! Each algorithm's hyper-parameters are one struct ([`DqnPolicy`], [`PpoPolicy`]); their field
+//! Each algorithm's hyper-parameters are one struct ([`DqnPolicy`], [`PpoPolicy`], [`SacPolicy`]); their field
 //! docs are the reference for the config keys.
 
 mod error;
@@ -14,4 +14,4 @@ mod tree;
 
 pub use error::ConfigError;
 pub use policy::*;
-pub use tree::{Config, EnvConfig, Policy, TASK_ROLES, TaskConfig};
+pub use tree::{Config, DdpKeys, EnvConfig, Policy, TASK_ROLES, TaskConfig};

@@ -403,3 +403,147 @@ impl Default for PpoPolicy {
         }
     }
 }
+
+/// `[policy.model]` for SAC: a squashed-Gaussian actor and twin Q critics (DI-engine's `QAC`
+/// with `action_space = "reparameterization"`, `twin_critic = true`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SacModel {
+    /// Observation size; from the environment when omitted.
+    pub obs_shape: Option<usize>,
+    /// Action dimension; from the environment when omitted.
+    pub action_shape: Option<usize>,
+    /// Width of the actor's two hidden layers.
+    pub actor_head_hidden_size: usize,
+    /// Width of each critic's two hidden layers.
+    pub critic_head_hidden_size: usize,
+}
+
+impl Default for SacModel {
+    fn default() -> Self {
+        Self {
+            obs_shape: None,
+            action_shape: None,
+            actor_head_hidden_size: 128,
+            critic_head_hidden_size: 128,
+        }
+    }
+}
+
+/// `[policy.learn]` for SAC.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SacLearn {
+    /// Gradient updates after each collect.
+    pub update_per_collect: usize,
+    /// Transitions per update.
+    pub batch_size: usize,
+    /// Adam learning rate of the critics.
+    pub learning_rate_q: f64,
+    /// Adam learning rate of the actor.
+    pub learning_rate_policy: f64,
+    /// Adam learning rate of the temperature (with `auto_alpha`).
+    pub learning_rate_alpha: f64,
+    /// Soft target update `target = theta * online + (1 - theta) * target`, every update.
+    pub target_theta: f64,
+    /// Reward discount gamma.
+    pub discount_factor: f64,
+    /// Learn the temperature towards the entropy target `-action_dim`.
+    pub auto_alpha: bool,
+    /// The temperature at the start (fixed without `auto_alpha`).
+    pub init_alpha: f64,
+    /// Treat terminal transitions as non-terminal (DI-engine's `ignore_done`).
+    pub ignore_done: bool,
+}
+
+impl Default for SacLearn {
+    fn default() -> Self {
+        Self {
+            update_per_collect: 1,
+            batch_size: 128,
+            learning_rate_q: 1e-3,
+            learning_rate_policy: 1e-3,
+            learning_rate_alpha: 3e-4,
+            target_theta: 0.005,
+            discount_factor: 0.99,
+            auto_alpha: true,
+            init_alpha: 0.2,
+            ignore_done: false,
+        }
+    }
+}
+
+/// `[policy.collect]` for SAC.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SacCollect {
+    /// Transitions collected (over all collector envs) before each round of updates.
+    pub n_sample: usize,
+}
+
+impl Default for SacCollect {
+    fn default() -> Self {
+        Self { n_sample: 10 }
+    }
+}
+
+/// `[policy.other]` for SAC.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SacOther {
+    /// `[policy.other.replay_buffer]` (uniform replay; `priority` is not supported).
+    pub replay_buffer: ReplayBufferConfig,
+}
+
+/// `[policy]` with `type = "sac"`: soft actor-critic for continuous actions (twin Q, learned
+/// temperature), as DI-engine's `SACPolicy`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SacPolicy {
+    /// Always `sac` here.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Run on CUDA (needs a binary built with `--features cuda`).
+    pub cuda: bool,
+    /// Data-parallel training across ranks (`ddp` is an alias).
+    #[serde(alias = "ddp")]
+    pub multi_gpu: bool,
+    /// With `multi_gpu`: divide batch_size and n_sample by the world size (rounded up).
+    pub ddp_split_batch: bool,
+    /// DDP gradient bucket cap in MiB (torch's `bucket_cap_mb`).
+    pub ddp_bucket_cap_mb: f64,
+    /// With `multi_gpu`: check every this many optimizer steps that parameters are
+    /// bit-identical on every rank (0: never).
+    pub ddp_check_every: u64,
+    /// Uniformly random actions for this many env steps before the actor acts.
+    pub random_collect_size: u64,
+    /// `[policy.model]`.
+    pub model: SacModel,
+    /// `[policy.learn]`.
+    pub learn: SacLearn,
+    /// `[policy.collect]`.
+    pub collect: SacCollect,
+    /// `[policy.eval]`.
+    pub eval: EvalConfig,
+    /// `[policy.other]`.
+    pub other: SacOther,
+}
+
+impl Default for SacPolicy {
+    fn default() -> Self {
+        Self {
+            kind: "sac".into(),
+            cuda: false,
+            multi_gpu: false,
+            ddp_split_batch: false,
+            ddp_bucket_cap_mb: 25.0,
+            ddp_check_every: 0,
+            random_collect_size: 1000,
+            model: SacModel::default(),
+            learn: SacLearn::default(),
+            collect: SacCollect::default(),
+            eval: EvalConfig::default(),
+            other: SacOther::default(),
+        }
+    }
+}

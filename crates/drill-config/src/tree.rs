@@ -1,6 +1,6 @@
 //! The whole experiment tree ([`Config`]), loading, `--set` overrides and validation.
 
-use crate::{ConfigError, DqnPolicy, PpoPolicy};
+use crate::{ConfigError, DqnPolicy, PpoPolicy, SacPolicy};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
 /// `[env]`: which environment and how many copies.
@@ -92,6 +92,21 @@ pub enum Policy {
     Dqn(DqnPolicy),
     /// `type = "ppo"`.
     Ppo(PpoPolicy),
+    /// `type = "sac"`.
+    Sac(SacPolicy),
+}
+
+/// The data-parallel keys every `[policy]` table has.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DdpKeys {
+    /// `policy.multi_gpu`.
+    pub multi_gpu: bool,
+    /// `policy.ddp_split_batch`.
+    pub split_batch: bool,
+    /// `policy.ddp_bucket_cap_mb`.
+    pub bucket_cap_mb: f64,
+    /// `policy.ddp_check_every`.
+    pub check_every: u64,
 }
 
 impl Policy {
@@ -100,6 +115,7 @@ impl Policy {
         match self {
             Policy::Dqn(_) => "dqn",
             Policy::Ppo(_) => "ppo",
+            Policy::Sac(_) => "sac",
         }
     }
 
@@ -108,22 +124,31 @@ impl Policy {
         match self {
             Policy::Dqn(p) => p.cuda,
             Policy::Ppo(p) => p.cuda,
+            Policy::Sac(p) => p.cuda,
         }
     }
 
     /// `policy.multi_gpu`.
     pub fn multi_gpu(&self) -> bool {
-        match self {
-            Policy::Dqn(p) => p.multi_gpu,
-            Policy::Ppo(p) => p.multi_gpu,
-        }
+        self.ddp().multi_gpu
     }
 
-    /// `(policy.ddp_split_batch, policy.ddp_bucket_cap_mb, policy.ddp_check_every)`.
-    pub fn ddp(&self) -> (bool, f64, u64) {
+    /// The data-parallel keys.
+    pub fn ddp(&self) -> DdpKeys {
+        macro_rules! keys {
+            ($p:expr) => {
+                DdpKeys {
+                    multi_gpu: $p.multi_gpu,
+                    split_batch: $p.ddp_split_batch,
+                    bucket_cap_mb: $p.ddp_bucket_cap_mb,
+                    check_every: $p.ddp_check_every,
+                }
+            };
+        }
         match self {
-            Policy::Dqn(p) => (p.ddp_split_batch, p.ddp_bucket_cap_mb, p.ddp_check_every),
-            Policy::Ppo(p) => (p.ddp_split_batch, p.ddp_bucket_cap_mb, p.ddp_check_every),
+            Policy::Dqn(p) => keys!(p),
+            Policy::Ppo(p) => keys!(p),
+            Policy::Sac(p) => keys!(p),
         }
     }
 
@@ -132,6 +157,7 @@ impl Policy {
         match self {
             Policy::Dqn(p) => p.eval.evaluator.eval_freq,
             Policy::Ppo(p) => p.eval.evaluator.eval_freq,
+            Policy::Sac(p) => p.eval.evaluator.eval_freq,
         }
     }
 }
@@ -224,11 +250,15 @@ impl Config {
                 let raw: Raw<PpoPolicy> = strict(table, source)?;
                 Self::from_raw(raw, source, Policy::Ppo)
             }
+            "sac" => {
+                let raw: Raw<SacPolicy> = strict(table, source)?;
+                Self::from_raw(raw, source, Policy::Sac)
+            }
             other => {
                 return Err(value_err(
                     source,
                     "policy.type",
-                    format!("unknown policy {other:?}; known: \"dqn\", \"ppo\""),
+                    format!("unknown policy {other:?}; known: \"dqn\", \"ppo\", \"sac\""),
                 ));
             }
         };
@@ -265,6 +295,7 @@ impl Config {
         let out = match &self.policy {
             Policy::Dqn(p) => toml::to_string(&raw(self, p)),
             Policy::Ppo(p) => toml::to_string(&raw(self, p)),
+            Policy::Sac(p) => toml::to_string(&raw(self, p)),
         };
         out.expect("a validated config serialises")
     }
@@ -300,7 +331,7 @@ impl Config {
             "must be at least 1 (omit for no limit)",
         );
         c.at_least_1("policy.eval.evaluator.eval_freq", self.policy.eval_freq());
-        c.positive("policy.ddp_bucket_cap_mb", self.policy.ddp().1);
+        c.positive("policy.ddp_bucket_cap_mb", self.policy.ddp().bucket_cap_mb);
         match &self.policy {
             Policy::Dqn(p) => {
                 c.unit("policy.discount_factor", p.discount_factor);
@@ -421,6 +452,45 @@ impl Config {
                         "must not exceed policy.collect.n_sample ({})",
                         p.collect.n_sample
                     ),
+                );
+            }
+            Policy::Sac(p) => {
+                c.at_least_1(
+                    "policy.model.actor_head_hidden_size",
+                    p.model.actor_head_hidden_size as u64,
+                );
+                c.at_least_1(
+                    "policy.model.critic_head_hidden_size",
+                    p.model.critic_head_hidden_size as u64,
+                );
+                c.at_least_1("policy.learn.batch_size", p.learn.batch_size as u64);
+                c.at_least_1(
+                    "policy.learn.update_per_collect",
+                    p.learn.update_per_collect as u64,
+                );
+                c.positive("policy.learn.learning_rate_q", p.learn.learning_rate_q);
+                c.positive(
+                    "policy.learn.learning_rate_policy",
+                    p.learn.learning_rate_policy,
+                );
+                c.positive(
+                    "policy.learn.learning_rate_alpha",
+                    p.learn.learning_rate_alpha,
+                );
+                c.unit("policy.learn.target_theta", p.learn.target_theta);
+                c.unit("policy.learn.discount_factor", p.learn.discount_factor);
+                c.positive("policy.learn.init_alpha", p.learn.init_alpha);
+                c.at_least_1("policy.collect.n_sample", p.collect.n_sample as u64);
+                let rb = &p.other.replay_buffer;
+                c.check(
+                    !rb.priority,
+                    "policy.other.replay_buffer.priority",
+                    "SAC samples uniformly: must be false",
+                );
+                c.check(
+                    rb.replay_buffer_size >= p.learn.batch_size,
+                    "policy.other.replay_buffer.replay_buffer_size",
+                    &format!("must hold at least one batch ({})", p.learn.batch_size),
                 );
             }
         }

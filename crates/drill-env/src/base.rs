@@ -27,6 +27,48 @@ impl ActionSpace {
     pub fn is_discrete(&self) -> bool {
         matches!(self, ActionSpace::Discrete(_))
     }
+
+    /// Values stored per action: 1 for discrete (the index), the dimension for continuous.
+    pub fn stored_dim(&self) -> usize {
+        match self {
+            ActionSpace::Discrete(_) => 1,
+            ActionSpace::Continuous { low, .. } => low.len(),
+        }
+    }
+}
+
+/// The element type of observations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Dtype {
+    /// `f32` (classic control).
+    F32,
+    /// `u8` (image frames).
+    U8,
+}
+
+/// The observation space: a shape (e.g. `[4]`, or `[4, 84, 84]` for stacked frames) and an
+/// element type. Observations travel flat, row-major.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObsSpace {
+    /// Shape of one observation.
+    pub shape: Vec<usize>,
+    /// Element type.
+    pub dtype: Dtype,
+}
+
+impl ObsSpace {
+    /// A flat `f32` vector of `n` values.
+    pub fn vector(n: usize) -> Self {
+        Self {
+            shape: vec![n],
+            dtype: Dtype::F32,
+        }
+    }
+
+    /// Elements per observation (the product of the shape).
+    pub fn dim(&self) -> usize {
+        self.shape.iter().product()
+    }
 }
 
 /// Static facts about an environment: its id and spaces, and the episode limit Gymnasium
@@ -35,8 +77,8 @@ impl ActionSpace {
 pub struct EnvSpec {
     /// Gymnasium id, e.g. `CartPole-v1`.
     pub id: &'static str,
-    /// Length of the flat `f32` observation.
-    pub obs_dim: usize,
+    /// What `reset` and `step` write.
+    pub obs: ObsSpace,
     /// What `step` accepts.
     pub action_space: ActionSpace,
     /// Steps after which an episode is truncated (`None`: never).
@@ -45,8 +87,15 @@ pub struct EnvSpec {
     pub reward_threshold: Option<f64>,
 }
 
+impl EnvSpec {
+    /// Elements per observation.
+    pub fn obs_dim(&self) -> usize {
+        self.obs.dim()
+    }
+}
+
 /// One action for one environment.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Action<'a> {
     /// Index of a discrete action.
     Discrete(usize),
@@ -74,7 +123,9 @@ impl Step {
 
 /// A reinforcement-learning environment with Gymnasium's semantics.
 ///
-/// Observations are written into `obs`, which must hold `spec().obs_dim` values.
+/// Observations are written into `obs`, which must hold `spec().obs_dim()` values. Native
+/// environments here observe `f32` vectors; image environments implement [`crate::DynVecEnv`]
+/// directly with `u8` frames.
 pub trait Env: Send {
     /// Id, spaces and limits.
     fn spec(&self) -> &EnvSpec;

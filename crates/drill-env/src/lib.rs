@@ -8,14 +8,19 @@
 //! - [`VecEnv`]: N copies stepped in one call into structure-of-arrays buffers, with same-step
 //!   auto-reset (see its docs).
 //! - [`make`] / [`make_vec`]: build an environment from its Gymnasium id.
+//! - [`Obs`], [`ObsBuf`], [`ActionBuf`]: batches of observations (`f32` vectors or `u8`
+//!   frames, shaped by the [`ObsSpace`]) and actions of any [`ActionSpace`], as the rest of
+//!   the pipeline moves them.
 
 mod base;
+mod batch;
 pub mod classic;
 mod registry;
 mod time_limit;
 mod vector;
 
-pub use base::{Action, ActionSpace, Env, EnvSpec, Step};
+pub use base::{Action, ActionSpace, Dtype, Env, EnvSpec, ObsSpace, Step};
+pub use batch::{ActionBuf, Obs, ObsBuf};
 pub use registry::{ENV_IDS, EnvError, make, make_vec, spec};
 pub use time_limit::TimeLimit;
 pub use vector::{Actions, DynVecEnv, VecEnv};

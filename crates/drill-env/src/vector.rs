@@ -15,8 +15,11 @@
 //!
 //! Seeding: `reset(Some(seed))` seeds copy `i` with `seed + i`; auto-resets continue each copy's
 //! own stream, so one seed fixes the whole run.
+//!
+//! Continuous actions are clipped to the action box before they reach a copy (Gymnasium's
+//! `ClipAction`), so a policy may hand over unbounded samples.
 
-use crate::{Action, Env, EnvSpec};
+use crate::{Action, ActionSpace, Env, EnvSpec, Obs};
 
 /// A batch of actions, one per copy (continuous ones flattened, `act_dim` values per copy).
 #[derive(Debug, Clone, Copy)]
@@ -34,13 +37,13 @@ pub trait DynVecEnv: Send {
     /// Number of copies.
     fn num_envs(&self) -> usize;
     /// Reset every copy (see the module docs for seeding); returns the observations.
-    fn reset(&mut self, seed: Option<u64>) -> &[f32];
+    fn reset(&mut self, seed: Option<u64>) -> Obs<'_>;
     /// Step every copy with its action, auto-resetting finished ones (see the module docs).
     fn step(&mut self, actions: Actions<'_>);
-    /// Current observations, `num_envs * obs_dim`.
-    fn obs(&self) -> &[f32];
+    /// Current observations, `num_envs * obs_dim` elements.
+    fn obs(&self) -> Obs<'_>;
     /// Next observations of the last step's transitions (pre-reset where an episode ended).
-    fn final_obs(&self) -> &[f32];
+    fn final_obs(&self) -> Obs<'_>;
     /// Rewards of the last step.
     fn rewards(&self) -> &[f32];
     /// Terminated flags of the last step.
@@ -113,6 +116,8 @@ pub struct VecEnv<E> {
     final_length: Vec<u32>,
     pool: Option<rayon::ThreadPool>,
     first_seed: Option<u64>,
+    /// Continuous actions after clipping to the box.
+    clipped: Vec<f32>,
 }
 
 impl<E: Env> VecEnv<E> {
@@ -122,7 +127,7 @@ impl<E: Env> VecEnv<E> {
         assert!(!envs.is_empty(), "VecEnv needs at least one environment");
         let n = envs.len();
         let spec = envs[0].spec().clone();
-        let obs_dim = spec.obs_dim;
+        let obs_dim = spec.obs_dim();
         let pool = (threads > 1).then(|| {
             rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
@@ -145,6 +150,7 @@ impl<E: Env> VecEnv<E> {
             final_length: vec![0; n],
             pool,
             first_seed: Some(seed),
+            clipped: Vec::new(),
         }
     }
 
@@ -172,7 +178,7 @@ impl<E: Env> DynVecEnv for VecEnv<E> {
         self.envs.len()
     }
 
-    fn reset(&mut self, seed: Option<u64>) -> &[f32] {
+    fn reset(&mut self, seed: Option<u64>) -> Obs<'_> {
         // The construction seed applies to the first reset unless one is given.
         let seed = seed.or(self.first_seed.take());
         self.first_seed = None;
@@ -186,7 +192,7 @@ impl<E: Env> DynVecEnv for VecEnv<E> {
         self.final_obs.copy_from_slice(&self.obs);
         self.running_return.fill(0.0);
         self.running_length.fill(0);
-        &self.obs
+        Obs::F32(&self.obs)
     }
 
     fn step(&mut self, actions: Actions<'_>) {
@@ -195,6 +201,50 @@ impl<E: Env> DynVecEnv for VecEnv<E> {
             Actions::Discrete(a) => assert_eq!(a.len(), n, "one discrete action per copy"),
             Actions::Continuous(a) => assert_eq!(a.len() % n, 0, "act_dim values per copy"),
         }
+        let mut clipped = std::mem::take(&mut self.clipped);
+        let actions = match (actions, &self.spec.action_space) {
+            (Actions::Continuous(a), ActionSpace::Continuous { low, high }) => {
+                clipped.clear();
+                let dim = low.len();
+                clipped.extend(
+                    a.iter()
+                        .enumerate()
+                        .map(|(k, x)| x.clamp(low[k % dim], high[k % dim])),
+                );
+                Actions::Continuous(&clipped)
+            }
+            (actions, _) => actions,
+        };
+        self.step_copies(actions);
+        self.clipped = clipped;
+    }
+
+    fn obs(&self) -> Obs<'_> {
+        Obs::F32(&self.obs)
+    }
+    fn final_obs(&self) -> Obs<'_> {
+        Obs::F32(&self.final_obs)
+    }
+    fn rewards(&self) -> &[f32] {
+        &self.rewards
+    }
+    fn terminated(&self) -> &[bool] {
+        &self.terminated
+    }
+    fn truncated(&self) -> &[bool] {
+        &self.truncated
+    }
+    fn final_returns(&self) -> &[f64] {
+        &self.final_return
+    }
+    fn final_lengths(&self) -> &[u32] {
+        &self.final_length
+    }
+}
+
+impl<E: Env> VecEnv<E> {
+    fn step_copies(&mut self, actions: Actions<'_>) {
+        let n = self.envs.len();
         let d = self.obs_dim;
         let Some(pool) = self.pool.take() else {
             let mut envs = std::mem::take(&mut self.envs);
@@ -248,28 +298,6 @@ impl<E: Env> DynVecEnv for VecEnv<E> {
         self.envs = envs;
         self.pool = Some(pool);
     }
-
-    fn obs(&self) -> &[f32] {
-        &self.obs
-    }
-    fn final_obs(&self) -> &[f32] {
-        &self.final_obs
-    }
-    fn rewards(&self) -> &[f32] {
-        &self.rewards
-    }
-    fn terminated(&self) -> &[bool] {
-        &self.terminated
-    }
-    fn truncated(&self) -> &[bool] {
-        &self.truncated
-    }
-    fn final_returns(&self) -> &[f64] {
-        &self.final_return
-    }
-    fn final_lengths(&self) -> &[u32] {
-        &self.final_length
-    }
 }
 
 #[cfg(test)]
@@ -284,7 +312,7 @@ mod tests {
         for t in 0..300u32 {
             let actions: Vec<u32> = (0..6).map(|i| (t + i) % 2).collect();
             v.step(super::Actions::Discrete(&actions));
-            obs_log.extend_from_slice(v.obs());
+            obs_log.extend_from_slice(v.obs().f32());
             for i in 0..6 {
                 if v.terminated()[i] || v.truncated()[i] {
                     returns.push(v.final_returns()[i]);
@@ -302,7 +330,10 @@ mod tests {
         for _ in 0..100 {
             v.step(super::Actions::Discrete(&[1, 1, 1]));
             for i in 0..3 {
-                let (o, f) = (&v.obs()[i * 4..i * 4 + 4], &v.final_obs()[i * 4..i * 4 + 4]);
+                let (o, f) = (
+                    &v.obs().f32()[i * 4..i * 4 + 4],
+                    &v.final_obs().f32()[i * 4..i * 4 + 4],
+                );
                 if v.terminated()[i] {
                     finished += 1;
                     // Terminal obs is out of bounds; the new episode's obs is near zero.
@@ -323,12 +354,12 @@ mod tests {
         assert_eq!(a, run(1), "same seed, same trajectories");
         assert_eq!(a, run(2), "worker threads give the same result");
         let mut other = make_vec("CartPole-v1", 6, 43, 1).unwrap();
-        let from_43 = other.reset(None).to_vec();
-        let first = other.reset(Some(42)).to_vec();
+        let from_43 = other.reset(None).f32().to_vec();
+        let first = other.reset(Some(42)).f32().to_vec();
         assert_ne!(from_43, first, "different seeds, different starts");
         let mut same = make_vec("CartPole-v1", 6, 42, 1).unwrap();
         assert_eq!(
-            same.reset(None),
+            same.reset(None).f32(),
             &first[..],
             "reset(Some(seed)) equals the construction seed"
         );
@@ -346,5 +377,19 @@ mod tests {
             assert!(!v.terminated()[1]);
         }
         assert_eq!(v.final_lengths(), &[200, 200]);
+    }
+
+    #[test]
+    fn continuous_actions_are_clipped_to_the_box() {
+        let mut a = make_vec("Pendulum-v1", 1, 3, 1).unwrap();
+        let mut b = make_vec("Pendulum-v1", 1, 3, 1).unwrap();
+        a.reset(None);
+        b.reset(None);
+        for _ in 0..20 {
+            a.step(super::Actions::Continuous(&[7.5]));
+            b.step(super::Actions::Continuous(&[2.0]));
+            assert_eq!(a.obs(), b.obs());
+            assert_eq!(a.rewards(), b.rewards());
+        }
     }
 }

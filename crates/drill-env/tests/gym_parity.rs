@@ -27,7 +27,7 @@ fn classic_control_matches_gymnasium() {
     let mut checked = 0;
     for (id, episodes) in envs {
         let mut env = make(id).unwrap();
-        let mut obs = vec![0f32; env.spec().obs_dim];
+        let mut obs = vec![0f32; env.spec().obs_dim()];
         for (e, ep) in episodes.as_array().unwrap().iter().enumerate() {
             env.reset(Some(0), &mut obs);
             env.set_state(&floats(&ep["initial_state"]), &mut obs);

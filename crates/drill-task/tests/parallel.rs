@@ -52,7 +52,8 @@ fn main() {
         let _ = std::fs::remove_dir_all(&out);
         std::fs::create_dir_all(&out).unwrap();
         let result = scenario(name).run::<OnlineRLContext>(|_| unreachable!("parent"));
-        let ok = std::panic::catch_unwind(|| check(name, result)).is_ok();
+        let ok =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(name, result))).is_ok();
         println!(
             "test {name} ... {} ({:.1} s)",
             if ok { "ok" } else { "FAILED" },

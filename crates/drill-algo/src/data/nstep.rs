@@ -1,16 +1,18 @@
 //! [`NStep`]: turns a stream of one-step transitions per environment into n-step transitions.
 
+use drill_env::{Action, ActionBuf, ActionSpace, Obs, ObsBuf, ObsSpace};
+
 /// One n-step transition, ready for the replay buffer.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Transition<'a> {
     /// Observation the action was taken in.
-    pub obs: &'a [f32],
-    /// Discrete action.
-    pub action: u32,
+    pub obs: Obs<'a>,
+    /// The action.
+    pub action: Action<'a>,
     /// `sum_{k<m} gamma^k r_{t+k}`.
     pub reward: f32,
     /// Observation `m` steps later (the finished episode's last one if it ended).
-    pub next_obs: &'a [f32],
+    pub next_obs: Obs<'a>,
     /// The episode terminated within those `m` steps (no bootstrap).
     pub done: bool,
     /// `gamma^m`, the factor on the bootstrap value.
@@ -25,23 +27,29 @@ pub struct NStep {
     n: usize,
     gamma: f32,
     obs_dim: usize,
-    /// Per env: ring of (obs, action, reward), oldest first.
-    obs: Vec<Vec<f32>>,
-    actions: Vec<Vec<u32>>,
+    /// Per env: queued (obs, action, reward), oldest first.
+    obs: Vec<ObsBuf>,
+    actions: Vec<ActionBuf>,
     rewards: Vec<Vec<f32>>,
 }
 
 impl NStep {
-    /// Queues for `num_envs` environments.
-    pub fn new(n: usize, gamma: f32, num_envs: usize, obs_dim: usize) -> Self {
+    /// Queues for `num_envs` environments of these spaces.
+    pub fn new(
+        n: usize,
+        gamma: f32,
+        num_envs: usize,
+        obs: &ObsSpace,
+        actions: &ActionSpace,
+    ) -> Self {
         Self {
             n,
             gamma,
-            obs_dim,
-            obs: (0..num_envs)
-                .map(|_| Vec::with_capacity(n * obs_dim))
+            obs_dim: obs.dim(),
+            obs: (0..num_envs).map(|_| ObsBuf::new(obs.dtype)).collect(),
+            actions: (0..num_envs)
+                .map(|_| ActionBuf::for_space(actions, 0))
                 .collect(),
-            actions: (0..num_envs).map(|_| Vec::with_capacity(n)).collect(),
             rewards: (0..num_envs).map(|_| Vec::with_capacity(n)).collect(),
         }
     }
@@ -52,20 +60,21 @@ impl NStep {
     pub fn push(
         &mut self,
         i: usize,
-        obs: &[f32],
-        action: u32,
+        obs: Obs<'_>,
+        action: Action<'_>,
         reward: f32,
-        next_obs: &[f32],
+        next_obs: Obs<'_>,
         terminated: bool,
         truncated: bool,
         mut sink: impl FnMut(Transition<'_>),
     ) {
         let d = self.obs_dim;
-        self.obs[i].extend_from_slice(obs);
+        self.obs[i].extend(obs);
         self.actions[i].push(action);
         self.rewards[i].push(reward);
-        let emit = |q_obs: &[f32],
-                    q_act: &[u32],
+        let gamma = self.gamma;
+        let emit = |q_obs: &ObsBuf,
+                    q_act: &ActionBuf,
                     q_rew: &[f32],
                     start: usize,
                     done: bool,
@@ -75,15 +84,15 @@ impl NStep {
             let mut g = 1.0f32;
             for r in &q_rew[start..] {
                 ret += g * r;
-                g *= self.gamma;
+                g *= gamma;
             }
             sink(Transition {
-                obs: &q_obs[start * d..(start + 1) * d],
-                action: q_act[start],
+                obs: q_obs.as_obs().rows(start..start + 1, d),
+                action: q_act.get(start),
                 reward: ret,
                 next_obs,
                 done,
-                discount: self.gamma.powi(m as i32),
+                discount: gamma.powi(m as i32),
             });
         };
         if terminated || truncated {
@@ -109,8 +118,8 @@ impl NStep {
                 false,
                 &mut sink,
             );
-            self.obs[i].drain(..d);
-            self.actions[i].remove(0);
+            self.obs[i].drain_front(d);
+            self.actions[i].drain_front(1);
             self.rewards[i].remove(0);
         }
     }
@@ -121,21 +130,33 @@ mod tests {
     use super::*;
 
     fn collect(n: usize, steps: &[(f32, bool, bool)]) -> Vec<(f32, u32, f32, f32, bool, f32)> {
-        let mut q = NStep::new(n, 0.5, 1, 1);
+        let mut q = NStep::new(n, 0.5, 1, &ObsSpace::vector(1), &ActionSpace::Discrete(100));
         let mut out = vec![];
         for (t, &(r, term, trunc)) in steps.iter().enumerate() {
             let obs = [t as f32];
             let next = [t as f32 + 1.0];
-            q.push(0, &obs, t as u32, r, &next, term, trunc, |tr| {
-                out.push((
-                    tr.obs[0],
-                    tr.action,
-                    tr.reward,
-                    tr.next_obs[0],
-                    tr.done,
-                    tr.discount,
-                ))
-            });
+            q.push(
+                0,
+                Obs::F32(&obs),
+                Action::Discrete(t),
+                r,
+                Obs::F32(&next),
+                term,
+                trunc,
+                |tr| {
+                    let Action::Discrete(a) = tr.action else {
+                        unreachable!()
+                    };
+                    out.push((
+                        tr.obs.f32()[0],
+                        a as u32,
+                        tr.reward,
+                        tr.next_obs.f32()[0],
+                        tr.done,
+                        tr.discount,
+                    ))
+                },
+            );
         }
         out
     }

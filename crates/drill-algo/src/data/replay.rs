@@ -1,18 +1,20 @@
 //! [`ReplayBuffer`]: a ring of n-step transitions in structure-of-arrays storage, sampled
-//! uniformly or by priority.
+//! uniformly or by priority. Observations are stored in their own element type (`f32`
+//! vectors, `u8` frames) and actions of any space.
 
 use super::{SumTree, Transition};
+use drill_env::{ActionBuf, ActionSpace, ObsBuf, ObsSpace};
 use rand::Rng;
 
 /// A sampled minibatch; its buffers are reused between samples.
 #[derive(Debug, Clone, Default)]
 pub struct Batch {
     /// `[batch, obs_dim]`.
-    pub obs: Vec<f32>,
+    pub obs: ObsBuf,
     /// `[batch, obs_dim]`.
-    pub next_obs: Vec<f32>,
-    /// `[batch]` action indices.
-    pub actions: Vec<i64>,
+    pub next_obs: ObsBuf,
+    /// `[batch]` actions.
+    pub actions: ActionBuf,
     /// `[batch]` n-step discounted rewards.
     pub rewards: Vec<f32>,
     /// `[batch]` 1.0 where the episode terminated within the n steps.
@@ -23,6 +25,18 @@ pub struct Batch {
     pub weights: Vec<f32>,
     /// `[batch]` buffer slots, for priority updates.
     pub indices: Vec<usize>,
+}
+
+impl Batch {
+    /// Transitions held.
+    pub fn len(&self) -> usize {
+        self.rewards.len()
+    }
+
+    /// None held.
+    pub fn is_empty(&self) -> bool {
+        self.rewards.is_empty()
+    }
 }
 
 struct Priorities {
@@ -37,9 +51,9 @@ pub struct ReplayBuffer {
     obs_dim: usize,
     len: usize,
     next: usize,
-    obs: Vec<f32>,
-    next_obs: Vec<f32>,
-    actions: Vec<u32>,
+    obs: ObsBuf,
+    next_obs: ObsBuf,
+    actions: ActionBuf,
     rewards: Vec<f32>,
     dones: Vec<f32>,
     discounts: Vec<f32>,
@@ -47,16 +61,17 @@ pub struct ReplayBuffer {
 }
 
 impl ReplayBuffer {
-    /// Uniform replay of `capacity` transitions.
-    pub fn new(capacity: usize, obs_dim: usize) -> Self {
+    /// Uniform replay of `capacity` transitions of these spaces.
+    pub fn new(capacity: usize, obs: &ObsSpace, actions: &ActionSpace) -> Self {
+        let obs_dim = obs.dim();
         Self {
             capacity,
             obs_dim,
             len: 0,
             next: 0,
-            obs: vec![0.0; capacity * obs_dim],
-            next_obs: vec![0.0; capacity * obs_dim],
-            actions: vec![0; capacity],
+            obs: ObsBuf::zeros(obs.dtype, capacity * obs_dim),
+            next_obs: ObsBuf::zeros(obs.dtype, capacity * obs_dim),
+            actions: ActionBuf::for_space(actions, capacity),
             rewards: vec![0.0; capacity],
             dones: vec![0.0; capacity],
             discounts: vec![0.0; capacity],
@@ -65,8 +80,8 @@ impl ReplayBuffer {
     }
 
     /// Proportional prioritized replay with exponent `alpha` (Schaul et al. 2016).
-    pub fn prioritized(capacity: usize, obs_dim: usize, alpha: f64) -> Self {
-        let mut b = Self::new(capacity, obs_dim);
+    pub fn prioritized(capacity: usize, obs: &ObsSpace, actions: &ActionSpace, alpha: f64) -> Self {
+        let mut b = Self::new(capacity, obs, actions);
         b.priorities = Some(Priorities {
             tree: SumTree::new(capacity),
             alpha,
@@ -88,9 +103,15 @@ impl ReplayBuffer {
     /// Store a transition (new ones get the highest priority seen so far).
     pub fn push(&mut self, t: &Transition<'_>) {
         let (i, d) = (self.next, self.obs_dim);
-        self.obs[i * d..(i + 1) * d].copy_from_slice(t.obs);
-        self.next_obs[i * d..(i + 1) * d].copy_from_slice(t.next_obs);
-        self.actions[i] = t.action;
+        self.obs.write(i * d, t.obs);
+        self.next_obs.write(i * d, t.next_obs);
+        match (&mut self.actions, t.action) {
+            (ActionBuf::Discrete(a), drill_env::Action::Discrete(x)) => a[i] = x as u32,
+            (ActionBuf::Continuous { dim, values }, drill_env::Action::Continuous(x)) => {
+                values[i * *dim..(i + 1) * *dim].copy_from_slice(x)
+            }
+            (_, a) => panic!("replay buffer of another action space got {a:?}"),
+        }
         self.rewards[i] = t.reward;
         self.dones[i] = if t.done { 1.0 } else { 0.0 };
         self.discounts[i] = t.discount;
@@ -136,17 +157,24 @@ impl ReplayBuffer {
                 }
             }
         }
+        if out.obs.dtype() != self.obs.dtype() {
+            out.obs = ObsBuf::new(self.obs.dtype());
+            out.next_obs = ObsBuf::new(self.obs.dtype());
+        }
+        if std::mem::discriminant(&out.actions) != std::mem::discriminant(&self.actions) {
+            out.actions = self.actions.empty_like();
+        }
         out.obs.clear();
         out.next_obs.clear();
         out.actions.clear();
         out.rewards.clear();
         out.dones.clear();
         out.discounts.clear();
+        let (obs, next_obs) = (self.obs.as_obs(), self.next_obs.as_obs());
         for &i in &out.indices {
-            out.obs.extend_from_slice(&self.obs[i * d..(i + 1) * d]);
-            out.next_obs
-                .extend_from_slice(&self.next_obs[i * d..(i + 1) * d]);
-            out.actions.push(i64::from(self.actions[i]));
+            out.obs.extend(obs.rows(i..i + 1, d));
+            out.next_obs.extend(next_obs.rows(i..i + 1, d));
+            out.actions.push(self.actions.get(i));
             out.rewards.push(self.rewards[i]);
             out.dones.push(self.dones[i]);
             out.discounts.push(self.discounts[i]);
@@ -168,6 +196,18 @@ impl ReplayBuffer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use drill_env::{Action, Obs};
+
+    fn discrete(capacity: usize) -> ReplayBuffer {
+        ReplayBuffer::new(capacity, &ObsSpace::vector(2), &ActionSpace::Discrete(8))
+    }
+
+    fn actions(b: &Batch) -> &[u32] {
+        let ActionBuf::Discrete(a) = &b.actions else {
+            unreachable!()
+        };
+        a
+    }
     use rand::SeedableRng;
 
     fn t(v: f32) -> ([f32; 2], [f32; 2]) {
@@ -176,14 +216,14 @@ mod tests {
 
     #[test]
     fn ring_overwrites_oldest_and_samples_whole_transitions() {
-        let mut b = ReplayBuffer::new(3, 2);
+        let mut b = discrete(3);
         for v in 0..5 {
             let (o, n) = t(v as f32);
             b.push(&Transition {
-                obs: &o,
-                action: v,
+                obs: Obs::F32(&o),
+                action: Action::Discrete(v),
                 reward: v as f32 * 10.0,
-                next_obs: &n,
+                next_obs: Obs::F32(&n),
                 done: v == 4,
                 discount: 0.9,
             });
@@ -194,11 +234,14 @@ mod tests {
         b.sample(64, 0.4, &mut rng, &mut batch);
         let mut seen = std::collections::BTreeSet::new();
         for k in 0..64 {
-            let a = batch.actions[k];
+            let a = actions(&batch)[k] as usize;
             seen.insert(a);
             assert!((2..5).contains(&a), "only the newest three remain");
-            assert_eq!(batch.obs[2 * k..2 * k + 2], [a as f32, -(a as f32)]);
-            assert_eq!(batch.next_obs[2 * k], a as f32 + 1.0);
+            assert_eq!(
+                batch.obs.as_obs().f32()[2 * k..2 * k + 2],
+                [a as f32, -(a as f32)]
+            );
+            assert_eq!(batch.next_obs.as_obs().f32()[2 * k], a as f32 + 1.0);
             assert_eq!(batch.rewards[k], a as f32 * 10.0);
             assert_eq!(batch.dones[k], if a == 4 { 1.0 } else { 0.0 });
             assert_eq!(batch.weights[k], 1.0);
@@ -208,14 +251,15 @@ mod tests {
 
     #[test]
     fn priorities_bias_sampling_and_weights_correct_it() {
-        let mut b = ReplayBuffer::prioritized(4, 2, 1.0);
+        let mut b =
+            ReplayBuffer::prioritized(4, &ObsSpace::vector(2), &ActionSpace::Discrete(8), 1.0);
         for v in 0..4 {
             let (o, n) = t(v as f32);
             b.push(&Transition {
-                obs: &o,
-                action: v,
+                obs: Obs::F32(&o),
+                action: Action::Discrete(v),
                 reward: 0.0,
-                next_obs: &n,
+                next_obs: Obs::F32(&n),
                 done: false,
                 discount: 1.0,
             });
@@ -226,8 +270,8 @@ mod tests {
         let mut count0 = 0;
         for _ in 0..100 {
             b.sample(12, 1.0, &mut rng, &mut batch);
-            count0 += batch.actions.iter().filter(|&&a| a == 0).count();
-            for (a, w) in batch.actions.iter().zip(&batch.weights) {
+            count0 += actions(&batch).iter().filter(|&&a| a == 0).count();
+            for (a, w) in actions(&batch).iter().zip(&batch.weights) {
                 // With beta 1 the weights are 1/(N p) normalised by the largest: 1/9 for slot 0.
                 let want = if *a == 0 { 1.0 / 9.0 } else { 1.0 };
                 assert!((w - want).abs() < 1e-4, "slot {a}: weight {w}");

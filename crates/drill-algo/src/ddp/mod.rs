@@ -7,16 +7,19 @@
 //! - [`DistributedSampler`]: disjoint dataset shards per rank.
 //! - [`SyncBatchNorm`]: batch statistics over every rank's batch.
 //! - [`DataParallel`]: one process, several devices (batch split, gradients combined).
-//!
-//! The rank-aware parts of the RL loop (per-rank seeds, global counters, evaluation on rank 0)
-//! live in [`crate::session`].
+//! - [`Ranks`]: the group as the pipeline sees it. Every collective the RL pipeline issues
+//!   goes through it (summed env steps, rank 0's decisions and evaluation, averaged learner
+//!   scalars, gathered generator states), from the middlewares in [`crate::middleware`];
+//!   per-rank seeds are set in [`crate::session`].
 
 mod data_parallel;
 mod grad_sync;
+mod ranks;
 mod sampler;
 mod sync_batch_norm;
 
 pub use data_parallel::DataParallel;
 pub use grad_sync::{DdpOptions, GradSync};
+pub use ranks::Ranks;
 pub use sampler::DistributedSampler;
 pub use sync_batch_norm::SyncBatchNorm;

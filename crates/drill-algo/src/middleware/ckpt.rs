@@ -6,22 +6,23 @@ use std::collections::BTreeMap;
 use drill_task::{Middleware, OnlineRLContext, TaskError, TaskHandle};
 use rand_chacha::ChaCha8Rng;
 
-use super::{EvalOutput, Outputs, Ranks, task_err};
-use crate::checkpoint::Checkpoint;
-use crate::session::rng_state;
+use super::{EvalOutput, Outputs, task_err};
+use crate::checkpoint::{Checkpoint, rng_state};
+use crate::ddp::Ranks;
+use crate::policy::Policy;
 
 /// Writes `best` (when an evaluation improves on the best so far) and `latest` after every
-/// evaluation, and `final` when the task finishes; each with the counters, the algorithm and
-/// every rank's generator state, so a run resumes where it stopped. Rank 0 writes; under
+/// evaluation, and `final` when the task finishes; each the policy's state dict with the
+/// counters, the algorithm and every rank's generator state, so a run resumes where it
+/// stopped. Rank 0 writes; under
 /// DDP every rank takes part (the generator states are gathered).
 ///
 /// With the evaluator in another process ([`Self::remote_eval`]), the weights evaluated are
 /// older than the learner's: a snapshot is taken at each multiple of `eval_freq` and the one
 /// the result refers to becomes `best`.
-pub struct CkptSaver<'a> {
+pub struct CkptSaver<'a, P> {
     out: &'a Outputs<'a>,
-    build: Box<dyn FnMut() -> Checkpoint + 'a>,
-    algo: &'static str,
+    policy: &'a RefCell<P>,
     ranks: Ranks,
     rng: &'a RefCell<ChaCha8Rng>,
     best: f64,
@@ -32,19 +33,17 @@ pub struct CkptSaver<'a> {
 /// Snapshots kept while their evaluation is pending.
 const MAX_SNAPSHOTS: usize = 16;
 
-impl<'a> CkptSaver<'a> {
-    /// Save what `build` returns (model, optimizer, algorithm state) for algorithm `algo`.
+impl<'a, P: Policy> CkptSaver<'a, P> {
+    /// Save `policy`'s state dict into `out`.
     pub fn new(
         out: &'a Outputs<'a>,
-        algo: &'static str,
+        policy: &'a RefCell<P>,
         ranks: Ranks,
         rng: &'a RefCell<ChaCha8Rng>,
-        build: impl FnMut() -> Checkpoint + 'a,
     ) -> Self {
         Self {
             out,
-            build: Box::new(build),
-            algo,
+            policy,
             ranks,
             rng,
             best: f64::NEG_INFINITY,
@@ -64,9 +63,13 @@ impl<'a> CkptSaver<'a> {
         let mine = rng_state(&self.rng.borrow());
         self.ranks.gather(mine).map_err(task_err)
     }
+
+    fn build(&self) -> Checkpoint {
+        self.policy.borrow().state_dict()
+    }
 }
 
-impl Middleware<OnlineRLContext> for CkptSaver<'_> {
+impl<P: Policy> Middleware<OnlineRLContext> for CkptSaver<'_, P> {
     fn name(&self) -> String {
         "ckpt_saver".into()
     }
@@ -76,7 +79,7 @@ impl Middleware<OnlineRLContext> for CkptSaver<'_> {
             && ctx.train_iter.is_multiple_of(*freq)
             && !snaps.contains_key(&ctx.train_iter)
         {
-            snaps.insert(ctx.train_iter, (self.build)());
+            snaps.insert(ctx.train_iter, self.policy.borrow().state_dict());
             while snaps.len() > MAX_SNAPSHOTS {
                 snaps.pop_first();
             }
@@ -92,11 +95,11 @@ impl Middleware<OnlineRLContext> for CkptSaver<'_> {
             self.best = eval.result.mean;
             let evaluated = match &mut self.snapshots {
                 Some((_, snaps)) => snaps.remove(&eval.train_iter),
-                None => Some((self.build)()),
+                None => Some(self.build()),
             };
             match evaluated {
                 Some(ck) => {
-                    let ck = stamp(ck, eval.env_step, eval.train_iter, self.algo, &rngs);
+                    let ck = stamp(ck, eval.env_step, eval.train_iter, P::NAME, &rngs);
                     self.out.checkpoint("best", ck).map_err(task_err)?;
                 }
                 None => tracing::warn!(
@@ -109,10 +112,11 @@ impl Middleware<OnlineRLContext> for CkptSaver<'_> {
             snaps.retain(|&iter, _| iter > eval.train_iter);
         }
         let (env_step, iter) = (ctx.env_step, ctx.train_iter);
-        let (build, algo) = (&mut self.build, self.algo);
+        let policy = self.policy;
         self.out
             .checkpoint_with("latest", &mut || {
-                stamp(build(), env_step, iter, algo, &rngs)
+                let ck = policy.borrow().state_dict();
+                stamp(ck, env_step, iter, P::NAME, &rngs)
             })
             .map_err(task_err)
     }
@@ -124,8 +128,7 @@ impl Middleware<OnlineRLContext> for CkptSaver<'_> {
         self.final_saved = true;
         let rngs = self.rngs()?;
         if self.ranks.rank() == 0 {
-            let ck = (self.build)();
-            let ck = stamp(ck, ctx.env_step, ctx.train_iter, self.algo, &rngs);
+            let ck = stamp(self.build(), ctx.env_step, ctx.train_iter, P::NAME, &rngs);
             self.out.checkpoint("final", ck).map_err(task_err)?;
         }
         Ok(())

@@ -4,17 +4,18 @@
 use std::cell::RefCell;
 
 use drill_config::EpsConfig;
-use drill_env::{Actions, DynVecEnv};
+use drill_env::{ActionSpace, DynVecEnv, ObsSpace};
 use drill_task::{Middleware, OnlineRLContext, TaskError, TaskHandle};
-use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
-use super::{ActFn, EpisodeReturns, Epsilon, Ranks, Transitions, account_collection};
+use super::{EpisodeReturns, Epsilon, Transitions, account_collection};
 use crate::data::{NStep, ReplayBuffer};
+use crate::ddp::Ranks;
 use crate::explore::epsilon;
+use crate::policy::{Acted, Explore, Policy};
 
 /// Sets this step's exploration rate from the env-step count (DI-engine's
-/// `eps_greedy_handler`).
+/// `eps_greedy_handler`); the policy's collect side applies it.
 pub struct EpsGreedyHandler {
     cfg: EpsConfig,
 }
@@ -44,40 +45,36 @@ enum Until {
     Episodes(usize),
 }
 
-/// Steps the vectorised environments with the acting policy (plus [`Epsilon`]-random actions
-/// when set) and hands the one-step [`Transitions`] and finished [`EpisodeReturns`] to the
-/// rest of the pipeline. Adds every rank's env steps to `ctx.env_step`.
-pub struct StepCollector<'a> {
+/// Steps the vectorised environments with the policy's collect side (told this step's
+/// [`Epsilon`] when set) and hands the one-step [`Transitions`] and finished
+/// [`EpisodeReturns`] to the rest of the pipeline. Adds every rank's env steps to
+/// `ctx.env_step`.
+pub struct StepCollector<'a, P> {
     venv: Box<dyn DynVecEnv>,
     until: Until,
-    n_actions: u32,
-    policy: ActFn<'a>,
+    policy: &'a RefCell<P>,
     rng: &'a RefCell<ChaCha8Rng>,
     ranks: Ranks,
-    prev_obs: Vec<f32>,
-    actions: Vec<u32>,
+    acted: Acted,
 }
 
-impl<'a> StepCollector<'a> {
+impl<'a, P: Policy> StepCollector<'a, P> {
     /// Collect `n_sample` transitions per step (rounded up to whole vector steps) from `venv`
-    /// (already reset), acting with `policy` (greedy actions for a batch of observations).
+    /// (already reset), acting with `policy`.
     pub fn new(
         venv: Box<dyn DynVecEnv>,
         n_sample: usize,
-        policy: impl FnMut(&[f32], &mut [u32]) + 'a,
+        policy: &'a RefCell<P>,
         rng: &'a RefCell<ChaCha8Rng>,
         ranks: Ranks,
     ) -> Self {
-        let (n, d) = (venv.num_envs(), venv.spec().obs_dim);
         Self {
-            n_actions: venv.spec().action_space.dim() as u32,
             venv,
             until: Until::Samples(n_sample),
-            policy: Box::new(policy),
+            policy,
             rng,
             ranks,
-            prev_obs: vec![0.0; n * d],
-            actions: vec![0; n],
+            acted: Acted::default(),
         }
     }
 
@@ -88,7 +85,7 @@ impl<'a> StepCollector<'a> {
     }
 }
 
-impl Middleware<OnlineRLContext> for StepCollector<'_> {
+impl<P: Policy> Middleware<OnlineRLContext> for StepCollector<'_, P> {
     fn name(&self) -> String {
         "collector".into()
     }
@@ -98,16 +95,23 @@ impl Middleware<OnlineRLContext> for StepCollector<'_> {
             return Ok(());
         }
         let n = self.venv.num_envs();
-        let d = self.venv.spec().obs_dim;
-        let eps = ctx.ext.get::<Epsilon>().map_or(0.0, |e| e.0);
-        let world = self.ranks.world() as u64;
+        let spec = self.venv.spec();
         let mut t = Transitions {
-            obs_dim: d,
+            obs_dim: spec.obs_dim(),
+            obs: drill_env::ObsBuf::new(spec.obs.dtype),
+            next_obs: drill_env::ObsBuf::new(spec.obs.dtype),
+            actions: drill_env::ActionBuf::for_space(&spec.action_space, 0),
             ..Transitions::default()
         };
+        let explore = Explore {
+            epsilon: ctx.ext.get::<Epsilon>().map_or(0.0, |e| e.0),
+            env_step: ctx.env_step,
+        };
+        let world = self.ranks.world() as u64;
         let mut returns = EpisodeReturns::default();
         let mut local = 0u64;
         let mut rng = self.rng.borrow_mut();
+        let mut policy = self.policy.borrow_mut();
         loop {
             let done = match self.until {
                 Until::Samples(s) => local as usize >= s,
@@ -116,22 +120,15 @@ impl Middleware<OnlineRLContext> for StepCollector<'_> {
             if done {
                 break;
             }
-            self.prev_obs.copy_from_slice(self.venv.obs());
-            (self.policy)(&self.prev_obs, &mut self.actions);
-            if eps > 0.0 {
-                for a in self.actions.iter_mut() {
-                    if rng.random::<f64>() < eps {
-                        *a = rng.random_range(0..self.n_actions);
-                    }
-                }
-            }
-            self.venv.step(Actions::Discrete(&self.actions));
+            let obs = self.venv.obs();
+            policy.collect(obs, &explore, &mut rng, &mut self.acted);
+            t.obs.extend(obs);
+            self.venv.step(self.acted.actions.as_actions());
             let v = &self.venv;
             t.env.extend(0..n as u32);
-            t.obs.extend_from_slice(&self.prev_obs);
-            t.actions.extend_from_slice(&self.actions);
+            t.actions.extend(&self.acted.actions);
             t.rewards.extend_from_slice(v.rewards());
-            t.next_obs.extend_from_slice(&v.final_obs()[..n * d]);
+            t.next_obs.extend(v.final_obs());
             t.terminated.extend_from_slice(v.terminated());
             t.truncated.extend_from_slice(v.truncated());
             local += n as u64;
@@ -145,7 +142,7 @@ impl Middleware<OnlineRLContext> for StepCollector<'_> {
                 }
             }
         }
-        drop(rng);
+        drop((rng, policy));
         ctx.ext.insert(t);
         account_collection(ctx, &self.ranks, local, returns)
     }
@@ -158,10 +155,16 @@ pub struct NStepRewardEnhancer {
 }
 
 impl NStepRewardEnhancer {
-    /// `n` steps, discount `gamma`, for `num_envs` env copies of `obs_dim` observations.
-    pub fn new(n: usize, gamma: f32, num_envs: usize, obs_dim: usize) -> Self {
+    /// `n` steps, discount `gamma`, for `num_envs` env copies of these spaces.
+    pub fn new(
+        n: usize,
+        gamma: f32,
+        num_envs: usize,
+        obs: &ObsSpace,
+        actions: &ActionSpace,
+    ) -> Self {
         Self {
-            nstep: NStep::new(n, gamma, num_envs, obs_dim),
+            nstep: NStep::new(n, gamma, num_envs, obs, actions),
         }
     }
 }
@@ -181,25 +184,23 @@ impl Middleware<OnlineRLContext> for NStepRewardEnhancer {
             ));
         }
         let d = raw.obs_dim;
-        let mut out = Transitions {
-            obs_dim: d,
-            ..Transitions::default()
-        };
+        let mut out = Transitions::empty_like(d, &raw.obs, &raw.actions);
+        let (obs, next_obs) = (raw.obs.as_obs(), raw.next_obs.as_obs());
         for k in 0..raw.len() {
             let i = raw.env[k] as usize;
             self.nstep.push(
                 i,
-                &raw.obs[k * d..(k + 1) * d],
-                raw.actions[k],
+                obs.rows(k..k + 1, d),
+                raw.actions.get(k),
                 raw.rewards[k],
-                &raw.next_obs[k * d..(k + 1) * d],
+                next_obs.rows(k..k + 1, d),
                 raw.terminated[k],
                 raw.truncated[k],
                 |t| {
-                    out.obs.extend_from_slice(t.obs);
+                    out.obs.extend(t.obs);
                     out.actions.push(t.action);
                     out.rewards.push(t.reward);
-                    out.next_obs.extend_from_slice(t.next_obs);
+                    out.next_obs.extend(t.next_obs);
                     out.terminated.push(t.done);
                     out.discounts.push(t.discount);
                 },
@@ -238,13 +239,14 @@ impl Middleware<OnlineRLContext> for DataPusher<'_> {
             ));
         }
         let d = t.obs_dim;
+        let (obs, next_obs) = (t.obs.as_obs(), t.next_obs.as_obs());
         let mut b = self.buffer.borrow_mut();
         for k in 0..t.len() {
             b.push(&crate::data::Transition {
-                obs: &t.obs[k * d..(k + 1) * d],
-                action: t.actions[k],
+                obs: obs.rows(k..k + 1, d),
+                action: t.actions.get(k),
                 reward: t.rewards[k],
-                next_obs: &t.next_obs[k * d..(k + 1) * d],
+                next_obs: next_obs.rows(k..k + 1, d),
                 done: t.terminated[k],
                 discount: t.discounts[k],
             });
@@ -256,6 +258,8 @@ impl Middleware<OnlineRLContext> for DataPusher<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::middleware::probe::Probe;
+    use drill_env::{ActionSpace, ObsSpace};
     use drill_task::Task;
     use rand::SeedableRng;
 
@@ -265,19 +269,21 @@ mod tests {
         let mut venv = venv;
         venv.reset(None);
         let rng = RefCell::new(ChaCha8Rng::seed_from_u64(0));
-        let buffer = RefCell::new(ReplayBuffer::new(1000, 4));
+        let (obs, actions) = (ObsSpace::vector(4), ActionSpace::Discrete(2));
+        let buffer = RefCell::new(ReplayBuffer::new(1000, &obs, &actions));
+        let policy = RefCell::new(Probe::new(4, 1));
         let mut task = Task::<OnlineRLContext>::new();
         task.use_mw(EpsGreedyHandler::new(EpsConfig::default()));
-        let policy = |_: &[f32], a: &mut [u32]| a.fill(1);
-        task.use_mw(StepCollector::new(venv, 10, policy, &rng, Ranks::alone()));
+        task.use_mw(StepCollector::new(venv, 10, &policy, &rng, Ranks::alone()));
         task.use_fn("check_one_step", |ctx, _| {
             let t = ctx.ext.get::<Transitions>().unwrap();
             assert_eq!(t.len(), 12, "10 samples round up to 3 vector steps of 4");
             assert!(t.discounts.is_empty() && t.env[..4] == [0, 1, 2, 3]);
             assert!(ctx.ext.get::<Epsilon>().unwrap().0 > 0.9);
+            assert_eq!(t.actions, drill_env::ActionBuf::Discrete(vec![1; 12]));
             Ok(())
         });
-        task.use_mw(NStepRewardEnhancer::new(1, 0.9, 4, 4));
+        task.use_mw(NStepRewardEnhancer::new(1, 0.9, 4, &obs, &actions));
         task.use_mw(DataPusher::new(&buffer));
         let ctx = task.run(Some(2)).unwrap();
         assert_eq!(ctx.env_step, 24);
@@ -286,11 +292,13 @@ mod tests {
             24,
             "one-step: every transition completes"
         );
+        let told = policy.borrow().explore.unwrap();
+        assert!(told.epsilon > 0.9 && told.env_step == 12, "{told:?}");
 
         let venv = drill_env::make_vec("CartPole-v1", 2, 0, 1).unwrap();
+        let policy = RefCell::new(Probe::new(4, 0));
         let mut task = Task::<OnlineRLContext>::new();
-        let policy = |_: &[f32], a: &mut [u32]| a.fill(0);
-        task.use_mw(StepCollector::new(venv, 2, policy, &rng, Ranks::alone()));
+        task.use_mw(StepCollector::new(venv, 2, &policy, &rng, Ranks::alone()));
         task.use_mw(DataPusher::new(&buffer));
         let e = task.run(Some(1)).unwrap_err().to_string();
         assert!(
@@ -304,9 +312,9 @@ mod tests {
         let mut venv = drill_env::make_vec("CartPole-v1", 2, 0, 1).unwrap();
         venv.reset(None);
         let rng = RefCell::new(ChaCha8Rng::seed_from_u64(0));
+        let policy = RefCell::new(Probe::new(4, 0));
         let mut task = Task::<OnlineRLContext>::new();
-        let policy = |_: &[f32], a: &mut [u32]| a.fill(0);
-        task.use_mw(StepCollector::new(venv, 0, policy, &rng, Ranks::alone()).episodes(3));
+        task.use_mw(StepCollector::new(venv, 0, &policy, &rng, Ranks::alone()).episodes(3));
         let ctx = task.run(Some(1)).unwrap();
         assert!(ctx.env_episode >= 3, "{}", ctx.env_episode);
         assert!(ctx.env_step > 0);

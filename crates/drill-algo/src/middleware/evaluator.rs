@@ -1,32 +1,35 @@
 //! [`InteractionEvaluator`] (evaluate every `eval_freq` train iterations, finish at the stop
 //! value) and [`TerminationChecker`] (finish at `max_env_step` / `max_train_iter`).
 
+use std::cell::RefCell;
+
 use drill_task::{Middleware, OnlineRLContext, TaskError, TaskHandle};
 
-use super::{EvalFn, EvalOutput, LastEval, Ranks, task_err};
-use crate::eval::{ActionBuf, Evaluator};
+use super::{EvalOutput, LastEval, task_err};
+use crate::ddp::Ranks;
+use crate::eval::Evaluator;
+use crate::policy::Policy;
 
-/// Evaluates the policy deterministically when none has been evaluated yet or `eval_freq`
-/// train iterations passed since the last evaluation; finishes the task when the mean return
+/// Evaluates the policy's eval side when none has been evaluated yet or `eval_freq` train
+/// iterations passed since the last evaluation; finishes the task when the mean return
 /// reaches `stop_value`. Under DDP rank 0 evaluates and every rank gets its result.
-pub struct InteractionEvaluator<'a> {
+pub struct InteractionEvaluator<'a, P> {
     evaluator: Option<Evaluator>,
     eval_freq: u64,
     stop_value: Option<f64>,
     finish_on_stop: bool,
     ranks: Ranks,
-    policy: EvalFn<'a>,
+    policy: &'a RefCell<P>,
 }
 
-impl<'a> InteractionEvaluator<'a> {
-    /// `evaluator` is `Some` on rank 0 (`None` elsewhere); `policy` writes deterministic
-    /// actions for a batch of observations.
+impl<'a, P: Policy> InteractionEvaluator<'a, P> {
+    /// `evaluator` is `Some` on rank 0 (`None` elsewhere).
     pub fn new(
         evaluator: Option<Evaluator>,
         eval_freq: u64,
         stop_value: Option<f64>,
         ranks: Ranks,
-        policy: impl FnMut(&[f32], &mut ActionBuf) + 'a,
+        policy: &'a RefCell<P>,
     ) -> Self {
         Self {
             evaluator,
@@ -34,7 +37,7 @@ impl<'a> InteractionEvaluator<'a> {
             stop_value,
             finish_on_stop: true,
             ranks,
-            policy: Box::new(policy),
+            policy,
         }
     }
 
@@ -46,7 +49,7 @@ impl<'a> InteractionEvaluator<'a> {
     }
 }
 
-impl Middleware<OnlineRLContext> for InteractionEvaluator<'_> {
+impl<P: Policy> Middleware<OnlineRLContext> for InteractionEvaluator<'_, P> {
     fn name(&self) -> String {
         "evaluator".into()
     }
@@ -58,10 +61,10 @@ impl Middleware<OnlineRLContext> for InteractionEvaluator<'_> {
         if task.finished() || !due {
             return Ok(());
         }
-        let local = self
-            .evaluator
-            .as_mut()
-            .map(|e| e.run(|obs, out| (self.policy)(obs, out)));
+        let local = self.evaluator.as_mut().map(|e| {
+            let mut policy = self.policy.borrow_mut();
+            e.run(|obs, out| policy.eval(obs, out))
+        });
         let result = self.ranks.from_rank0(local).map_err(task_err)?;
         let stop = self.stop_value.is_some_and(|v| result.mean >= v);
         ctx.eval_value = Some(result.mean);
@@ -122,25 +125,20 @@ impl Middleware<OnlineRLContext> for TerminationChecker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::middleware::probe::Probe;
     use drill_task::Task;
 
     #[test]
     fn evaluates_at_start_and_every_eval_freq_then_finishes_at_the_stop_value() {
         let evaluator = Evaluator::new("CartPole-v1", 2, 2, 0).unwrap();
-        let calls = std::cell::Cell::new(0);
-        let policy = |_: &[f32], a: &mut ActionBuf| {
-            calls.set(calls.get() + 1);
-            if let ActionBuf::Discrete(a) = a {
-                a.fill(0);
-            }
-        };
+        let policy = RefCell::new(Probe::new(4, 0));
         let mut task = Task::<OnlineRLContext>::new();
         task.use_mw(InteractionEvaluator::new(
             Some(evaluator),
             40,
             Some(1e9),
             Ranks::alone(),
-            policy,
+            &policy,
         ));
         task.use_fn("train", |ctx, _| {
             ctx.train_iter += 10;
@@ -156,18 +154,18 @@ mod tests {
             drill_task::Context::renew(ctx);
         }
         assert_eq!(evals, [0, 40, 80]);
-        assert!(calls.get() > 0);
+        assert!(policy.borrow().evals > 0);
         assert!(!task.handle().finished(), "stop value 1e9 is not reached");
 
+        let policy = RefCell::new(Probe::new(4, 0));
         let mut task = Task::<OnlineRLContext>::new();
         let evaluator = Evaluator::new("CartPole-v1", 2, 2, 0).unwrap();
-        let policy = |_: &[f32], _: &mut ActionBuf| {};
         task.use_mw(InteractionEvaluator::new(
             Some(evaluator),
             40,
             Some(1.0),
             Ranks::alone(),
-            policy,
+            &policy,
         ));
         let ctx = task.run(Some(5)).unwrap();
         assert_eq!(ctx.total_step, 0, "finished in the first step");

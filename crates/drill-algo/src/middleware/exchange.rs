@@ -13,7 +13,10 @@ use std::time::Duration;
 use drill_task::{Mailbox, Middleware, OnlineRLContext, TaskError, TaskHandle};
 use serde::{Deserialize, Serialize};
 
-use super::{Collected, EpisodeReturns, EvalOutput, LastEval, LoadFn, Transitions};
+use std::cell::RefCell;
+
+use super::{Collected, EpisodeReturns, EvalOutput, LastEval, Transitions};
+use crate::policy::Policy;
 
 /// Event names on the bus.
 const CONTEXT: &str = "context";
@@ -164,9 +167,8 @@ pub struct ModelUpdate {
     pub answered: Option<(u32, u64)>,
 }
 
-enum Side<'a> {
+enum Side {
     Send {
-        params: Box<dyn FnMut() -> Vec<f32> + 'a>,
         collectors: bool,
         every: u64,
         steps: u64,
@@ -176,7 +178,6 @@ enum Side<'a> {
     },
     Collector {
         models: Mailbox<ModelUpdate>,
-        load: LoadFn<'a>,
         node: u32,
         staleness: u64,
         sent: u64,
@@ -184,29 +185,30 @@ enum Side<'a> {
     },
     Evaluator {
         models: Mailbox<ModelUpdate>,
-        load: LoadFn<'a>,
     },
 }
 
-/// Moves weights from the learner to the processes that act (DI-engine's `ModelExchanger`).
-pub struct ModelExchanger<'a> {
-    side: Side<'a>,
+/// Moves weights from the learner to the processes that act (DI-engine's `ModelExchanger`):
+/// the learner's [`Policy::weights`] into the others' [`Policy::load_weights`].
+pub struct ModelExchanger<'a, P> {
+    side: Side,
+    policy: &'a RefCell<P>,
     timeout: Duration,
 }
 
-impl<'a> ModelExchanger<'a> {
+impl<'a, P: Policy> ModelExchanger<'a, P> {
     /// Learner side, after the learner: every step sends the collector (when `collectors`:
     /// it runs in another process) an update, with the weights when they changed, and the
     /// evaluator the weights of every `eval_freq`-th iteration.
     pub fn sender(
         eval_freq: u64,
         collectors: bool,
-        params: impl FnMut() -> Vec<f32> + 'a,
+        policy: &'a RefCell<P>,
         timeout: Duration,
     ) -> Self {
         Self {
+            policy,
             side: Side::Send {
-                params: Box::new(params),
                 collectors,
                 every: 1,
                 steps: 0,
@@ -236,13 +238,13 @@ impl<'a> ModelExchanger<'a> {
         task: &TaskHandle,
         node: usize,
         staleness: u64,
-        load: impl FnMut(&[f32]) + 'a,
+        policy: &'a RefCell<P>,
         timeout: Duration,
     ) -> Self {
         Self {
+            policy,
             side: Side::Collector {
                 models: Mailbox::new(task.events(), MODEL),
-                load: Box::new(load),
                 node: node as u32,
                 staleness,
                 sent: 0,
@@ -254,18 +256,18 @@ impl<'a> ModelExchanger<'a> {
 
     /// Evaluator side, before the evaluator: waits for the weights of the next `eval_freq`-th
     /// iteration and sets `train_iter` / `env_step` to theirs.
-    pub fn evaluator(task: &TaskHandle, load: impl FnMut(&[f32]) + 'a, timeout: Duration) -> Self {
+    pub fn evaluator(task: &TaskHandle, policy: &'a RefCell<P>, timeout: Duration) -> Self {
         Self {
+            policy,
             side: Side::Evaluator {
                 models: Mailbox::new(task.events(), MODEL_EVAL),
-                load: Box::new(load),
             },
             timeout,
         }
     }
 }
 
-impl Middleware<OnlineRLContext> for ModelExchanger<'_> {
+impl<P: Policy> Middleware<OnlineRLContext> for ModelExchanger<'_, P> {
     fn name(&self) -> String {
         "model_exchanger".into()
     }
@@ -273,7 +275,6 @@ impl Middleware<OnlineRLContext> for ModelExchanger<'_> {
     fn forward(&mut self, ctx: &mut OnlineRLContext, task: &TaskHandle) -> Result<(), TaskError> {
         match &mut self.side {
             Side::Send {
-                params,
                 collectors,
                 every,
                 steps,
@@ -290,7 +291,7 @@ impl Middleware<OnlineRLContext> for ModelExchanger<'_> {
                 let changed = *sent_iter != Some(iter) && due;
                 let for_eval = iter.is_multiple_of(*eval_freq) && *eval_iter != Some(iter);
                 let weights = if (changed && *collectors) || for_eval {
-                    params()
+                    self.policy.borrow().weights()
                 } else {
                     Vec::new()
                 };
@@ -316,7 +317,6 @@ impl Middleware<OnlineRLContext> for ModelExchanger<'_> {
             }
             Side::Collector {
                 models,
-                load,
                 node,
                 staleness,
                 sent,
@@ -344,16 +344,16 @@ impl Middleware<OnlineRLContext> for ModelExchanger<'_> {
                     }
                 }
                 if let Some(u) = newest {
-                    load(&u.params);
+                    self.policy.borrow_mut().load_weights(&u.params);
                     ctx.train_iter = u.train_iter;
                     // A learner resumed from a checkpoint is ahead: continue its schedule.
                     ctx.env_step = ctx.env_step.max(u.env_step);
                 }
                 *sent += 1;
             }
-            Side::Evaluator { models, load } => {
+            Side::Evaluator { models } => {
                 if let Some(u) = models.recv(task, self.timeout)? {
-                    load(&u.params);
+                    self.policy.borrow_mut().load_weights(&u.params);
                     ctx.train_iter = u.train_iter;
                     ctx.env_step = u.env_step;
                 }
@@ -407,6 +407,8 @@ impl Middleware<OnlineRLContext> for FinishSync {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::middleware::probe::Probe;
+    use drill_env::{ActionBuf, ObsBuf};
     use drill_task::{Context, Task, TaskHandle};
 
     fn collector_step(task: &mut Task<'_, OnlineRLContext>) {
@@ -430,8 +432,8 @@ mod tests {
             });
             ctx.ext.insert(Transitions {
                 obs_dim: 1,
-                obs: vec![k],
-                actions: vec![1],
+                obs: ObsBuf::F32(vec![k]),
+                actions: ActionBuf::Discrete(vec![1]),
                 ..Transitions::default()
             });
             ctx.ext
@@ -445,7 +447,10 @@ mod tests {
         for expect in [0.0, 8.0] {
             learner.step().unwrap();
             let ctx = learner.ctx_mut();
-            assert_eq!(ctx.ext.get::<Transitions>().unwrap().obs, [expect]);
+            assert_eq!(
+                ctx.ext.get::<Transitions>().unwrap().obs,
+                ObsBuf::F32(vec![expect])
+            );
             assert_eq!(
                 ctx.ext.get::<EpisodeReturns>().unwrap().0[0].0,
                 f64::from(expect)
@@ -465,15 +470,14 @@ mod tests {
         h: &TaskHandle,
         node: usize,
         staleness: u64,
-        loaded: &'a std::cell::RefCell<Vec<f32>>,
+        probe: &'a RefCell<Probe>,
     ) -> Task<'a, OnlineRLContext> {
         let mut c = Task::<OnlineRLContext>::with_handle(h.clone());
-        let load = |w: &[f32]| loaded.borrow_mut().push(w[0]);
         c.use_mw(ModelExchanger::collector(
             h,
             node,
             staleness,
-            load,
+            probe,
             Duration::from_millis(30),
         ));
         c.use_fn("fake_collector", |ctx, _| {
@@ -492,15 +496,11 @@ mod tests {
             ctx.train_iter += 1;
             Ok(())
         });
-        let mut w = 0.0f32;
-        let params = move || {
-            w += 1.0;
-            vec![w]
-        };
+        let probe = Box::leak(Box::new(RefCell::new(Probe::new(1, 0))));
         l.use_mw(ModelExchanger::sender(
             1000,
             true,
-            params,
+            probe,
             Duration::from_secs(1),
         ));
         l
@@ -511,8 +511,8 @@ mod tests {
         for staleness in [0u64, 1] {
             let owner = Task::<OnlineRLContext>::new();
             let h = owner.handle().clone();
-            let loaded = std::cell::RefCell::new(Vec::new());
-            let mut collector = fake_collector(&h, 1, staleness, &loaded);
+            let probe = RefCell::new(Probe::new(1, 0));
+            let mut collector = fake_collector(&h, 1, staleness, &probe);
             let mut learner = fake_learner(&h);
             for _ in 0..=staleness {
                 collector_step(&mut collector);
@@ -521,7 +521,11 @@ mod tests {
             assert!(e.contains("\"model\""), "staleness {staleness}: {e}");
             learner.step().unwrap();
             collector_step(&mut collector);
-            assert_eq!(*loaded.borrow(), [1.0], "the newest weights are loaded");
+            assert_eq!(
+                probe.borrow().loaded,
+                [1.0],
+                "the newest weights are loaded"
+            );
             assert_eq!(collector.ctx().train_iter, 1);
         }
     }
@@ -530,9 +534,12 @@ mod tests {
     fn with_two_collectors_each_waits_for_the_answer_to_its_own_step() {
         let owner = Task::<OnlineRLContext>::new();
         let h = owner.handle().clone();
-        let (la, lb) = Default::default();
-        let mut a = fake_collector(&h, 1, 0, &la);
-        let mut b = fake_collector(&h, 2, 0, &lb);
+        let (pa, pb) = (
+            RefCell::new(Probe::new(1, 0)),
+            RefCell::new(Probe::new(1, 0)),
+        );
+        let mut a = fake_collector(&h, 1, 0, &pa);
+        let mut b = fake_collector(&h, 2, 0, &pb);
         let mut learner = fake_learner(&h);
         collector_step(&mut a);
         collector_step(&mut b);
@@ -543,8 +550,9 @@ mod tests {
         assert!(e.contains("\"model\""), "b's step is not answered yet: {e}");
         learner.step().unwrap();
         collector_step(&mut b);
-        assert_eq!((la.borrow().len(), lb.borrow().len()), (1, 1));
-        assert_eq!(lb.borrow()[0], 2.0, "b loads the newest weights");
+        let (la, lb) = (&pa.borrow().loaded, &pb.borrow().loaded);
+        assert_eq!((la.len(), lb.len()), (1, 1));
+        assert_eq!(lb[0], 2.0, "b loads the newest weights");
     }
 
     #[test]
@@ -552,12 +560,13 @@ mod tests {
         let owner = Task::<OnlineRLContext>::new();
         let h = owner.handle().clone();
         let got = Mailbox::<ModelUpdate>::new(h.events(), MODEL);
+        let probe = RefCell::new(Probe::new(1, 0));
         let mut learner = Task::<OnlineRLContext>::with_handle(h.clone());
         learner.use_fn("fake_learner", |ctx, _| {
             ctx.train_iter += 1;
             Ok(())
         });
-        let sender = ModelExchanger::sender(1000, true, || vec![1.0; 3], Duration::from_secs(1));
+        let sender = ModelExchanger::sender(1000, true, &probe, Duration::from_secs(1));
         learner.use_mw(sender.every(3));
         learner.run(Some(7)).unwrap();
         let with: Vec<bool> = std::iter::from_fn(|| got.try_recv().unwrap())

@@ -5,30 +5,18 @@ use std::cell::RefCell;
 use drill_task::{Middleware, OnlineRLContext, TaskError, TaskHandle};
 use rand_chacha::ChaCha8Rng;
 
-use super::{Ranks, task_err};
+use super::task_err;
 use crate::TrainError;
 use crate::data::{Batch, ReplayBuffer};
-use crate::dqn::UpdateStats;
+use crate::ddp::Ranks;
+use crate::policy::{LearnOutput, Policy};
 
-/// What an off-policy learner trains (DQN: online + target network and the acting copy).
-pub trait OffPolicy {
-    /// Updates done so far.
-    fn train_iter(&self) -> u64;
-    /// One gradient step on `batch`; TD errors into `td` when priorities are kept.
-    fn update(
-        &mut self,
-        batch: &Batch,
-        td: Option<&mut Vec<f32>>,
-    ) -> Result<UpdateStats, TrainError>;
-    /// After a round of updates: refresh what the collector and evaluator act with.
-    fn publish(&mut self);
-}
-
-/// Samples `batch_size` transitions and updates `update_per_collect` times per step, once the
-/// buffer holds `learning_starts` (rank 0's buffer decides under DDP, so every rank runs the
-/// same number of updates); pauses at multiples of `eval_freq` so the evaluator sees those
-/// iterations, as DI-engine's learner does.
-pub struct OffPolicyLearner<'a, P: OffPolicy> {
+/// Samples `batch_size` transitions and calls the policy's learn side `update_per_collect`
+/// times per step, once the buffer holds `learning_starts` (rank 0's buffer decides under
+/// DDP, so every rank runs the same number of updates); pauses at multiples of `eval_freq` so
+/// the evaluator sees those iterations, as DI-engine's learner does. Logs the last update's
+/// scalars, averaged over ranks.
+pub struct OffPolicyLearner<'a, P> {
     policy: &'a RefCell<P>,
     buffer: &'a RefCell<ReplayBuffer>,
     rng: &'a RefCell<ChaCha8Rng>,
@@ -44,10 +32,11 @@ pub struct OffPolicyLearner<'a, P: OffPolicy> {
     /// Prioritized replay's importance exponent; `None` for uniform replay.
     pub priority_beta: Option<f64>,
     batch: Batch,
-    td: Vec<f32>,
+    out: LearnOutput,
+    logged: Vec<f32>,
 }
 
-impl<'a, P: OffPolicy> OffPolicyLearner<'a, P> {
+impl<'a, P: Policy<Data = Batch>> OffPolicyLearner<'a, P> {
     /// A learner for `policy` on `buffer`; set the public fields for the schedule.
     pub fn new(
         policy: &'a RefCell<P>,
@@ -66,12 +55,13 @@ impl<'a, P: OffPolicy> OffPolicyLearner<'a, P> {
             eval_freq: u64::MAX,
             priority_beta: None,
             batch: Batch::default(),
-            td: Vec::new(),
+            out: LearnOutput::default(),
+            logged: Vec::new(),
         }
     }
 }
 
-impl<P: OffPolicy> Middleware<OnlineRLContext> for OffPolicyLearner<'_, P> {
+impl<P: Policy<Data = Batch>> Middleware<OnlineRLContext> for OffPolicyLearner<'_, P> {
     fn name(&self) -> String {
         "learner".into()
     }
@@ -86,37 +76,48 @@ impl<P: OffPolicy> Middleware<OnlineRLContext> for OffPolicyLearner<'_, P> {
         }
         let mut policy = self.policy.borrow_mut();
         let mut buffer = self.buffer.borrow_mut();
-        let mut stats = UpdateStats::default();
+        let mut rng = self.rng.borrow_mut();
         for _ in 0..self.update_per_collect {
             buffer.sample(
                 self.batch_size,
                 self.priority_beta.unwrap_or(0.0),
-                &mut *self.rng.borrow_mut(),
+                &mut *rng,
                 &mut self.batch,
             );
-            let td = self.priority_beta.is_some().then_some(&mut self.td);
-            stats = policy.update(&self.batch, td).map_err(task_err)?;
-            if !stats.loss.is_finite() {
+            self.out.clear();
+            policy
+                .learn(&self.batch, ctx.env_step, &mut rng, &mut self.out)
+                .map_err(task_err)?;
+            if !self.out.loss.is_finite() {
                 return Err(task_err(TrainError::NonFinite {
                     iter: policy.train_iter(),
-                    value: f64::from(stats.loss),
+                    value: f64::from(self.out.loss),
                 }));
             }
             if self.priority_beta.is_some() {
-                buffer.update_priorities(&self.batch.indices, &self.td);
+                buffer.update_priorities(&self.batch.indices, &self.out.priorities);
             }
             if policy.train_iter().is_multiple_of(self.eval_freq) {
                 break;
             }
         }
-        policy.publish();
         ctx.train_iter = policy.train_iter();
-        let mut logged = [stats.loss, stats.target_q_mean];
-        self.ranks.mean(&mut logged).map_err(task_err)?;
-        ctx.train_output
-            .push(("losses/td_loss".into(), f64::from(logged[0])));
-        ctx.train_output
-            .push(("losses/target_q_mean".into(), f64::from(logged[1])));
-        Ok(())
+        log_scalars(ctx, &self.ranks, &self.out, &mut self.logged)
     }
+}
+
+/// Average `out`'s scalars over ranks and put them into `ctx.train_output`.
+pub(crate) fn log_scalars(
+    ctx: &mut OnlineRLContext,
+    ranks: &Ranks,
+    out: &LearnOutput,
+    scratch: &mut Vec<f32>,
+) -> Result<(), TaskError> {
+    scratch.clear();
+    scratch.extend(out.scalars.iter().map(|&(_, v)| v));
+    ranks.mean(scratch).map_err(task_err)?;
+    for (&(tag, _), &v) in out.scalars.iter().zip(scratch.iter()) {
+        ctx.train_output.push((tag.into(), f64::from(v)));
+    }
+    Ok(())
 }

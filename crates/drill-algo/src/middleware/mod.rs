@@ -1,6 +1,8 @@
 //! drill's built-in middleware (DI-engine's `ding.framework.middleware`): the pieces every
 //! training pipeline is composed of, each a [`drill_task::Middleware`] over
-//! [`OnlineRLContext`](drill_task::OnlineRLContext).
+//! [`OnlineRLContext`](drill_task::OnlineRLContext). They are generic: each takes the
+//! algorithm as a [`Policy`](crate::policy::Policy) (shared as `&RefCell<P>`) and calls the
+//! side it needs; the algorithm itself lives in its own file (`dqn.rs`, `ppo.rs`, `sac.rs`).
 //!
 //! | middleware | reads from ctx | writes to ctx |
 //! |---|---|---|
@@ -11,18 +13,19 @@
 //! | [`NStepRewardEnhancer`] | raw [`Transitions`] | n-step [`Transitions`] |
 //! | [`DataPusher`] | n-step [`Transitions`] | the replay buffer |
 //! | [`OffPolicyLearner`] | the replay buffer | `train_iter`, `train_output` |
-//! | [`RolloutCollector`], [`GaeEstimator`], [`OnPolicyLearner`] | [`RolloutBuffer`]: rollout, advantages, epochs | `env_step`, `train_iter`, `train_output` |
+//! | [`RolloutCollector`], [`GaeEstimator`], [`OnPolicyLearner`] | [`Rollout`](crate::data::Rollout): rollout, advantages, update | `env_step`, `train_iter`, `train_output` |
 //! | [`CkptSaver`] | [`EvalOutput`] | `best` / `latest` / `final` checkpoints |
 //! | [`OnlineLogger`] | everything above | TensorBoard scalars, progress |
 //! | [`ContextExchanger`], [`ModelExchanger`], [`FinishSync`] | | across processes (Parallel runner) |
 //!
-//! Under DDP (`policy.multi_gpu`) the same middlewares are rank-aware through [`Ranks`]:
+//! Under DDP (`policy.multi_gpu`) the same middlewares are rank-aware through
+//! [`Ranks`](crate::ddp::Ranks):
 //! env-step counts are summed, evaluation runs on rank 0 and is broadcast, and every decision
 //! that changes control flow (stop, learning start, limits) is rank 0's, so all ranks run
 //! the same collectives in the same order.
 //!
 //! Middlewares that do work skip it once the task is finished (an evaluation that reached the
-//! stop value ends the run before more data is collected, as drill's loops always did).
+//! stop value ends the run before more data is collected).
 
 mod ckpt;
 mod collector;
@@ -31,32 +34,24 @@ mod exchange;
 mod learner;
 mod logger;
 mod onpolicy;
-mod ranks;
+#[cfg(test)]
+pub(crate) mod probe;
 mod roles;
 
 pub use ckpt::CkptSaver;
 pub use collector::{DataPusher, EpsGreedyHandler, NStepRewardEnhancer, StepCollector};
 pub use evaluator::{InteractionEvaluator, TerminationChecker};
 pub use exchange::{ContextExchanger, FinishSync, ModelExchanger, ModelUpdate};
-pub use learner::{OffPolicy, OffPolicyLearner};
+pub use learner::OffPolicyLearner;
 pub use logger::{OnlineLogger, Outputs};
-pub use onpolicy::{
-    GaeEstimator, OnPolicy, OnPolicyLearner, RolloutBuffer, RolloutCollector, SampleFn, ValuesFn,
-};
-pub use ranks::Ranks;
-
+pub use onpolicy::{GaeEstimator, OnPolicyLearner, RolloutCollector};
 pub use roles::{Remote, Roles};
 
+use crate::ddp::Ranks;
 use crate::eval::EvalResult;
+use drill_env::{ActionBuf, ObsBuf};
 use drill_task::TaskError;
 use serde::{Deserialize, Serialize};
-
-/// Greedy discrete actions for a batch of observations (what a collector acts with).
-pub type ActFn<'a> = Box<dyn FnMut(&[f32], &mut [u32]) + 'a>;
-/// Deterministic actions for a batch of observations (what an evaluator runs).
-pub type EvalFn<'a> = Box<dyn FnMut(&[f32], &mut crate::eval::ActionBuf) + 'a>;
-/// Loads flat parameters (visit order) into what a process acts with.
-pub type LoadFn<'a> = Box<dyn FnMut(&[f32]) + 'a>;
 
 /// The exploration rate the collector uses this step ([`EpsGreedyHandler`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -66,18 +61,18 @@ pub struct Epsilon(pub f64);
 /// `truncated`), or n-step after [`NStepRewardEnhancer`] (with `discounts`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Transitions {
-    /// Observation size.
+    /// Elements per observation.
     pub obs_dim: usize,
     /// Which collector env copy each came from (one-step only).
     pub env: Vec<u32>,
-    /// Observations, `obs_dim` each.
-    pub obs: Vec<f32>,
-    /// Discrete actions.
-    pub actions: Vec<u32>,
+    /// Observations, `obs_dim` elements each.
+    pub obs: ObsBuf,
+    /// Actions.
+    pub actions: ActionBuf,
     /// Rewards (n-step: discounted sums).
     pub rewards: Vec<f32>,
     /// Next observations (the episode's last one when it ended).
-    pub next_obs: Vec<f32>,
+    pub next_obs: ObsBuf,
     /// The episode terminated (no bootstrap).
     pub terminated: Vec<bool>,
     /// The episode was cut by a time limit (one-step only).
@@ -87,14 +82,26 @@ pub struct Transitions {
 }
 
 impl Transitions {
+    /// None held yet, for observations of `obs_dim` elements like `obs` and actions like
+    /// `actions`.
+    pub fn empty_like(obs_dim: usize, obs: &ObsBuf, actions: &ActionBuf) -> Self {
+        Self {
+            obs_dim,
+            obs: ObsBuf::new(obs.dtype()),
+            next_obs: ObsBuf::new(obs.dtype()),
+            actions: actions.empty_like(),
+            ..Self::default()
+        }
+    }
+
     /// Transitions held.
     pub fn len(&self) -> usize {
-        self.actions.len()
+        self.rewards.len()
     }
 
     /// None held.
     pub fn is_empty(&self) -> bool {
-        self.actions.is_empty()
+        self.rewards.is_empty()
     }
 }
 
@@ -149,7 +156,7 @@ pub(crate) fn account_collection(
     Ok(())
 }
 
-/// A training error as a middleware error (its message is kept).
+/// A training error as a middleware error (kept as its typed source).
 pub(crate) fn task_err(e: impl Into<crate::TrainError>) -> TaskError {
-    TaskError::msg(e.into().to_string())
+    TaskError::source(e.into())
 }

@@ -2,64 +2,16 @@
 
 use std::cell::RefCell;
 
-use drill_env::{ActionSpace, DynVecEnv};
+use drill_env::{ActionBuf, DynVecEnv, ObsBuf};
 use drill_task::{Middleware, OnlineRLContext, TaskError, TaskHandle};
-use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 
-use super::{EpisodeReturns, Ranks, account_collection, task_err};
+use super::learner::log_scalars;
+use super::{EpisodeReturns, account_collection, task_err};
 use crate::TrainError;
-use crate::data::gae;
-use crate::eval::ActionBuf;
-
-/// One rollout, time-major (`steps × num_envs` rows), filled by [`RolloutCollector`] and
-/// completed by [`GaeEstimator`] (ctx extension, this step).
-#[derive(Debug, Clone, Default)]
-pub struct RolloutBuffer {
-    /// Observation size.
-    pub obs_dim: usize,
-    /// Action size (1 for discrete).
-    pub act_dim: usize,
-    /// Env copies (columns).
-    pub num_envs: usize,
-    /// `[rows, obs_dim]`.
-    pub obs: Vec<f32>,
-    /// `[rows, obs_dim]`: the next observation (the episode's last when it ended).
-    pub next_obs: Vec<f32>,
-    /// `[rows, act_dim]`, the sampled actions (discrete: the index as f32).
-    pub actions: Vec<f32>,
-    /// Log-probabilities under the behaviour policy.
-    pub logp: Vec<f32>,
-    /// Rewards (scaled when reward normalisation is on).
-    pub rewards: Vec<f32>,
-    /// The episode terminated (no bootstrap).
-    pub terminated: Vec<bool>,
-    /// The episode ended (terminated or truncated).
-    pub ended: Vec<bool>,
-    /// Values under the behaviour critic ([`GaeEstimator`]).
-    pub values: Vec<f32>,
-    /// GAE advantages ([`GaeEstimator`]).
-    pub adv: Vec<f32>,
-    /// Value targets `adv + values` ([`GaeEstimator`]).
-    pub returns: Vec<f32>,
-}
-
-impl RolloutBuffer {
-    /// Rows held.
-    pub fn len(&self) -> usize {
-        self.logp.len()
-    }
-
-    /// None held.
-    pub fn is_empty(&self) -> bool {
-        self.logp.is_empty()
-    }
-}
-
-/// Samples actions for a batch of observations: writes the env actions, the stored actions
-/// (`act_dim` each) and their log-probabilities.
-pub type SampleFn<'a> =
-    Box<dyn FnMut(&[f32], &mut ChaCha8Rng, &mut ActionBuf, &mut [f32], &mut [f32]) + 'a>;
+use crate::data::{Rollout, gae};
+use crate::ddp::Ranks;
+use crate::policy::{Acted, Explore, LearnOutput, Policy};
 
 /// Running variance of the discounted return, for reward scaling (SB3's `VecNormalize`).
 struct RewardScaler {
@@ -89,36 +41,35 @@ impl RewardScaler {
     }
 }
 
-/// Rolls out `steps` steps in every env copy with the stochastic policy into a
-/// [`RolloutBuffer`]; adds every rank's env steps to `ctx.env_step`.
-pub struct RolloutCollector<'a> {
+/// Rolls out `steps` steps in every env copy with the policy's collect side into a
+/// [`Rollout`]; adds every rank's env steps to `ctx.env_step`.
+pub struct RolloutCollector<'a, P> {
     venv: Box<dyn DynVecEnv>,
     steps: usize,
-    sample: SampleFn<'a>,
+    policy: &'a RefCell<P>,
     rng: &'a RefCell<ChaCha8Rng>,
     ranks: Ranks,
     scaler: Option<RewardScaler>,
-    actions: ActionBuf,
+    acted: Acted,
 }
 
-impl<'a> RolloutCollector<'a> {
+impl<'a, P: Policy<Data = Rollout>> RolloutCollector<'a, P> {
     /// `steps` vector steps per task step from `venv` (already reset).
     pub fn new(
         venv: Box<dyn DynVecEnv>,
         steps: usize,
-        sample: impl FnMut(&[f32], &mut ChaCha8Rng, &mut ActionBuf, &mut [f32], &mut [f32]) + 'a,
+        policy: &'a RefCell<P>,
         rng: &'a RefCell<ChaCha8Rng>,
         ranks: Ranks,
     ) -> Self {
-        let actions = ActionBuf::for_space(&venv.spec().action_space, venv.num_envs());
         Self {
             venv,
             steps: steps.max(1),
-            sample: Box::new(sample),
+            policy,
             rng,
             ranks,
             scaler: None,
-            actions,
+            acted: Acted::default(),
         }
     }
 
@@ -135,7 +86,7 @@ impl<'a> RolloutCollector<'a> {
     }
 }
 
-impl Middleware<OnlineRLContext> for RolloutCollector<'_> {
+impl<P: Policy<Data = Rollout>> Middleware<OnlineRLContext> for RolloutCollector<'_, P> {
     fn name(&self) -> String {
         "rollout_collector".into()
     }
@@ -144,42 +95,39 @@ impl Middleware<OnlineRLContext> for RolloutCollector<'_> {
         if task.finished() {
             return Ok(());
         }
-        let (n, d) = (self.venv.num_envs(), self.venv.spec().obs_dim);
-        let act_dim = match &self.venv.spec().action_space {
-            ActionSpace::Discrete(_) => 1,
-            space => space.dim(),
-        };
+        let (n, spec) = (self.venv.num_envs(), self.venv.spec());
+        let d = spec.obs_dim();
         let rows = self.steps * n;
-        let mut r = RolloutBuffer {
+        let mut r = Rollout {
             obs_dim: d,
-            act_dim,
             num_envs: n,
-            obs: vec![0.0; rows * d],
-            next_obs: vec![0.0; rows * d],
-            actions: vec![0.0; rows * act_dim],
+            obs: ObsBuf::zeros(spec.obs.dtype, rows * d),
+            next_obs: ObsBuf::zeros(spec.obs.dtype, rows * d),
+            actions: ActionBuf::for_space(&spec.action_space, 0),
             logp: vec![0.0; rows],
             rewards: vec![0.0; rows],
             terminated: vec![false; rows],
             ended: vec![false; rows],
-            ..RolloutBuffer::default()
+            ..Rollout::default()
+        };
+        let explore = Explore {
+            epsilon: 0.0,
+            env_step: ctx.env_step,
         };
         let mut returns = EpisodeReturns::default();
         let world = self.ranks.world() as u64;
         let mut rng = self.rng.borrow_mut();
+        let mut policy = self.policy.borrow_mut();
         for t in 0..self.steps {
             let rows = t * n..(t + 1) * n;
-            let obs = &mut r.obs[rows.start * d..rows.end * d];
-            obs.copy_from_slice(self.venv.obs());
-            (self.sample)(
-                obs,
-                &mut rng,
-                &mut self.actions,
-                &mut r.actions[rows.start * act_dim..rows.end * act_dim],
-                &mut r.logp[rows.clone()],
-            );
-            self.venv.step(self.actions.as_actions());
+            let obs = self.venv.obs();
+            r.obs.write(rows.start * d, obs);
+            policy.collect(obs, &explore, &mut rng, &mut self.acted);
+            r.actions.extend(&self.acted.actions);
+            r.logp[rows.clone()].copy_from_slice(&self.acted.logp);
+            self.venv.step(self.acted.actions.as_actions());
             let v = &self.venv;
-            r.next_obs[rows.start * d..rows.end * d].copy_from_slice(&v.final_obs()[..n * d]);
+            r.next_obs.write(rows.start * d, v.final_obs());
             for i in 0..n {
                 let (term, done) = (v.terminated()[i], v.terminated()[i] || v.truncated()[i]);
                 let rew = v.rewards()[i];
@@ -195,50 +143,54 @@ impl Middleware<OnlineRLContext> for RolloutCollector<'_> {
                 }
             }
         }
-        drop(rng);
+        drop((rng, policy));
         ctx.ext.insert(r);
         account_collection(ctx, &self.ranks, rows as u64, returns)
     }
 }
 
-/// The critic's values for a batch of observations.
-pub type ValuesFn<'a> = Box<dyn FnMut(&[f32]) -> Vec<f32> + 'a>;
-
-/// Values of every state and next state under the behaviour critic, then GAE advantages and
-/// returns (DI-engine's `gae_estimator`).
-pub struct GaeEstimator<'a> {
-    values: ValuesFn<'a>,
+/// Values of every state and next state under the behaviour critic (the policy's
+/// [`Policy::values`]), then GAE advantages and returns (DI-engine's `gae_estimator`).
+pub struct GaeEstimator<'a, P> {
+    policy: &'a RefCell<P>,
     gamma: f32,
     lambda: f32,
+    next_values: Vec<f32>,
 }
 
-impl<'a> GaeEstimator<'a> {
-    /// `values` maps a batch of observations to the critic's values.
-    pub fn new(gamma: f32, lambda: f32, values: impl FnMut(&[f32]) -> Vec<f32> + 'a) -> Self {
+impl<'a, P: Policy> GaeEstimator<'a, P> {
+    /// Discount `gamma`, GAE `lambda`.
+    pub fn new(gamma: f32, lambda: f32, policy: &'a RefCell<P>) -> Self {
         Self {
-            values: Box::new(values),
+            policy,
             gamma,
             lambda,
+            next_values: Vec::new(),
         }
     }
 }
 
-impl Middleware<OnlineRLContext> for GaeEstimator<'_> {
+impl<P: Policy> Middleware<OnlineRLContext> for GaeEstimator<'_, P> {
     fn name(&self) -> String {
         "gae_estimator".into()
     }
 
     fn forward(&mut self, ctx: &mut OnlineRLContext, _: &TaskHandle) -> Result<(), TaskError> {
-        let Some(r) = ctx.ext.get_mut::<RolloutBuffer>() else {
+        let Some(r) = ctx.ext.get_mut::<Rollout>() else {
             return Ok(());
         };
-        r.values = (self.values)(&r.obs);
-        let next_values = (self.values)(&r.next_obs);
+        let mut policy = self.policy.borrow_mut();
+        policy
+            .values(r.obs.as_obs(), &mut r.values)
+            .map_err(task_err)?;
+        policy
+            .values(r.next_obs.as_obs(), &mut self.next_values)
+            .map_err(task_err)?;
         r.adv = vec![0.0; r.len()];
         gae(
             &r.rewards,
             &r.values,
-            &next_values,
+            &self.next_values,
             &r.terminated,
             &r.ended,
             r.num_envs,
@@ -251,62 +203,31 @@ impl Middleware<OnlineRLContext> for GaeEstimator<'_> {
     }
 }
 
-/// What an on-policy learner trains (PPO: the actor-critic and its acting copy).
-pub trait OnPolicy {
-    /// Minibatch steps done so far.
-    fn train_iter(&self) -> u64;
-    /// One gradient step on the rows `mb` of `r` at learning rate `lr`; the scalars to log
-    /// (`losses/...`), the first being the total loss.
-    fn minibatch(
-        &mut self,
-        mb: &[usize],
-        r: &RolloutBuffer,
-        lr: f64,
-    ) -> Result<Vec<(&'static str, f32)>, TrainError>;
-    /// The approximate KL of the last minibatch (for early stopping).
-    fn approx_kl(&self) -> f32;
-    /// After the epochs: refresh what the collector and evaluator act with.
-    fn publish(&mut self);
-}
-
-/// `epoch_per_collect` passes of shuffled minibatches over the rollout, optionally stopping
-/// early when the (rank-averaged) approximate KL exceeds `target_kl`; learning rate annealed
-/// linearly to 0 at `anneal_to` env steps when set.
-pub struct OnPolicyLearner<'a, P: OnPolicy> {
+/// Hands the step's [`Rollout`] (with advantages) to the policy's learn side — epochs,
+/// minibatches and their schedule are the algorithm's — and logs the scalars it reports,
+/// averaged over ranks.
+pub struct OnPolicyLearner<'a, P> {
     policy: &'a RefCell<P>,
     rng: &'a RefCell<ChaCha8Rng>,
     ranks: Ranks,
-    /// Minibatch size.
-    pub batch_size: usize,
-    /// Passes over the rollout.
-    pub epoch_per_collect: usize,
-    /// Learning rate.
-    pub learning_rate: f64,
-    /// Anneal the learning rate to 0 at this many env steps.
-    pub anneal_to: Option<u64>,
-    /// Stop the epochs when the approximate KL exceeds this (0: never).
-    pub target_kl: f64,
-    order: Vec<usize>,
+    out: LearnOutput,
+    logged: Vec<f32>,
 }
 
-impl<'a, P: OnPolicy> OnPolicyLearner<'a, P> {
-    /// A learner for `policy`; set the public fields for the schedule.
+impl<'a, P: Policy<Data = Rollout>> OnPolicyLearner<'a, P> {
+    /// A learner for `policy`.
     pub fn new(policy: &'a RefCell<P>, rng: &'a RefCell<ChaCha8Rng>, ranks: Ranks) -> Self {
         Self {
             policy,
             rng,
             ranks,
-            batch_size: 64,
-            epoch_per_collect: 1,
-            learning_rate: 3e-4,
-            anneal_to: None,
-            target_kl: 0.0,
-            order: Vec::new(),
+            out: LearnOutput::default(),
+            logged: Vec::new(),
         }
     }
 }
 
-impl<P: OnPolicy> Middleware<OnlineRLContext> for OnPolicyLearner<'_, P> {
+impl<P: Policy<Data = Rollout>> Middleware<OnlineRLContext> for OnPolicyLearner<'_, P> {
     fn name(&self) -> String {
         "learner".into()
     }
@@ -315,7 +236,7 @@ impl<P: OnPolicy> Middleware<OnlineRLContext> for OnPolicyLearner<'_, P> {
         if task.finished() {
             return Ok(());
         }
-        let Some(r) = ctx.ext.get::<RolloutBuffer>() else {
+        let Some(r) = ctx.ext.get::<Rollout>() else {
             return Ok(());
         };
         if r.adv.len() != r.len() {
@@ -323,44 +244,18 @@ impl<P: OnPolicy> Middleware<OnlineRLContext> for OnPolicyLearner<'_, P> {
                 "the rollout has no advantages: put GaeEstimator before OnPolicyLearner",
             ));
         }
-        let lr = match self.anneal_to {
-            Some(max) => self.learning_rate * (1.0 - ctx.env_step as f64 / max as f64).max(0.0),
-            None => self.learning_rate,
-        };
-        self.order.clear();
-        self.order.extend(0..r.len());
         let mut policy = self.policy.borrow_mut();
-        let mut stats = Vec::new();
-        'epochs: for _ in 0..self.epoch_per_collect {
-            self.order.shuffle(&mut *self.rng.borrow_mut());
-            for mb in self.order.chunks(self.batch_size) {
-                stats = policy.minibatch(mb, r, lr).map_err(task_err)?;
-                if let Some(&(_, loss)) = stats.first()
-                    && !loss.is_finite()
-                {
-                    return Err(task_err(TrainError::NonFinite {
-                        iter: policy.train_iter(),
-                        value: f64::from(loss),
-                    }));
-                }
-                // Early stop on KL: every rank must agree, so the averaged KL decides.
-                if self.target_kl > 0.0 {
-                    let mut kl = [policy.approx_kl()];
-                    self.ranks.mean(&mut kl).map_err(task_err)?;
-                    if f64::from(kl[0]) > self.target_kl {
-                        break 'epochs;
-                    }
-                }
-            }
+        self.out.clear();
+        policy
+            .learn(r, ctx.env_step, &mut self.rng.borrow_mut(), &mut self.out)
+            .map_err(task_err)?;
+        if !self.out.loss.is_finite() {
+            return Err(task_err(TrainError::NonFinite {
+                iter: policy.train_iter(),
+                value: f64::from(self.out.loss),
+            }));
         }
-        policy.publish();
         ctx.train_iter = policy.train_iter();
-        let mut values: Vec<f32> = stats.iter().map(|&(_, v)| v).collect();
-        self.ranks.mean(&mut values).map_err(task_err)?;
-        for ((tag, _), v) in stats.iter().zip(values) {
-            ctx.train_output.push(((*tag).into(), f64::from(v)));
-        }
-        ctx.train_output.push(("charts/learning_rate".into(), lr));
-        Ok(())
+        log_scalars(ctx, &self.ranks, &self.out, &mut self.logged)
     }
 }

@@ -1,16 +1,33 @@
-//! Neural networks: [`QNet`] for DQN, [`Actor`] and [`Critic`] for PPO, and the Nature-DQN
-//! [`NatureCnn`] used by the learner benchmark.
+//! Neural networks: [`QNet`] for DQN, [`Actor`] and [`Critic`] for PPO, [`SquashedGaussian`]
+//! and [`TwinQ`] for SAC, and the Nature-DQN [`NatureCnn`] used by the learner benchmark;
+//! [`input`] turns any observation batch into a network's float input.
 
 mod actor_critic;
 mod cnn;
 mod q;
+mod sac;
 
 pub use actor_critic::{Actor, ActorCritic, ActorHead, Critic};
 pub use cnn::NatureCnn;
 pub use q::QNet;
+pub use sac::{SquashedGaussian, TwinQ};
 
 use burn::nn::{Initializer, Linear, LinearConfig};
-use burn::tensor::Device;
+use burn::tensor::{Device, Tensor, TensorData};
+use drill_env::Obs;
+
+/// A batch of observations as a network's float input `[n, dim]`: `f32` as they are, `u8`
+/// frames scaled to `[0, 1]` (on the batch, as DI-engine's and CleanRL's Atari nets do).
+pub fn input(obs: Obs<'_>, dim: usize, device: &Device) -> Tensor<2> {
+    let n = obs.len() / dim;
+    match obs {
+        Obs::F32(x) => Tensor::from_data(TensorData::new(x.to_vec(), [n, dim]), device),
+        Obs::U8(x) => {
+            let v: Vec<f32> = x.iter().map(|&b| f32::from(b)).collect();
+            Tensor::<2>::from_data(TensorData::new(v, [n, dim]), device).div_scalar(255.0)
+        }
+    }
+}
 
 /// Linear layers `sizes[0] → sizes[1] → …` with the given initializer.
 pub(crate) fn linears(sizes: &[usize], init: &Initializer, device: &Device) -> Vec<Linear> {

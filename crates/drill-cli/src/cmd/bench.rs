@@ -6,12 +6,13 @@
 
 use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
 use drill_algo::data::Batch;
-use drill_algo::dqn::{DqnLearner, greedy};
+use drill_algo::dqn::{Dqn, greedy};
 use drill_algo::nets::{NatureCnn, QNet};
 use drill_algo::optim::Trainer;
 use drill_config::DqnPolicy;
 use drill_env::classic::CartPole;
 use drill_env::{Action, Actions, Env, make_vec};
+use drill_env::{ActionBuf, Obs, ObsBuf};
 use rand::{Rng, SeedableRng};
 use std::time::Instant;
 
@@ -104,8 +105,8 @@ fn ddp_bench(report: &Report, iters: Option<usize>) -> anyhow::Result<()> {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(pg.rank() as u64);
     let batch = random_batch(64, 4, 2, &mut rng);
     let make = || QNet::new(4, &[128, 128, 64], 2, true, &device.clone().autodiff());
-    let mut alone = DqnLearner::new(make(), &policy, 4, &device);
-    let mut ddp = DqnLearner::new(make(), &policy, 4, &device);
+    let mut alone = Dqn::new(make(), &policy, 4, 2, &device);
+    let mut ddp = Dqn::new(make(), &policy, 4, 2, &device);
     ddp.distribute(pg.clone(), drill_algo::ddp::DdpOptions::default())?;
     let n = iters.unwrap_or(2000);
     // Interleaved, so both see the same machine load (this host is shared and noisy).
@@ -284,15 +285,17 @@ fn env_bench(report: &Report, want: &dyn Fn(&str) -> bool, iters: Option<usize>)
 
 fn random_batch(bs: usize, obs_dim: usize, actions: u32, rng: &mut impl Rng) -> Batch {
     Batch {
-        obs: (0..bs * obs_dim)
-            .map(|_| rng.random_range(-1.0..1.0))
-            .collect(),
-        next_obs: (0..bs * obs_dim)
-            .map(|_| rng.random_range(-1.0..1.0))
-            .collect(),
-        actions: (0..bs)
-            .map(|_| i64::from(rng.random_range(0..actions)))
-            .collect(),
+        obs: ObsBuf::F32(
+            (0..bs * obs_dim)
+                .map(|_| rng.random_range(-1.0..1.0))
+                .collect(),
+        ),
+        next_obs: ObsBuf::F32(
+            (0..bs * obs_dim)
+                .map(|_| rng.random_range(-1.0..1.0))
+                .collect(),
+        ),
+        actions: ActionBuf::Discrete((0..bs).map(|_| rng.random_range(0..actions)).collect()),
         rewards: vec![1.0; bs],
         dones: (0..bs)
             .map(|k| if k % 10 == 0 { 1.0 } else { 0.0 })
@@ -328,7 +331,7 @@ fn learner_bench(report: &Report, want: &dyn Fn(&str) -> bool, iters: Option<usi
             continue;
         }
         let net = QNet::new(4, &hidden, 2, dueling, &device.clone().autodiff());
-        let mut learner = DqnLearner::new(net, &policy, 4, &device);
+        let mut learner = Dqn::new(net, &policy, 4, 2, &device);
         let batch = random_batch(64, 4, 2, &mut rng);
         let n = iters.unwrap_or(2000);
         let us = time_us(50.min(n), n, || {
@@ -343,7 +346,9 @@ fn learner_bench(report: &Report, want: &dyn Fn(&str) -> bool, iters: Option<usi
         let obs: Vec<f32> = (0..32).map(|_| rng.random_range(-1.0..1.0)).collect();
         let mut out = [0u32; 8];
         let n = iters.unwrap_or(20000);
-        let us = time_us(100.min(n), n, || greedy(&net, &obs, 4, &device, &mut out));
+        let us = time_us(100.min(n), n, || {
+            greedy(&net, Obs::F32(&obs), 4, &device, &mut out)
+        });
         report.row(
             "inference-b8",
             "us",

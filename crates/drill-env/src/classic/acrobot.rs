@@ -1,7 +1,7 @@
 //! Acrobot: Gymnasium's `acrobot.py` ("book" dynamics, RK4 over one 0.2 s step, no torque noise).
 
 use super::EnvRng;
-use crate::{Action, ActionSpace, Env, EnvSpec, Step};
+use crate::{Action, ActionSpace, Env, EnvSpec, ObsSpace, Step};
 use rand::Rng;
 use std::f64::consts::PI;
 
@@ -84,7 +84,7 @@ impl Acrobot {
             rng: EnvRng::new(),
             spec: EnvSpec {
                 id: "Acrobot-v1",
-                obs_dim: 6,
+                obs: ObsSpace::vector(6),
                 action_space: ActionSpace::Discrete(3),
                 max_episode_steps: None,
                 reward_threshold: None,

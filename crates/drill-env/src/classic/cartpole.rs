@@ -1,7 +1,7 @@
 //! CartPole: Gymnasium's `cartpole.py` (Barto, Sutton & Anderson), Euler integration.
 
 use super::EnvRng;
-use crate::{Action, ActionSpace, Env, EnvSpec, Step};
+use crate::{Action, ActionSpace, Env, EnvSpec, ObsSpace, Step};
 use rand::Rng;
 
 const GRAVITY: f64 = 9.8;
@@ -34,7 +34,7 @@ impl CartPole {
             rng: EnvRng::new(),
             spec: EnvSpec {
                 id,
-                obs_dim: 4,
+                obs: ObsSpace::vector(4),
                 action_space: ActionSpace::Discrete(2),
                 max_episode_steps: None,
                 reward_threshold: None,

@@ -1,7 +1,7 @@
 //! MountainCar: Gymnasium's `mountain_car.py` (discrete actions).
 
 use super::EnvRng;
-use crate::{Action, ActionSpace, Env, EnvSpec, Step};
+use crate::{Action, ActionSpace, Env, EnvSpec, ObsSpace, Step};
 use rand::Rng;
 
 const MIN_POSITION: f64 = -1.2;
@@ -35,7 +35,7 @@ impl MountainCar {
             rng: EnvRng::new(),
             spec: EnvSpec {
                 id: "MountainCar-v0",
-                obs_dim: 2,
+                obs: ObsSpace::vector(2),
                 action_space: ActionSpace::Discrete(3),
                 max_episode_steps: None,
                 reward_threshold: None,

@@ -1,7 +1,7 @@
 //! Pendulum: Gymnasium's `pendulum.py`, the inverted pendulum swing-up.
 
 use super::EnvRng;
-use crate::{Action, ActionSpace, Env, EnvSpec, Step};
+use crate::{Action, ActionSpace, Env, EnvSpec, ObsSpace, Step};
 use rand::Rng;
 use std::f64::consts::PI;
 
@@ -36,7 +36,7 @@ impl Pendulum {
             rng: EnvRng::new(),
             spec: EnvSpec {
                 id: "Pendulum-v1",
-                obs_dim: 3,
+                obs: ObsSpace::vector(3),
                 action_space: ActionSpace::Continuous {
                     low: vec![-MAX_TORQUE as f32],
                     high: vec![MAX_TORQUE as f32],

@@ -1,4 +1,4 @@
-//! [`Ranks`]: the data-parallel group as the middlewares see it (nothing when training alone).
+//! [`Ranks`]: the data-parallel group as the pipeline sees it (nothing when training alone).
 
 use drill_comm::{ProcessGroup, ReduceOp};
 use serde::Serialize;
