@@ -2,6 +2,7 @@
 //! `safetensors.torch.load_file` reads them). Written to a temporary file and renamed, so a
 //! crash never leaves a half-written checkpoint.
 
+pub use crate::error::CheckpointError;
 use crate::optim::{Adam, ParamLayout, Trainer};
 use burn::module::Module;
 use safetensors::tensor::{Dtype, TensorView};
@@ -10,35 +11,6 @@ use std::path::{Path, PathBuf};
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-
-/// Errors reading or writing a checkpoint, naming the file and tensor.
-#[derive(Debug, thiserror::Error)]
-pub enum CheckpointError {
-    /// I/O failed.
-    #[error("checkpoint {path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// Not a valid safetensors file.
-    #[error("checkpoint {path}: not a safetensors file: {message}")]
-    Format {
-        /// The file.
-        path: PathBuf,
-        /// The decoder's message.
-        message: String,
-    },
-    /// A tensor or metadata entry is missing or has the wrong shape.
-    #[error("checkpoint {path}: {message}")]
-    Mismatch {
-        /// The file.
-        path: PathBuf,
-        /// What does not match.
-        message: String,
-    },
-}
 
 /// Tensors and metadata of one training state.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -603,6 +603,33 @@ mod tests {
     }
 
     #[test]
+    fn a_non_finite_loss_reaches_the_caller_typed() {
+        let cfg = Config::parse(
+            "[env]\nid = \"CartPole-v0\"\n[policy.learn]\nlearning_rate = 1e30\n",
+            "t.toml",
+            &[],
+        )
+        .unwrap();
+        let drill_config::Policy::Dqn(p) = &cfg.policy else {
+            unreachable!()
+        };
+        let mut null = crate::NullReporter;
+        let mut run = RunContext {
+            device: Device::flex(),
+            reporter: &mut null,
+            resume: None,
+            dist: None,
+            restarts: 0,
+        };
+        let e = train(&cfg, p, &mut run).unwrap_err();
+        assert!(matches!(e.cause(), TrainError::NonFinite { .. }), "{e}");
+        assert!(
+            e.to_string().starts_with("middleware 'learner' (forward)"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn updates_reduce_the_td_error_on_a_fixed_batch() {
         let mut l = learner(3);
         let b = batch(5);

@@ -10,16 +10,18 @@
 //!   setup every pipeline shares.
 //! - [`ddp`]: data-parallel training (gradient averaging, the ranks as the pipeline sees
 //!   them, distributed sampler).
+//! - [`error`]: [`TrainError`] and [`checkpoint::CheckpointError`], below everything else.
 //! - [`run`]: what a run reports ([`run::Reporter`]) and returns ([`run::TrainResult`]);
 //!   [`train()`] picks the algorithm from the config.
 //!
-//! Modules call down only: algorithms → middleware → policy, data, eval, ddp, nets, optim,
-//! checkpoint, run (a test in drill-cli checks that no two modules import each other).
+//! Modules call down only: algorithms → middleware → policy, data, eval, ddp → optim →
+//! error (a test in drill-cli checks that no two sibling modules import each other).
 
 pub mod checkpoint;
 pub mod data;
 pub mod ddp;
 pub mod dqn;
+pub mod error;
 pub mod eval;
 pub mod explore;
 pub mod middleware;

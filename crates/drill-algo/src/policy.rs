@@ -17,7 +17,7 @@ use drill_env::{ActionBuf, Obs};
 use rand_chacha::ChaCha8Rng;
 
 use crate::checkpoint::Checkpoint;
-use crate::run::TrainError;
+use crate::error::TrainError;
 
 /// What the collect side is told about exploration this step.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

@@ -2,6 +2,7 @@
 //! [`TrainError`], and the context an algorithm runs in ([`RunContext`]).
 
 use crate::checkpoint::{Checkpoint, CheckpointError};
+pub use crate::error::TrainError;
 use burn::tensor::Device;
 use serde::{Deserialize, Serialize};
 
@@ -75,56 +76,6 @@ pub struct TrainResult {
     pub world_size: usize,
     /// Times the group was restarted.
     pub restarts: u32,
-}
-
-/// Why a run stopped with an error.
-#[derive(Debug, thiserror::Error)]
-pub enum TrainError {
-    /// The configuration does not fit the environment or build.
-    #[error(transparent)]
-    Config(#[from] drill_config::ConfigError),
-    /// The environment could not be built.
-    #[error(transparent)]
-    Env(#[from] drill_env::EnvError),
-    /// The loss became NaN or infinite.
-    #[error(
-        "non-finite loss ({value}) at train iteration {iter}; the last good checkpoint is kept"
-    )]
-    NonFinite {
-        /// Train iteration where it happened.
-        iter: u64,
-        /// The loss value.
-        value: f64,
-    },
-    /// A checkpoint could not be written or read.
-    #[error(transparent)]
-    Checkpoint(#[from] crate::checkpoint::CheckpointError),
-    /// A collective failed (a rank died, timed out or disagreed).
-    #[error(transparent)]
-    Comm(#[from] drill_comm::CommError),
-    /// A middleware of the training pipeline failed (its name and step are in the message).
-    #[error(transparent)]
-    Task(#[from] drill_task::TaskError),
-    /// A middleware asked a policy for something it does not have.
-    #[error("policy {policy} has no {what}")]
-    Unsupported {
-        /// The policy's name.
-        policy: &'static str,
-        /// What was asked for.
-        what: &'static str,
-    },
-    /// Parameters are no longer identical across ranks.
-    #[error(
-        "DDP: parameter {tensor} differs between rank 0 and rank {rank} after optimizer step {step} (ranks ran different updates or a nondeterministic op)"
-    )]
-    Diverged {
-        /// First differing tensor, in visit order.
-        tensor: String,
-        /// First rank that differs from rank 0.
-        rank: usize,
-        /// Steps since the trainer was distributed.
-        step: u64,
-    },
 }
 
 /// Where and how an algorithm runs.

@@ -196,6 +196,65 @@ fn ppo_learns_cartpole_v1_and_runs_continuous_pendulum() {
 }
 
 #[test]
+fn sac_reaches_pendulum_s_stop_value_within_20k_env_steps_and_evaluates() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = repo().join("configs/pendulum_sac.toml");
+    let out = drill(
+        &[
+            "train",
+            config.to_str().unwrap(),
+            "--exp-dir",
+            "sac",
+            "--quiet",
+        ],
+        tmp.path(),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let r = result(&tmp.path().join("sac"));
+    assert_eq!(r["stop_reached"], true, "{r}");
+    assert!(r["env_steps"].as_u64().unwrap() <= 20_000, "{r}");
+    assert!(r["eval_reward_mean"].as_f64().unwrap() >= -200.0, "{r}");
+    let best = tmp.path().join("sac/ckpt/best.safetensors");
+    let out = drill(
+        &[
+            "eval",
+            best.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+            "--episodes",
+            "10",
+            "--json",
+        ],
+        tmp.path(),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let eval: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(eval["eval_episodes"], 10);
+    assert!(
+        eval["eval_reward_mean"].as_f64().unwrap() >= -400.0,
+        "{eval}"
+    );
+
+    let out = drill(
+        &[
+            "train",
+            config.to_str().unwrap(),
+            "--exp-dir",
+            "cartpole",
+            "--set",
+            "env.id=CartPole-v1",
+        ],
+        tmp.path(),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("`policy.type`") && err.contains("SAC needs continuous actions"),
+        "{err}"
+    );
+}
+
+#[test]
 fn bad_configs_fail_before_training_naming_the_key() {
     let tmp = tempfile::tempdir().unwrap();
     let config = repo().join("configs/cartpole_dqn.toml");

@@ -730,8 +730,13 @@ batch_size = 64
             e.starts_with("t.toml: bad value for `policy.other.eps.type`"),
             "{e}"
         );
-        let e = err(DQN, &["policy.type=sac"]);
-        assert!(e.contains("`policy.type`: unknown policy \"sac\""), "{e}");
+        let e = err(DQN, &["policy.type=td3"]);
+        assert!(
+            e.contains("`policy.type`: unknown policy \"td3\"; known: \"dqn\", \"ppo\", \"sac\""),
+            "{e}"
+        );
+        let e = err(DQN, &["policy.type=sac", "policy.learn.target_theta=2"]);
+        assert!(e.contains("`policy.learn.target_theta`"), "{e}");
         let e = err(DQN, &["policy.other.replay_buffer.replay_buffer_size=10"]);
         assert!(
             e.contains("replay_buffer_size`: must hold at least one batch (64)"),

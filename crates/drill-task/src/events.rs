@@ -10,7 +10,7 @@ use std::time::Instant;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::TaskError;
+use crate::error::TaskError;
 
 /// One emitted event.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -22,7 +22,9 @@
 //! ```
 
 mod ctx;
+mod error;
 mod events;
+mod handle;
 mod labels;
 mod mailbox;
 pub mod parallel;
@@ -31,9 +33,11 @@ mod task;
 mod timer;
 
 pub use ctx::{Context, Extensions, OnlineRLContext};
+pub use error::TaskError;
 pub use events::{Event, EventBus, HandlerId};
+pub use handle::TaskHandle;
 pub use labels::Labels;
 pub use mailbox::Mailbox;
 pub use stage::{Shared, Stage};
-pub use task::{Middleware, Task, TaskError, TaskHandle};
+pub use task::{Middleware, Task};
 pub use timer::{StepTimer, TimerStats};

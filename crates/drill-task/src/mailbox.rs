@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
 
+use crate::error::TaskError;
 use crate::events::{Event, EventBus, HandlerId};
-use crate::task::{TaskError, TaskHandle};
+use crate::handle::TaskHandle;
 
 type Queue = Arc<(Mutex<VecDeque<Event>>, Condvar)>;
 

@@ -7,7 +7,8 @@
 use std::collections::HashSet;
 use std::sync::RwLock;
 
-use crate::task::{TaskError, TaskHandle};
+use crate::error::TaskError;
+use crate::handle::TaskHandle;
 
 /// A middleware that can run concurrently with its siblings: it touches the context only
 /// through [`Shared`], for the fields it declares. Field names are the contract: `Shared`

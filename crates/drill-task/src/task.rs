@@ -1,93 +1,15 @@
-//! [`Task`]: runs the middleware pipeline step by step; [`TaskHandle`]: what a middleware can
-//! reach (finish, events, labels).
+//! [`Task`]: runs the middleware pipeline step by step; [`Middleware`]: one stage of it.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
-
-use serde::Serialize;
 
 use crate::ctx::Context;
-use crate::events::{Event, EventBus, HandlerId};
+use crate::error::TaskError;
+use crate::events::EventBus;
+use crate::handle::TaskHandle;
 use crate::labels::Labels;
 use crate::stage::{Shared, Stage, check_async};
 use crate::timer::{Clock, StepTimer};
-
-/// Why a task stopped with an error.
-#[derive(Debug, thiserror::Error)]
-pub enum TaskError {
-    /// A middleware failed.
-    #[error("middleware '{middleware}' ({phase}) at step {step}: {source}")]
-    Middleware {
-        /// Its name.
-        middleware: String,
-        /// `forward`, `backward` or `stage`.
-        phase: &'static str,
-        /// The task step.
-        step: u64,
-        /// What it returned.
-        source: Box<TaskError>,
-    },
-    /// `wait_for` saw no event in time.
-    #[error("wait_for({event:?}) got nothing within {timeout:?}")]
-    Timeout {
-        /// The awaited event.
-        event: String,
-        /// The limit.
-        timeout: Duration,
-    },
-    /// A peer process was lost while waiting for an event.
-    #[error("wait_for({event:?}): {detail}")]
-    PeerLost {
-        /// The awaited event.
-        event: String,
-        /// Which peer and how.
-        detail: String,
-    },
-    /// A payload could not be encoded or decoded.
-    #[error("event {event:?}: payload {detail}")]
-    Payload {
-        /// The event.
-        event: String,
-        /// The serde error.
-        detail: String,
-    },
-    /// A middleware's own error, as a message.
-    #[error("{0}")]
-    Msg(String),
-    /// A middleware's own error, typed (a caller finds it with [`TaskError::find`]).
-    #[error(transparent)]
-    Source(Box<dyn std::error::Error + Send + Sync + 'static>),
-}
-
-impl TaskError {
-    /// An error with a message, for middlewares.
-    pub fn msg(s: impl Into<String>) -> Self {
-        TaskError::Msg(s.into())
-    }
-
-    /// A middleware's typed error, kept as the source so callers can match on it.
-    pub fn source(e: impl std::error::Error + Send + Sync + 'static) -> Self {
-        TaskError::Source(Box::new(e))
-    }
-
-    /// The first error of type `E` in this error's chain (through failed middlewares and
-    /// typed sources), e.g. a training error a middleware returned.
-    pub fn find<E: std::error::Error + 'static>(&self) -> Option<&E> {
-        let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(self);
-        while let Some(e) = cur {
-            if let Some(hit) = e.downcast_ref::<E>() {
-                return Some(hit);
-            }
-            cur = match e.downcast_ref::<TaskError>() {
-                Some(TaskError::Middleware { source, .. }) => Some(source.as_ref()),
-                Some(TaskError::Source(b)) => Some(b.as_ref()),
-                _ => e.source(),
-            };
-        }
-        None
-    }
-}
 
 /// One stage of the pipeline. `forward` is DI-engine's code before `yield` (registration
 /// order), `backward` the code after it (reverse order).
@@ -116,110 +38,6 @@ where
     }
     fn forward(&mut self, ctx: &mut C, task: &TaskHandle) -> Result<(), TaskError> {
         (self.f)(ctx, task)
-    }
-}
-
-/// What middlewares reach: the finish flag, events and labels. Cheap to clone.
-#[derive(Clone)]
-pub struct TaskHandle {
-    finish: Arc<AtomicBool>,
-    step: Arc<AtomicU64>,
-    events: EventBus,
-    labels: Arc<RwLock<Labels>>,
-    barrier: Arc<RwLock<Option<BarrierFn>>>,
-}
-
-type BarrierFn = Arc<dyn Fn() -> Result<(), TaskError> + Send + Sync>;
-
-impl TaskHandle {
-    /// End the task after the current step (DI-engine's `task.finish = True`).
-    pub fn finish(&self) {
-        self.finish.store(true, Ordering::SeqCst);
-    }
-
-    /// Whether [`Self::finish`] was called.
-    pub fn finished(&self) -> bool {
-        self.finish.load(Ordering::SeqCst)
-    }
-
-    /// The current step (0-based).
-    pub fn step(&self) -> u64 {
-        self.step.load(Ordering::Relaxed)
-    }
-
-    /// The event bus.
-    pub fn events(&self) -> &EventBus {
-        &self.events
-    }
-
-    /// Emit an event (see [`EventBus::emit`]).
-    pub fn emit<T: Serialize + ?Sized>(&self, name: &str, payload: &T) -> Result<(), TaskError> {
-        self.events.emit(name, payload)
-    }
-
-    /// Handle every later `name` event.
-    pub fn on(&self, name: &str, f: impl Fn(&Event) + Send + Sync + 'static) -> HandlerId {
-        self.events.on(name, f)
-    }
-
-    /// Handle the next `name` event.
-    pub fn once(&self, name: &str, f: impl Fn(&Event) + Send + Sync + 'static) -> HandlerId {
-        self.events.once(name, f)
-    }
-
-    /// Remove a handler.
-    pub fn off(&self, id: HandlerId) -> bool {
-        self.events.off(id)
-    }
-
-    /// Wait for the next `name` event.
-    pub fn wait_for(&self, name: &str, timeout: Duration) -> Result<Event, TaskError> {
-        self.events.wait_for(name, timeout)
-    }
-
-    /// Wait until every process of a Parallel run calls this (no-op when standalone): e.g.
-    /// after registering handlers, so no process emits before the others listen.
-    pub fn barrier(&self) -> Result<(), TaskError> {
-        let f = self
-            .barrier
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        match f {
-            Some(f) => f(),
-            None => Ok(()),
-        }
-    }
-
-    /// Install the cross-process barrier (the Parallel runner does).
-    pub fn set_barrier(&self, f: impl Fn() -> Result<(), TaskError> + Send + Sync + 'static) {
-        *self.barrier.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(f));
-    }
-
-    /// This process's labels.
-    pub fn labels(&self) -> Labels {
-        self.labels
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    /// Give this process another label (e.g. a role it takes).
-    pub fn insert_label(&self, label: impl Into<String>) {
-        self.labels
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(label.into());
-    }
-
-    /// Whether every glob pattern matches one of this process's labels (a malformed pattern
-    /// is an error naming it).
-    pub fn match_labels<S: AsRef<str>>(&self, patterns: &[S]) -> Result<bool, TaskError> {
-        self.labels
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .matches(patterns)
-            .map_err(TaskError::Msg)
     }
 }
 

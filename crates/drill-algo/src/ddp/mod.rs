@@ -13,13 +13,12 @@
 //!   per-rank seeds are set in [`crate::session`].
 
 mod data_parallel;
-mod grad_sync;
 mod ranks;
 mod sampler;
 mod sync_batch_norm;
 
+pub use crate::optim::{DdpOptions, GradSync};
 pub use data_parallel::DataParallel;
-pub use grad_sync::{DdpOptions, GradSync};
 pub use ranks::Ranks;
 pub use sampler::DistributedSampler;
 pub use sync_batch_norm::SyncBatchNorm;

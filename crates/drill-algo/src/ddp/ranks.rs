@@ -4,7 +4,7 @@ use drill_comm::{ProcessGroup, ReduceOp};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::TrainError;
+use crate::error::TrainError;
 
 /// The DDP process group, or none (world size 1). Every method is a collective under DDP:
 /// call it on every rank at the same point.

@@ -7,8 +7,8 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::checkpoint::Checkpoint;
 use crate::data::Batch;
+use crate::error::TrainError;
 use crate::policy::{Acted, Explore, LearnOutput, Policy};
-use crate::run::TrainError;
 
 /// Always takes `action`; counts its eval calls; its weights are `[1.0]`, `[2.0]`, … on
 /// successive calls; records the first weight of everything it loads.

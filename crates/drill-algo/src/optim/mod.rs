@@ -3,8 +3,9 @@
 //! [`ParamLayout`] lays a burn module's float parameters out in one `f32` buffer in visit order
 //! (the same on every process, unlike burn's random parameter ids). [`Trainer`] owns a model,
 //! its flat parameters and an [`Adam`] state: `backward` → gradients copied into one flat
-//! buffer (where a data-parallel all-reduce plugs in) → optional norm clipping → one fused Adam
-//! loop → parameters written back into the module.
+//! buffer (where a data-parallel all-reduce plugs in: [`GradSync`], the DDP reducer, owned by
+//! a [`Trainer`] made distributed) → optional norm clipping → one fused Adam loop → parameters
+//! written back into the module.
 //!
 //! Why not burn's `ModuleOptimizer`: its state is keyed by per-process random parameter ids
 //! (awkward for resumable checkpoints and cross-rank agreement) and runs ~10 tensor ops per
@@ -12,9 +13,11 @@
 //! foundation issue) and its state saves as two plain tensors.
 
 mod adam;
+mod grad_sync;
 mod layout;
 mod trainer;
 
 pub use adam::Adam;
+pub use grad_sync::{DdpOptions, GradSync};
 pub use layout::{ParamLayout, ParamSlot};
 pub use trainer::{StepStats, Trainer};

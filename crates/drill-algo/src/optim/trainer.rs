@@ -1,8 +1,7 @@
 //! [`Trainer`]: a model with its flat parameters and Adam state.
 
-use super::{Adam, ParamLayout};
-use crate::ddp::{DdpOptions, GradSync};
-use crate::run::TrainError;
+use super::{Adam, DdpOptions, GradSync, ParamLayout};
+use crate::error::TrainError;
 use burn::module::Module;
 use burn::optim::GradientsParams;
 use burn::tensor::Tensor;

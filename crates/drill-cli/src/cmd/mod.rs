@@ -4,6 +4,5 @@ pub mod bench;
 pub mod comm_bench;
 pub mod eval;
 pub mod launch;
-pub mod parallel;
 pub mod plot;
 pub mod train;

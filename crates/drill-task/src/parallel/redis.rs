@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use redis::Commands;
 use serde::{Deserialize, Serialize};
 
+use crate::error::TaskError;
 use crate::events::{Event, EventBus};
-use crate::task::TaskError;
 
 /// How often a worker says it is alive.
 pub const HEARTBEAT: Duration = Duration::from_millis(500);

@@ -13,9 +13,8 @@ use drill_exp::Experiment;
 use drill_task::parallel::{Mq, Parallel, Platform, Topology};
 use drill_task::{Labels, OnlineRLContext, TaskError};
 
-use super::train::{
-    Args, PlatformArg, TopologyArg, exp_dir, finish_experiment, open_experiment, restart_count,
-};
+use super::experiment::{exp_dir, finish_experiment, open_experiment, restart_count};
+use super::{Args, PlatformArg, TopologyArg};
 
 /// The experiment folder the parent claimed, for the learner's worker.
 const EXP_DIR_ENV: &str = "DRILL_EXP_DIR";

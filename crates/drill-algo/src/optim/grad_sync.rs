@@ -5,8 +5,8 @@ use std::ops::Range;
 
 use drill_comm::{ProcessGroup, ReduceOp, Work};
 
-use crate::optim::ParamLayout;
-use crate::run::TrainError;
+use super::ParamLayout;
+use crate::error::TrainError;
 
 /// DDP knobs (torch's names where it has them).
 #[derive(Debug, Clone, Copy, PartialEq)]

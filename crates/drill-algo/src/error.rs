@@ -1,0 +1,94 @@
+//! [`TrainError`] (why a run stopped) and [`CheckpointError`]: the errors every layer of the
+//! crate returns, at the bottom of its module graph.
+
+use std::path::PathBuf;
+
+/// Errors reading or writing a checkpoint, naming the file and tensor.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    /// I/O failed.
+    #[error("checkpoint {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Not a valid safetensors file.
+    #[error("checkpoint {path}: not a safetensors file: {message}")]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// The decoder's message.
+        message: String,
+    },
+    /// A tensor or metadata entry is missing or has the wrong shape.
+    #[error("checkpoint {path}: {message}")]
+    Mismatch {
+        /// The file.
+        path: PathBuf,
+        /// What does not match.
+        message: String,
+    },
+}
+
+/// Why a run stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    /// The configuration does not fit the environment or build.
+    #[error(transparent)]
+    Config(#[from] drill_config::ConfigError),
+    /// The environment could not be built.
+    #[error(transparent)]
+    Env(#[from] drill_env::EnvError),
+    /// The loss became NaN or infinite.
+    #[error(
+        "non-finite loss ({value}) at train iteration {iter}; the last good checkpoint is kept"
+    )]
+    NonFinite {
+        /// Train iteration where it happened.
+        iter: u64,
+        /// The loss value.
+        value: f64,
+    },
+    /// A checkpoint could not be written or read.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// A collective failed (a rank died, timed out or disagreed).
+    #[error(transparent)]
+    Comm(#[from] drill_comm::CommError),
+    /// A middleware of the training pipeline failed (its name and step are in the message).
+    #[error(transparent)]
+    Task(#[from] drill_task::TaskError),
+    /// A middleware asked a policy for something it does not have.
+    #[error("policy {policy} has no {what}")]
+    Unsupported {
+        /// The policy's name.
+        policy: &'static str,
+        /// What was asked for.
+        what: &'static str,
+    },
+    /// Parameters are no longer identical across ranks.
+    #[error(
+        "DDP: parameter {tensor} differs between rank 0 and rank {rank} after optimizer step {step} (ranks ran different updates or a nondeterministic op)"
+    )]
+    Diverged {
+        /// First differing tensor, in visit order.
+        tensor: String,
+        /// First rank that differs from rank 0.
+        rank: usize,
+        /// Steps since the trainer was distributed.
+        step: u64,
+    },
+}
+
+impl TrainError {
+    /// The training error underneath: a failed middleware's typed error when this is a task
+    /// failure wrapping one (e.g. [`TrainError::NonFinite`] from the learner), else itself.
+    pub fn cause(&self) -> &TrainError {
+        match self {
+            TrainError::Task(t) => t.find::<TrainError>().map_or(self, TrainError::cause),
+            _ => self,
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! `drill train`: its arguments and the dispatch to one process or one rank of a
+//! data-parallel job ([`ranks`], also the `--nproc-per-node` launcher), or a pipeline split
+//! over processes ([`parallel`]); both open and finish the experiment folder through
+//! [`experiment`].
+
+mod experiment;
+mod parallel;
+mod ranks;
+
+use drill_config::Config;
+use std::path::PathBuf;
+
+/// Arguments of `drill train`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Experiment config (TOML, DI-engine's tree: env / policy.learn / policy.collect / …).
+    pub config: String,
+    /// Override the config's seed.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Override any config key, e.g. `--set policy.learn.batch_size=128` (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Experiment folder (default: the config's exp_name). An existing one is never
+    /// overwritten: a suffixed sibling is used instead.
+    #[arg(long)]
+    pub exp_dir: Option<PathBuf>,
+    /// Continue from a checkpoint (model, optimizer and counters).
+    #[arg(long)]
+    pub resume: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long, short)]
+    pub quiet: bool,
+    /// Train data-parallel on N ranks of this machine (needs `policy.multi_gpu = true`):
+    /// `drill train` launches them itself, as `drill launch --nproc-per-node N -- drill train`.
+    #[arg(long, alias = "nproc_per_node", value_name = "N")]
+    pub nproc_per_node: Option<usize>,
+    /// With --nproc-per-node: after a rank fails, restart the group up to R times; it resumes
+    /// from the run's newest checkpoint in the same folder.
+    #[arg(long, alias = "max_restarts", value_name = "R", default_value_t = 0)]
+    pub max_restarts: usize,
+    /// Split the pipeline over N worker processes (DI-engine's ditask): which roles
+    /// (collector, learner, evaluator) run where comes from the config's `[task.roles]`
+    /// (default: `[task] workers`).
+    #[arg(long, alias = "parallel_workers", value_name = "N")]
+    pub parallel_workers: Option<usize>,
+    /// How the workers are linked (default: `[task] topology`, else star).
+    #[arg(long, value_enum)]
+    pub topology: Option<TopologyArg>,
+    /// Extra labels for every worker, comma-separated (also `DRILL_LABELS`); `[task.roles]`
+    /// patterns match them.
+    #[arg(long, value_delimiter = ',')]
+    pub labels: Vec<String>,
+    /// Under `--topology alone`: node NODE links to PEER,... (repeatable), e.g. `0=1,2`.
+    #[arg(long = "attach-to", alias = "attach_to", value_name = "NODE=PEER,...")]
+    pub attach_to: Vec<String>,
+    /// Start only these workers here (contiguous, an equal share of --parallel-workers, e.g.
+    /// `--node-ids 2,3` of 4); the same command with the other ids on other machines starts
+    /// the rest. Needs a shared `DRILL_JOB_TOKEN`.
+    #[arg(
+        long = "node-ids",
+        alias = "node_ids",
+        value_delimiter = ',',
+        value_name = "ID,..."
+    )]
+    pub node_ids: Vec<usize>,
+    /// With --node-ids: the host of the runner that starts node 0 (it hosts the rendezvous).
+    #[arg(long, alias = "master_addr", default_value = "127.0.0.1")]
+    pub master_addr: String,
+    /// With --node-ids: the rendezvous port on that host.
+    #[arg(long, alias = "master_port", default_value_t = 29500)]
+    pub master_port: u16,
+    /// What carries events between the workers: `tcp` or `redis` (default: `[task] mq_type`).
+    #[arg(long = "mq-type", alias = "mq_type", value_name = "tcp|redis")]
+    pub mq_type: Option<String>,
+    /// The Redis server for `--mq-type redis` (default: `[task] redis_url`).
+    #[arg(long = "redis-url", alias = "redis_url", value_name = "URL")]
+    pub redis_url: Option<String>,
+    /// Who starts the workers: `local` (this command, on this machine) or `slurm` (run the
+    /// command under `srun -n N`; node ids and the store's host come from SLURM_*).
+    #[arg(long, value_enum, default_value = "local")]
+    pub platform: PlatformArg,
+}
+
+/// `--topology`.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum TopologyArg {
+    /// Workers connect to node 0, which relays every event.
+    Star,
+    /// Every worker connects to every other.
+    Mesh,
+    /// Only `--attach-to` links.
+    Alone,
+}
+
+/// `--platform`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PlatformArg {
+    /// This command starts the workers.
+    Local,
+    /// Slurm started them.
+    Slurm,
+}
+
+pub(crate) fn load_config(args: &Args) -> anyhow::Result<Config> {
+    let mut overrides = args.set.clone();
+    if let Some(seed) = args.seed {
+        overrides.push(format!("seed={seed}"));
+    }
+    let config = Config::load(&args.config, &overrides)?;
+    drill_algo::validate(&config)?;
+    Ok(config)
+}
+
+/// Train; returns the process exit code.
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    let config = load_config(&args)?;
+    let workers = args.parallel_workers.unwrap_or(config.task.workers);
+    if workers > 0 {
+        return parallel::run(&args, config, workers);
+    }
+    if let Some(n) = args.nproc_per_node {
+        return ranks::launch_ranks(&args, &config, n);
+    }
+    ranks::train_rank(&args, config)?;
+    Ok(0)
+}
