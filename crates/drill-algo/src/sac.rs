@@ -173,7 +173,7 @@ impl Sac {
     ) -> Result<(), TrainError> {
         pg.broadcast(&mut self.target_params, 0)?;
         self.write_target();
-        self.actor.distribute(pg.clone(), opts.clone())?;
+        self.actor.distribute(pg.clone(), opts)?;
         self.critic.distribute(pg, opts)?;
         self.acting_stale = true;
         Ok(())

@@ -47,6 +47,16 @@ pub enum CommError {
         /// What was wrong.
         detail: String,
     },
+    /// Ranks issued different collectives at the same point (`DRILL_DEBUG_COLLECTIVES=1`).
+    #[error("collectives out of step on group '{group}' at call {call}: {calls}")]
+    Desync {
+        /// The group's name.
+        group: String,
+        /// The group's collective counter (1 = its first collective).
+        call: u64,
+        /// Every rank's call, `rank N: op(...)`, comma separated.
+        calls: String,
+    },
     /// The caller passed arguments that cannot work (sizes, ranks, roots).
     #[error("{op}: {detail}")]
     Usage {

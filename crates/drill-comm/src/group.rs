@@ -9,6 +9,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::auth::Token;
+use crate::backend::checked::Checked;
 use crate::backend::embedded::{Embedded, EmbeddedOptions};
 use crate::backend::{Backend, BackendKind};
 use crate::dtype::{Element, ReduceOp};
@@ -185,6 +186,11 @@ impl ProcessGroup {
                 };
                 (backend, Some(store), server)
             }
+        };
+        let backend: Box<dyn Backend> = if Checked::wanted() {
+            Box::new(Checked::new(backend, "world"))
+        } else {
+            backend
         };
         let (rank, size) = (backend.rank(), backend.size());
         let pg = ProcessGroup {

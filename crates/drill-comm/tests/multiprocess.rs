@@ -25,6 +25,10 @@ fn main() {
             "mismatched_calls_are_explained",
             mismatched_calls_are_explained,
         ),
+        (
+            "debug_collectives_names_both_calls_of_a_conditional_collective",
+            debug_collectives_names_both_calls,
+        ),
     ];
     #[cfg(feature = "mpi")]
     scenarios.push(("mpi_collectives", mpi_collectives));
@@ -136,6 +140,28 @@ fn mismatched_calls_are_explained() {
         outs.iter().any(|o| o.stdout.contains("different orders")),
         "{outs:?}"
     );
+}
+
+/// `DRILL_DEBUG_COLLECTIVES=1`: rank 0 runs an extra all_reduce before the barrier both run.
+/// Every rank fails at once with both ranks' calls named (without the check, rank 0's
+/// all_reduce would meet rank 1's barrier).
+fn debug_collectives_names_both_calls() {
+    let outs = spawn("conditional_collective", 2)
+        .env("DRILL_DEBUG_COLLECTIVES", "1")
+        .run()
+        .unwrap();
+    expect_all_ok(&outs);
+    for o in &outs {
+        assert!(
+            o.stdout
+                .contains("collectives out of step on group 'world'")
+                && o.stdout.contains("rank 0: all_reduce(F32, 16 bytes, Sum)")
+                && o.stdout.contains("rank 1: barrier()"),
+            "rank {}: {}",
+            o.rank,
+            o.stdout
+        );
+    }
 }
 
 /// The same checks on the MPI backend, under `mpirun -np 2` and `-np 4`.
@@ -294,6 +320,20 @@ fn run_child(name: &str) {
             let mut v = vec![1.0f32; 10 + 10 * pg.rank()];
             let e = pg.all_reduce(&mut v, ReduceOp::Sum).unwrap_err();
             assert!(matches!(e, CommError::Protocol { .. }), "{e}");
+            println!("{e}");
+        }
+        "conditional_collective" => {
+            // Matched calls pass the check.
+            let mut v = vec![pg.rank() as f32; 4];
+            pg.all_reduce(&mut v, ReduceOp::Sum).unwrap();
+            assert_eq!(v, [1.0; 4]);
+            let r = if pg.rank() == 0 {
+                pg.all_reduce(&mut v, ReduceOp::Sum)
+            } else {
+                Ok(())
+            };
+            let e = r.and_then(|_| pg.barrier()).unwrap_err();
+            assert!(matches!(e, CommError::Desync { .. }), "{e}");
             println!("{e}");
         }
         "mismatch_op" => {

@@ -353,7 +353,7 @@ mod tests {
         let mut task = Task::<OnlineRLContext>::new();
         task.step_timer(0);
         task.use_fn("sleepy", |_, _| {
-            std::thread::sleep(Duration::from_millis(2));
+            std::thread::sleep(std::time::Duration::from_millis(2));
             Ok(())
         });
         task.use_fn("fails", |_, task| {

@@ -1,6 +1,7 @@
 //! Backends: the byte-level collective engines behind a [`ProcessGroup`](crate::ProcessGroup)
 //! (c10d's Backend). Argument checks happen in the group; a backend gets consistent sizes.
 
+pub mod checked;
 pub mod embedded;
 #[cfg(feature = "mpi")]
 pub mod mpi;
