@@ -1,31 +1,33 @@
-//! [`Checkpoint`]: named f32 tensors plus string metadata, stored as safetensors (PyTorch's
-//! `safetensors.torch.load_file` reads them). Written to a temporary file and renamed, so a
-//! crash never leaves a half-written checkpoint.
+//! Checkpoints of training state: the file itself is drill-exp's [`Checkpoint`]; this module
+//! adds what needs the model ([`CheckpointExt`]: flat parameters and a [`Trainer`]'s Adam
+//! state in and out) and generator states for resumes ([`rng_state`]).
 
-pub use crate::error::CheckpointError;
+pub use drill_exp::{Checkpoint, CheckpointError};
+
 use crate::optim::{Adam, ParamLayout, Trainer};
 use burn::module::Module;
-use safetensors::tensor::{Dtype, TensorView};
-use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
-
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-/// Tensors and metadata of one training state.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Checkpoint {
-    /// Name → (shape, values).
-    pub tensors: BTreeMap<String, (Vec<usize>, Vec<f32>)>,
-    /// String metadata: counters, algorithm, config.
-    pub meta: BTreeMap<String, String>,
-    /// Where it was loaded from (for error messages).
-    pub path: PathBuf,
+/// A model's parameters and optimizer state in and out of a [`Checkpoint`].
+pub trait CheckpointExt {
+    /// Add a module's parameters (flat `values` in `layout`) under `prefix.`.
+    fn put_params(&mut self, prefix: &str, layout: &ParamLayout, values: &[f32]);
+    /// Read parameters saved under `prefix.` into a flat buffer in `layout`.
+    fn get_params(&self, prefix: &str, layout: &ParamLayout) -> Result<Vec<f32>, CheckpointError>;
+    /// Save a trainer's parameters and Adam state under `prefix`.
+    fn put_trainer<M: Module>(&mut self, prefix: &str, trainer: &Trainer<M>);
+    /// Restore a trainer saved with [`Self::put_trainer`].
+    fn get_trainer<M: Module>(
+        &self,
+        prefix: &str,
+        trainer: &mut Trainer<M>,
+    ) -> Result<(), CheckpointError>;
 }
 
-impl Checkpoint {
+impl CheckpointExt for Checkpoint {
     /// Add a module's parameters (flat `values` in `layout`) under `prefix.`.
-    pub fn put_params(&mut self, prefix: &str, layout: &ParamLayout, values: &[f32]) {
+    fn put_params(&mut self, prefix: &str, layout: &ParamLayout, values: &[f32]) {
         for slot in &layout.slots {
             let v = values[slot.offset..slot.offset + slot.len].to_vec();
             self.tensors
@@ -34,11 +36,7 @@ impl Checkpoint {
     }
 
     /// Read parameters saved under `prefix.` into a flat buffer in `layout`.
-    pub fn get_params(
-        &self,
-        prefix: &str,
-        layout: &ParamLayout,
-    ) -> Result<Vec<f32>, CheckpointError> {
+    fn get_params(&self, prefix: &str, layout: &ParamLayout) -> Result<Vec<f32>, CheckpointError> {
         let mut out = vec![0.0; layout.len];
         for slot in &layout.slots {
             let name = format!("{prefix}.{}", slot.name);
@@ -55,7 +53,7 @@ impl Checkpoint {
     }
 
     /// Save a trainer's parameters and Adam state under `prefix`.
-    pub fn put_trainer<M: Module>(&mut self, prefix: &str, trainer: &Trainer<M>) {
+    fn put_trainer<M: Module>(&mut self, prefix: &str, trainer: &Trainer<M>) {
         self.put_params(prefix, &trainer.layout, &trainer.params);
         let n = trainer.params.len();
         self.tensors.insert(
@@ -71,7 +69,7 @@ impl Checkpoint {
     }
 
     /// Restore a trainer saved with [`Self::put_trainer`].
-    pub fn get_trainer<M: Module>(
+    fn get_trainer<M: Module>(
         &self,
         prefix: &str,
         trainer: &mut Trainer<M>,
@@ -96,107 +94,6 @@ impl Checkpoint {
         trainer.adam = adam;
         trainer.sync_model();
         Ok(())
-    }
-
-    /// A tensor by name.
-    pub fn tensor(&self, name: &str) -> Result<(&Vec<usize>, &Vec<f32>), CheckpointError> {
-        self.tensors
-            .get(name)
-            .map(|(s, v)| (s, v))
-            .ok_or_else(|| self.mismatch(format!("missing tensor {name}")))
-    }
-
-    /// An integer metadata entry.
-    pub fn counter(&self, key: &str) -> Result<u64, CheckpointError> {
-        self.meta
-            .get(key)
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| self.mismatch(format!("missing or non-integer metadata {key}")))
-    }
-
-    fn mismatch(&self, message: String) -> CheckpointError {
-        CheckpointError::Mismatch {
-            path: self.path.clone(),
-            message,
-        }
-    }
-
-    /// Serialise to safetensors bytes.
-    pub fn to_bytes(&self) -> Vec<u8> {
-        let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = self
-            .tensors
-            .iter()
-            .map(|(k, (shape, v))| {
-                (
-                    k.clone(),
-                    shape.clone(),
-                    v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-                )
-            })
-            .collect();
-        let views: Vec<(String, TensorView<'_>)> = bytes
-            .iter()
-            .map(|(k, shape, b)| {
-                (
-                    k.clone(),
-                    TensorView::new(Dtype::F32, shape.clone(), b).expect("consistent tensor"),
-                )
-            })
-            .collect();
-        let meta: HashMap<String, String> = self.meta.clone().into_iter().collect();
-        safetensors::serialize(views, Some(meta)).expect("serialising in memory cannot fail")
-    }
-
-    /// Write to `path` atomically (temporary file in the same folder, then rename).
-    pub fn save(&self, path: &Path) -> Result<(), CheckpointError> {
-        let io = |source| CheckpointError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-        std::fs::write(&tmp, self.to_bytes()).map_err(io)?;
-        std::fs::rename(&tmp, path).map_err(io)
-    }
-
-    /// Read a checkpoint written by [`Self::save`].
-    pub fn load(path: &Path) -> Result<Self, CheckpointError> {
-        let bytes = std::fs::read(path).map_err(|source| CheckpointError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        Self::from_bytes(&bytes, path)
-    }
-
-    /// Parse safetensors bytes (as [`Self::to_bytes`] writes); `path` names them in errors.
-    pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Self, CheckpointError> {
-        let format = |e: safetensors::SafeTensorError| CheckpointError::Format {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        };
-        let (_, metadata) = safetensors::SafeTensors::read_metadata(bytes).map_err(format)?;
-        let st = safetensors::SafeTensors::deserialize(bytes).map_err(format)?;
-        let mut ck = Checkpoint {
-            path: path.to_path_buf(),
-            ..Default::default()
-        };
-        for (name, view) in st.tensors() {
-            if view.dtype() != Dtype::F32 {
-                return Err(ck.mismatch(format!(
-                    "tensor {name} is {:?}, drill stores F32",
-                    view.dtype()
-                )));
-            }
-            let values = view
-                .data()
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect();
-            ck.tensors.insert(name, (view.shape().to_vec(), values));
-        }
-        if let Some(meta) = metadata.metadata() {
-            ck.meta = meta.clone().into_iter().collect();
-        }
-        Ok(ck)
     }
 }
 

@@ -1,36 +1,7 @@
-//! [`TrainError`] (why a run stopped) and [`CheckpointError`]: the errors every layer of the
-//! crate returns, at the bottom of its module graph.
+//! [`TrainError`] (why a run stopped): the error every layer of the crate returns, at the
+//! bottom of its module graph. [`CheckpointError`] is drill-exp's (the checkpoint file).
 
-use std::path::PathBuf;
-
-/// Errors reading or writing a checkpoint, naming the file and tensor.
-#[derive(Debug, thiserror::Error)]
-pub enum CheckpointError {
-    /// I/O failed.
-    #[error("checkpoint {path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// Not a valid safetensors file.
-    #[error("checkpoint {path}: not a safetensors file: {message}")]
-    Format {
-        /// The file.
-        path: PathBuf,
-        /// The decoder's message.
-        message: String,
-    },
-    /// A tensor or metadata entry is missing or has the wrong shape.
-    #[error("checkpoint {path}: {message}")]
-    Mismatch {
-        /// The file.
-        path: PathBuf,
-        /// What does not match.
-        message: String,
-    },
-}
+pub use drill_exp::CheckpointError;
 
 /// Why a run stopped with an error.
 #[derive(Debug, thiserror::Error)]

@@ -11,7 +11,7 @@
 //! learn → log`. Hyper-parameters come from [`PpoPolicy`] (the `[policy]` table). A train
 //! iteration is one minibatch gradient step (as DI-engine counts them).
 
-use crate::checkpoint::Checkpoint;
+use crate::checkpoint::{Checkpoint, CheckpointExt};
 use crate::data::Rollout;
 use crate::ddp::Ranks;
 use crate::middleware::{

@@ -11,7 +11,7 @@
 use std::cell::RefCell;
 use std::time::Instant;
 
-use crate::checkpoint::Checkpoint;
+use crate::checkpoint::{Checkpoint, CheckpointExt};
 use crate::data::{Batch, ReplayBuffer};
 use crate::middleware::{
     CkptSaver, DataPusher, InteractionEvaluator, NStepRewardEnhancer, OffPolicyLearner,

@@ -1,6 +1,6 @@
 //! The workspace's layering, checked from the sources: inside every crate, the modules under
 //! one parent import each other without cycles (layers call down only), and drill-exp (the
-//! experiment folder) does not depend on the training crates.
+//! experiment folder) does not depend on the training crates or burn.
 //!
 //! An edge `a → b` between two sibling modules means some file inside `a` names `crate::…::b`
 //! or `super::b` (with `use` or in a path). Items of the parent itself (its `mod.rs`) are not a
@@ -191,6 +191,37 @@ fn no_crate_has_an_import_cycle_between_sibling_modules() {
         }
     }
     assert!(all.is_empty(), "import cycles:\n{}", all.join("\n"));
+}
+
+#[test]
+fn the_experiment_folder_needs_no_tensor_library() {
+    let out = std::process::Command::new(env!("CARGO"))
+        .args([
+            "tree",
+            "--offline",
+            "-p",
+            "drill-exp",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+        ])
+        .current_dir(crates())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tree = String::from_utf8_lossy(&out.stdout);
+    assert!(tree.contains("drill-exp"), "{tree}");
+    for heavy in ["burn", "drill-algo"] {
+        assert!(
+            !tree.lines().any(|l| l.starts_with(heavy)),
+            "drill-exp depends on {heavy}:\n{tree}"
+        );
+    }
 }
 
 #[test]

@@ -7,8 +7,13 @@
 //! - [`backend`]: the engines. `embedded` (default: shared memory on one host, TCP between
 //!   hosts), `mpi` (feature), `nccl` (feature).
 //!
-//! Everything that blocks has a timeout, a dead peer fails every rank's collectives within a
-//! moment naming it, and every connection is authenticated with the job token.
+//! On the embedded and NCCL backends everything that blocks has a timeout, a dead peer fails
+//! every rank's collectives within a moment naming it, and every connection is authenticated
+//! with the job token. The MPI backend has none of that of its own: MPI calls block without a
+//! timeout, and a rank that dies is handled by the launcher (OpenMPI's `mpirun` aborts the
+//! whole job when any rank exits abnormally, naming it; `srun` likewise with `--kill-on-bad-exit`).
+//! `DRILL_DEBUG_COLLECTIVES=1` checks, on every backend, that all ranks issue the same
+//! collective at the same point ([`backend::checked`]).
 //!
 //! ```no_run
 //! use drill_comm::{ProcessGroup, ReduceOp};

@@ -1,8 +1,8 @@
 //! [`Experiment`]: creates the folder and turns reports into files and a progress bar.
 
 use crate::EventWriter;
-use drill_algo::checkpoint::{Checkpoint, CheckpointError};
-use drill_algo::{Progress, Reporter, TrainResult};
+use crate::checkpoint::{Checkpoint, CheckpointError};
+use crate::report::{Progress, Reporter, TrainResult};
 use drill_config::Config;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::fs::File;

@@ -9,11 +9,16 @@
 //!   result.json        the run's outcome
 //! ```
 //!
-//! [`Experiment`] implements [`drill_algo::Reporter`], so algorithms report into it without
-//! knowing about files.
+//! [`Experiment`] implements [`Reporter`], so algorithms (drill-algo, which depends on this
+//! crate) report into it without knowing about files. [`Checkpoint`] is the checkpoint file
+//! format. No tensor library is needed to write or read any of it.
 
+pub mod checkpoint;
 mod experiment;
+mod report;
 mod tensorboard;
 
+pub use checkpoint::{Checkpoint, CheckpointError};
 pub use experiment::Experiment;
+pub use report::{NullReporter, Progress, Reporter, TrainResult};
 pub use tensorboard::{EventWriter, read_scalars};

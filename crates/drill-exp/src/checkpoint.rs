@@ -1,0 +1,152 @@
+//! [`Checkpoint`]: named f32 tensors plus string metadata, stored as safetensors (PyTorch's
+//! `safetensors.torch.load_file` reads them). Written to a temporary file and renamed, so a
+//! crash never leaves a half-written checkpoint. The file format only: filling one from a
+//! model is drill-algo's (`CheckpointExt`).
+
+use safetensors::tensor::{Dtype, TensorView};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+/// Errors reading or writing a checkpoint, naming the file and tensor.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    /// I/O failed.
+    #[error("checkpoint {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Not a valid safetensors file.
+    #[error("checkpoint {path}: not a safetensors file: {message}")]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// The decoder's message.
+        message: String,
+    },
+    /// A tensor or metadata entry is missing or has the wrong shape.
+    #[error("checkpoint {path}: {message}")]
+    Mismatch {
+        /// The file.
+        path: PathBuf,
+        /// What does not match.
+        message: String,
+    },
+}
+
+/// Tensors and metadata of one training state.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Checkpoint {
+    /// Name → (shape, values).
+    pub tensors: BTreeMap<String, (Vec<usize>, Vec<f32>)>,
+    /// String metadata: counters, algorithm, config.
+    pub meta: BTreeMap<String, String>,
+    /// Where it was loaded from (for error messages).
+    pub path: PathBuf,
+}
+
+impl Checkpoint {
+    /// A tensor by name.
+    pub fn tensor(&self, name: &str) -> Result<(&Vec<usize>, &Vec<f32>), CheckpointError> {
+        self.tensors
+            .get(name)
+            .map(|(s, v)| (s, v))
+            .ok_or_else(|| self.mismatch(format!("missing tensor {name}")))
+    }
+
+    /// An integer metadata entry.
+    pub fn counter(&self, key: &str) -> Result<u64, CheckpointError> {
+        self.meta
+            .get(key)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| self.mismatch(format!("missing or non-integer metadata {key}")))
+    }
+
+    /// A [`CheckpointError::Mismatch`] naming this checkpoint's file.
+    pub fn mismatch(&self, message: String) -> CheckpointError {
+        CheckpointError::Mismatch {
+            path: self.path.clone(),
+            message,
+        }
+    }
+
+    /// Serialise to safetensors bytes.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = self
+            .tensors
+            .iter()
+            .map(|(k, (shape, v))| {
+                (
+                    k.clone(),
+                    shape.clone(),
+                    v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                )
+            })
+            .collect();
+        let views: Vec<(String, TensorView<'_>)> = bytes
+            .iter()
+            .map(|(k, shape, b)| {
+                (
+                    k.clone(),
+                    TensorView::new(Dtype::F32, shape.clone(), b).expect("consistent tensor"),
+                )
+            })
+            .collect();
+        let meta: HashMap<String, String> = self.meta.clone().into_iter().collect();
+        safetensors::serialize(views, Some(meta)).expect("serialising in memory cannot fail")
+    }
+
+    /// Write to `path` atomically (temporary file in the same folder, then rename).
+    pub fn save(&self, path: &Path) -> Result<(), CheckpointError> {
+        let io = |source| CheckpointError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+        std::fs::write(&tmp, self.to_bytes()).map_err(io)?;
+        std::fs::rename(&tmp, path).map_err(io)
+    }
+
+    /// Read a checkpoint written by [`Self::save`].
+    pub fn load(path: &Path) -> Result<Self, CheckpointError> {
+        let bytes = std::fs::read(path).map_err(|source| CheckpointError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::from_bytes(&bytes, path)
+    }
+
+    /// Parse safetensors bytes (as [`Self::to_bytes`] writes); `path` names them in errors.
+    pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Self, CheckpointError> {
+        let format = |e: safetensors::SafeTensorError| CheckpointError::Format {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        };
+        let (_, metadata) = safetensors::SafeTensors::read_metadata(bytes).map_err(format)?;
+        let st = safetensors::SafeTensors::deserialize(bytes).map_err(format)?;
+        let mut ck = Checkpoint {
+            path: path.to_path_buf(),
+            ..Default::default()
+        };
+        for (name, view) in st.tensors() {
+            if view.dtype() != Dtype::F32 {
+                return Err(ck.mismatch(format!(
+                    "tensor {name} is {:?}, drill stores F32",
+                    view.dtype()
+                )));
+            }
+            let values = view
+                .data()
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            ck.tensors.insert(name, (view.shape().to_vec(), values));
+        }
+        if let Some(meta) = metadata.metadata() {
+            ck.meta = meta.clone().into_iter().collect();
+        }
+        Ok(ck)
+    }
+}
