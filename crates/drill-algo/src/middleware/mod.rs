@@ -45,7 +45,7 @@ pub use exchange::{ContextExchanger, FinishSync, ModelExchanger, ModelUpdate};
 pub use learner::OffPolicyLearner;
 pub use logger::{OnlineLogger, Outputs};
 pub use onpolicy::{GaeEstimator, OnPolicyLearner, RolloutCollector};
-pub use roles::{Remote, Roles};
+pub use roles::{Remote, RolePlan, Roles};
 
 use crate::ddp::Ranks;
 use crate::eval::EvalResult;

@@ -1,9 +1,13 @@
 //! [`Roles`]: which parts of a pipeline this process runs (all of them, or its share under
-//! `drill train --parallel-workers N`).
+//! `drill train --parallel-workers N`), and [`RolePlan`]: the `[task.roles]` assignment of a
+//! parallel run, checked before anything starts.
 
 use std::time::Duration;
 
-use drill_task::{TaskError, TaskHandle};
+use drill_config::{Config, TASK_ROLES};
+use drill_task::{Labels, TaskError, TaskHandle};
+
+use crate::error::TrainError;
 
 /// The parts of the pipeline this process runs. Built-in pipelines register only the
 /// middlewares of these roles, plus the exchangers that reach the roles run elsewhere.
@@ -19,8 +23,10 @@ pub struct Roles {
     pub remote: Option<Remote>,
 }
 
-/// How processes of a parallel run cooperate.
+/// How processes of a parallel run cooperate. Other crates get one only from
+/// [`RolePlan::share`], so every parallel share passed the plan's checks.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Remote {
     /// This worker's node id.
     pub node: usize,
@@ -86,5 +92,166 @@ impl Roles {
     /// The learner runs in another process.
     pub fn learner_elsewhere(&self) -> bool {
         self.remote.is_some() && !self.learner
+    }
+}
+
+/// Which of a parallel run's workers take which role (`[task.roles]`: label pattern → roles,
+/// matched against each worker's labels `distributed`, `node.N` and any extra), checked: the
+/// learner and the evaluator on exactly one worker each, collectors on one or more (on the
+/// learner's worker only if no other collects), and the evaluator's worker collecting only if
+/// it is the learner's (a remote evaluator waits for weights; a collector beside it would
+/// starve the learner). Errors name `task.roles`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RolePlan {
+    collectors: Vec<usize>,
+    learner: usize,
+    evaluator: usize,
+}
+
+impl RolePlan {
+    /// Check `config`'s roles over `workers` workers carrying `extra` labels besides their own.
+    pub fn new(config: &Config, extra: &[String], workers: usize) -> Result<Self, TrainError> {
+        let mut owners: Vec<Vec<usize>> = vec![Vec::new(); TASK_ROLES.len()];
+        for node in 0..workers {
+            let roles = Self::roles_of(config, &Self::labels(node, extra))?;
+            for (k, role) in TASK_ROLES.iter().enumerate() {
+                if roles.iter().any(|r| r == role) {
+                    owners[k].push(node);
+                }
+            }
+        }
+        let bad = |message: String| -> TrainError { config.error("task.roles", message).into() };
+        let on = |nodes: &[usize]| match nodes {
+            [] => "no worker takes it".to_string(),
+            _ => format!("nodes {nodes:?} take it"),
+        };
+        let [collectors, learner, evaluator] = [&owners[0], &owners[1], &owners[2]];
+        for (role, nodes) in [("learner", learner), ("evaluator", evaluator)] {
+            if nodes.len() != 1 {
+                return Err(bad(format!(
+                    "the {role} role must run on exactly one of the {workers} workers, but {} (e.g. \"node.0\" = [\"collector\", \"learner\"], \"node.1\" = [\"evaluator\"])",
+                    on(nodes)
+                )));
+            }
+        }
+        if collectors.is_empty() {
+            return Err(bad(format!(
+                "no worker of the {workers} takes the collector role"
+            )));
+        }
+        if evaluator[0] != learner[0] && collectors.contains(&evaluator[0]) {
+            return Err(bad(format!(
+                "the evaluator's worker (node {}) may also collect only if it is the learner's: give the evaluator a worker of its own or put it with the learner",
+                evaluator[0]
+            )));
+        }
+        if collectors.len() > 1 && collectors.contains(&learner[0]) {
+            return Err(bad(format!(
+                "the learner's worker (node {}) collects too, so no other may: nodes {collectors:?} take the collector role",
+                learner[0]
+            )));
+        }
+        Ok(Self {
+            collectors: collectors.clone(),
+            learner: learner[0],
+            evaluator: evaluator[0],
+        })
+    }
+
+    /// The labels worker `node` has (as the Parallel runner gives them): `distributed`,
+    /// `node.N`, `extra`, and `DRILL_LABELS`.
+    pub fn labels(node: usize, extra: &[String]) -> Labels {
+        let mut labels = Labels::new(["distributed".to_string(), format!("node.{node}")]);
+        for l in extra {
+            labels.insert(l.clone());
+        }
+        if let Ok(list) = std::env::var("DRILL_LABELS") {
+            labels.extend_from_list(&list);
+        }
+        labels
+    }
+
+    /// The roles `[task.roles]` gives a worker with `labels`.
+    pub fn roles_of(config: &Config, labels: &Labels) -> Result<Vec<String>, TrainError> {
+        let mut roles = Vec::new();
+        for (pattern, rs) in &config.task.roles {
+            if labels
+                .matches(&[pattern])
+                .map_err(|e| config.error(&format!("task.roles.{pattern}"), e.to_string()))?
+            {
+                roles.extend(rs.iter().cloned());
+            }
+        }
+        Ok(roles)
+    }
+
+    /// The workers that collect.
+    pub fn collectors(&self) -> &[usize] {
+        &self.collectors
+    }
+
+    /// The learner's worker.
+    pub fn learner(&self) -> usize {
+        self.learner
+    }
+
+    /// The evaluator's worker.
+    pub fn evaluator(&self) -> usize {
+        self.evaluator
+    }
+
+    /// This worker's share: its task is labelled with its roles, which are returned with how
+    /// it cooperates with the others.
+    pub fn share(&self, config: &Config, task: &TaskHandle) -> Result<Roles, TrainError> {
+        for r in Self::roles_of(config, &task.labels())? {
+            task.insert_label(r);
+        }
+        let node: usize = task
+            .labels()
+            .iter()
+            .find_map(|l| l.strip_prefix("node.")?.parse().ok())
+            .ok_or_else(|| TrainError::Task(TaskError::msg("a worker without a node.N label")))?;
+        let remote = Remote {
+            node,
+            collector_index: self.collectors.iter().position(|&c| c == node).unwrap_or(0),
+            collectors: self.collectors.len(),
+            model_staleness: config.task.model_staleness,
+            model_every: config.task.model_every,
+            timeout: Duration::from_secs_f64(config.task.timeout),
+        };
+        Ok(Roles::from_labels(task, remote)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(roles: &str) -> Config {
+        let text = format!("[env]\nid = \"CartPole-v0\"\n[task.roles]\n{roles}");
+        Config::parse(&text, "t.toml", &[]).unwrap()
+    }
+
+    #[test]
+    fn a_plan_is_checked_before_anything_starts() {
+        let ok =
+            config("\"node.0\" = [\"collector\", \"learner\"]\n\"node.1\" = [\"evaluator\"]\n");
+        let plan = RolePlan::new(&ok, &[], 2).unwrap();
+        assert_eq!(
+            (plan.collectors(), plan.learner(), plan.evaluator()),
+            (&[0][..], 0, 1)
+        );
+        let two_learners = config("\"node.*\" = [\"collector\", \"learner\", \"evaluator\"]\n");
+        let e = RolePlan::new(&two_learners, &[], 2)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`task.roles`") && e.contains("the learner role must run on exactly one"),
+            "{e}"
+        );
+        let starved =
+            config("\"node.0\" = [\"learner\"]\n\"node.1\" = [\"collector\", \"evaluator\"]\n");
+        let e = RolePlan::new(&starved, &[], 2).unwrap_err().to_string();
+        assert!(e.contains("the evaluator's worker (node 1)"), "{e}");
     }
 }

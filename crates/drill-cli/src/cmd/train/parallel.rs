@@ -3,15 +3,14 @@
 //! worker owns the experiment folder and decides when the run ends.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::{Context, bail};
-use drill_algo::middleware::{Remote, Roles};
+use drill_algo::middleware::RolePlan;
 use drill_algo::{NullReporter, Reporter, RunContext, run::select_device};
 use drill_config::Config;
 use drill_exp::Experiment;
 use drill_task::parallel::{Mq, Parallel, Platform, Topology};
-use drill_task::{Labels, OnlineRLContext, TaskError};
+use drill_task::{OnlineRLContext, TaskError};
 
 use super::experiment::{exp_dir, finish_experiment, open_experiment, restart_count};
 use super::{Args, PlatformArg, TopologyArg};
@@ -37,8 +36,7 @@ pub fn run(args: &Args, config: Config, n: usize) -> anyhow::Result<i32> {
         },
     };
     drill_algo::check_splittable(&config)?;
-    let config_ref = &config;
-    let collectors = check_roles(&config, &args.labels, n)?;
+    let plan = RolePlan::new(&config, &args.labels, n)?;
     let mq = match args.mq_type.as_deref().unwrap_or(&config.task.mq_type) {
         "tcp" => Mq::Tcp,
         "redis" => Mq::Redis {
@@ -81,10 +79,7 @@ pub fn run(args: &Args, config: Config, n: usize) -> anyhow::Result<i32> {
             .map_err(|e| anyhow::anyhow!("--node-ids: {e}"))?;
         local = args.node_ids.clone();
     }
-    let learner_here = local.iter().any(|&node| {
-        node_roles(config_ref, &node_labels(node, &args.labels))
-            .is_ok_and(|r| r.iter().any(|r| r == "learner"))
-    });
+    let learner_here = local.contains(&plan.learner());
     if args.platform == PlatformArg::Local && !drill_task::parallel::in_worker() && learner_here {
         // The parent claims the folder so that a restarted group writes into the same one.
         let dir = exp_dir(args, &config);
@@ -92,88 +87,15 @@ pub fn run(args: &Args, config: Config, n: usize) -> anyhow::Result<i32> {
             .with_context(|| format!("cannot create experiment folder {}", dir.display()))?;
         runner = runner.env(EXP_DIR_ENV, &dir.display().to_string());
     }
-    let timeout = Duration::from_secs_f64(config.task.timeout);
     runner
         .run::<OnlineRLContext>(|task| {
-            worker(args, &config, task.handle().clone(), timeout, &collectors).map_err(|e| {
+            worker(args, &config, task.handle().clone(), &plan).map_err(|e| {
                 // The chain (e.g. which middleware, which peer) is the message.
                 TaskError::msg(format!("{e:#}"))
             })
         })
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(0)
-}
-
-/// The learner and the evaluator on exactly one worker each, collectors on one or more (and
-/// only on the learner's when it collects too): checked before anything starts, naming the
-/// assignment. Returns the collector workers.
-fn check_roles(config: &Config, extra: &[String], n: usize) -> anyhow::Result<Vec<usize>> {
-    let mut owners: Vec<Vec<usize>> = vec![Vec::new(); drill_config::TASK_ROLES.len()];
-    for node in 0..n {
-        let roles = node_roles(config, &node_labels(node, extra))?;
-        for (k, role) in drill_config::TASK_ROLES.iter().enumerate() {
-            if roles.iter().any(|r| r == role) {
-                owners[k].push(node);
-            }
-        }
-    }
-    let bad = |message: String| -> anyhow::Error { config.error("task.roles", message).into() };
-    let on = |nodes: &[usize]| match nodes {
-        [] => "no worker takes it".to_string(),
-        _ => format!("nodes {nodes:?} take it"),
-    };
-    let [collectors, learner, evaluator] = [&owners[0], &owners[1], &owners[2]];
-    for (role, nodes) in [("learner", learner), ("evaluator", evaluator)] {
-        if nodes.len() != 1 {
-            return Err(bad(format!(
-                "the {role} role must run on exactly one of the {n} workers, but {} (e.g. \"node.0\" = [\"collector\", \"learner\"], \"node.1\" = [\"evaluator\"])",
-                on(nodes)
-            )));
-        }
-    }
-    if collectors.is_empty() {
-        return Err(bad(format!(
-            "no worker of the {n} takes the collector role"
-        )));
-    }
-    // A remote evaluator waits for the weights of every eval_freq-th iteration; a collector
-    // beside it would wait with it and starve the learner.
-    if evaluator[0] != learner[0] && collectors.contains(&evaluator[0]) {
-        return Err(bad(format!(
-            "the evaluator's worker (node {}) may also collect only if it is the learner's: give the evaluator a worker of its own or put it with the learner",
-            evaluator[0]
-        )));
-    }
-    if collectors.len() > 1 && collectors.contains(&learner[0]) {
-        return Err(bad(format!(
-            "the learner's worker (node {}) collects too, so no other may: nodes {collectors:?} take the collector role",
-            learner[0]
-        )));
-    }
-    Ok(collectors.clone())
-}
-
-/// The labels worker `node` will have (as the runner gives them).
-fn node_labels(node: usize, extra: &[String]) -> Labels {
-    let mut labels = Labels::new(["distributed".to_string(), format!("node.{node}")]);
-    for l in extra {
-        labels.insert(l.clone());
-    }
-    if let Ok(list) = std::env::var("DRILL_LABELS") {
-        labels.extend_from_list(&list);
-    }
-    labels
-}
-
-/// The roles `[task.roles]` gives a worker with `labels`.
-fn node_roles(config: &Config, labels: &Labels) -> anyhow::Result<Vec<String>> {
-    let mut roles = Vec::new();
-    for (pattern, rs) in &config.task.roles {
-        if labels.matches(&[pattern]).map_err(anyhow::Error::msg)? {
-            roles.extend(rs.iter().cloned());
-        }
-    }
-    Ok(roles)
 }
 
 /// `NODE=PEER,PEER`.
@@ -194,28 +116,9 @@ fn worker(
     args: &Args,
     config: &Config,
     task: drill_task::TaskHandle,
-    timeout: Duration,
-    collectors: &[usize],
+    plan: &RolePlan,
 ) -> anyhow::Result<()> {
-    for r in node_roles(config, &task.labels())? {
-        task.insert_label(r);
-    }
-    let node: usize = task
-        .labels()
-        .iter()
-        .find_map(|l| l.strip_prefix("node.")?.parse().ok())
-        .context("a worker without a node.N label")?;
-    let roles = Roles::from_labels(
-        &task,
-        Remote {
-            node,
-            collector_index: collectors.iter().position(|&c| c == node).unwrap_or(0),
-            collectors: collectors.len(),
-            model_staleness: config.task.model_staleness,
-            model_every: config.task.model_every,
-            timeout,
-        },
-    )?;
+    let roles = plan.share(config, &task)?;
     let device = select_device(config)?;
     let task_labels = task.labels();
     let names = roles.names();
