@@ -19,7 +19,7 @@ use crate::middleware::{
     StepCollector, TerminationChecker,
 };
 use crate::nets::{QNet, input};
-use crate::optim::{ParamLayout, Trainer};
+use crate::optim::{ActingCopy, ParamLayout, Trainer};
 use crate::policy::{Acted, Explore, LearnOutput, Policy};
 use crate::run::{RunContext, TrainError, TrainResult};
 use crate::session;
@@ -89,8 +89,7 @@ pub struct Dqn {
     pub target: QNet,
     target_params: Vec<f32>,
     layout: ParamLayout,
-    acting: QNet,
-    acting_stale: bool,
+    acting: ActingCopy<QNet>,
     device: Device,
     ad_device: Device,
     obs_dim: usize,
@@ -130,8 +129,7 @@ impl Dqn {
         let target_params = online.params.clone();
         Self {
             target: online.inference(),
-            acting: online.inference(),
-            acting_stale: false,
+            acting: ActingCopy::new(&online),
             online,
             target_params,
             layout,
@@ -171,7 +169,7 @@ impl Dqn {
         pg.broadcast(&mut self.target_params, 0)?;
         self.write_target();
         self.online.distribute(pg, opts)?;
-        self.acting_stale = true;
+        self.acting.invalidate();
         Ok(())
     }
 
@@ -233,7 +231,7 @@ impl Dqn {
         self.online.backward(loss)?;
         let step = self.online.step(self.lr, 0.0)?;
         self.iters += 1;
-        self.acting_stale = true;
+        self.acting.invalidate();
         // ALGO: target network update (hard every N iterations, or soft every iteration).
         if let Some(theta) = self.target_theta {
             let t = theta as f32;
@@ -259,11 +257,7 @@ impl Dqn {
 
     /// What the collector and evaluator act with: the online net as of the last update.
     fn acting(&mut self) -> &QNet {
-        if self.acting_stale {
-            self.acting = self.online.inference();
-            self.acting_stale = false;
-        }
-        &self.acting
+        self.acting.get(&self.online)
     }
 }
 
@@ -326,7 +320,7 @@ impl Policy for Dqn {
         self.target_params = ck.get_params("target", &self.layout)?;
         self.write_target();
         self.iters = ck.counter("train_iters")?;
-        self.acting_stale = true;
+        self.acting.invalidate();
         Ok(())
     }
 
@@ -335,8 +329,7 @@ impl Policy for Dqn {
     }
 
     fn load_weights(&mut self, weights: &[f32]) {
-        self.acting = self.layout.write(self.acting.clone(), weights);
-        self.acting_stale = false;
+        self.acting.load(&self.layout, weights);
     }
 }
 

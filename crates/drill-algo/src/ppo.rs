@@ -19,7 +19,7 @@ use crate::middleware::{
     RolloutCollector, TerminationChecker,
 };
 use crate::nets::{Actor, ActorCritic, ActorHead, Critic, input};
-use crate::optim::Trainer;
+use crate::optim::{ActingCopy, Trainer};
 use crate::policy::{Acted, Explore, LearnOutput, Policy};
 use crate::run::{RunContext, TrainError, TrainResult};
 use crate::session;
@@ -167,8 +167,7 @@ pub fn sample_actions(
 pub struct Ppo {
     /// The actor-critic with its flat parameters and Adam state.
     pub trainer: Trainer<ActorCritic>,
-    acting: ActorCritic,
-    acting_stale: bool,
+    acting: ActingCopy<ActorCritic>,
     /// Minibatch steps done.
     pub iters: u64,
     p: PpoPolicy,
@@ -195,8 +194,7 @@ impl Ppo {
         let ad = device.clone().autodiff();
         let trainer = Trainer::new(build_agent(cfg, p, &ad)?, 1e-5);
         Ok(Self {
-            acting: trainer.inference(),
-            acting_stale: false,
+            acting: ActingCopy::new(&trainer),
             trainer,
             iters: 0,
             p: p.clone(),
@@ -216,11 +214,7 @@ impl Ppo {
     }
 
     fn acting(&mut self) -> &ActorCritic {
-        if self.acting_stale {
-            self.acting = self.trainer.inference();
-            self.acting_stale = false;
-        }
-        &self.acting
+        self.acting.get(&self.trainer)
     }
 }
 
@@ -284,7 +278,7 @@ impl Policy for Ppo {
                 }
             }
         }
-        self.acting_stale = true;
+        self.acting.invalidate();
         out.loss = last.loss;
         out.scalars.extend([
             ("losses/total_loss", last.loss),
@@ -312,7 +306,7 @@ impl Policy for Ppo {
     fn load_state_dict(&mut self, ck: &Checkpoint) -> Result<(), TrainError> {
         ck.get_trainer("model", &mut self.trainer)?;
         self.iters = ck.counter("train_iters")?;
-        self.acting_stale = true;
+        self.acting.invalidate();
         Ok(())
     }
 
@@ -321,8 +315,7 @@ impl Policy for Ppo {
     }
 
     fn load_weights(&mut self, weights: &[f32]) {
-        self.acting = self.trainer.layout.write(self.acting.clone(), weights);
-        self.acting_stale = false;
+        self.acting.load(&self.trainer.layout, weights);
     }
 }
 
@@ -349,7 +342,7 @@ pub fn train(
     if let Some(pg) = ranks.group() {
         ppo.trainer
             .distribute(pg.clone(), session::ddp_options(cfg))?;
-        ppo.acting_stale = true;
+        ppo.acting.invalidate();
     }
     let ppo = RefCell::new(ppo);
     let rng = RefCell::new(session::rank_rng(cfg, run.resume.as_ref(), rank));

@@ -18,7 +18,7 @@ use crate::middleware::{
     OnlineLogger, Outputs, StepCollector, TerminationChecker,
 };
 use crate::nets::{SquashedGaussian, TwinQ, input};
-use crate::optim::{Adam, Trainer};
+use crate::optim::{ActingCopy, Adam, Trainer};
 use crate::policy::{Acted, Explore, LearnOutput, Policy};
 use crate::run::{RunContext, TrainError, TrainResult};
 use crate::{ddp::Ranks, session};
@@ -95,8 +95,7 @@ pub struct Sac {
     /// `ln alpha` and its Adam state.
     log_alpha: [f32; 1],
     alpha_adam: Adam,
-    acting: SquashedGaussian,
-    acting_stale: bool,
+    acting: ActingCopy<SquashedGaussian>,
     sq: Squash,
     p: SacPolicy,
     ranks: Ranks,
@@ -145,8 +144,7 @@ impl Sac {
             1e-8,
         );
         Ok(Self {
-            acting: actor.inference(),
-            acting_stale: false,
+            acting: ActingCopy::new(&actor),
             target: critic.inference(),
             target_params: critic.params.clone(),
             actor,
@@ -175,7 +173,7 @@ impl Sac {
         self.write_target();
         self.actor.distribute(pg.clone(), opts)?;
         self.critic.distribute(pg, opts)?;
-        self.acting_stale = true;
+        self.acting.invalidate();
         Ok(())
     }
 
@@ -189,11 +187,7 @@ impl Sac {
     }
 
     fn acting(&mut self) -> &SquashedGaussian {
-        if self.acting_stale {
-            self.acting = self.actor.inference();
-            self.acting_stale = false;
-        }
-        &self.acting
+        self.acting.get(&self.actor)
     }
 
     /// The actor's mean and log-std for a batch, as host vectors.
@@ -307,7 +301,7 @@ impl Policy for Sac {
         }
         self.write_target();
         self.iters += 1;
-        self.acting_stale = true;
+        self.acting.invalidate();
         out.loss = qf_value;
         out.scalars.extend([
             ("losses/qf_loss", qf_value),
@@ -353,7 +347,7 @@ impl Policy for Sac {
         self.alpha_adam.v = ck.tensor("log_alpha_optim.adam_v")?.1.clone();
         self.alpha_adam.t = ck.counter("log_alpha_optim.adam_t")?;
         self.iters = ck.counter("train_iters")?;
-        self.acting_stale = true;
+        self.acting.invalidate();
         Ok(())
     }
 
@@ -362,8 +356,7 @@ impl Policy for Sac {
     }
 
     fn load_weights(&mut self, weights: &[f32]) {
-        self.acting = self.actor.layout.write(self.acting.clone(), weights);
-        self.acting_stale = false;
+        self.acting.load(&self.actor.layout, weights);
     }
 }
 

@@ -12,11 +12,13 @@
 //! parameter; the fused flat loop is cheaper on small nets (`drill bench learner` measures the
 //! DQN update it serves) and its state saves as two plain tensors.
 
+mod acting;
 mod adam;
 mod grad_sync;
 mod layout;
 mod trainer;
 
+pub use acting::ActingCopy;
 pub use adam::Adam;
 pub use grad_sync::{DdpOptions, GradSync};
 pub use layout::{ParamLayout, ParamSlot};
