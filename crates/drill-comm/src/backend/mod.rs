@@ -73,8 +73,10 @@ impl OpCode {
 /// Which backend a group runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BackendKind {
-    /// Embedded TCP + shared memory (default; nothing to install).
-    Tcp,
+    /// drill's own backend (default; nothing to install): shared-memory rings between the
+    /// ranks of one host, TCP between hosts (`DRILL_SHM=0`: TCP only). `DRILL_BACKEND=tcp`
+    /// (torch users' habit), `embedded`, `gloo` or `shm` select it.
+    Embedded,
     /// MPI (feature `mpi`, under mpirun/srun).
     Mpi,
     /// NCCL (feature `nccl`, CUDA devices).
@@ -85,7 +87,7 @@ impl BackendKind {
     /// Parse `tcp|embedded|gloo|mpi|nccl`.
     pub fn parse(s: &str) -> Option<BackendKind> {
         match s.trim().to_ascii_lowercase().as_str() {
-            "tcp" | "embedded" | "gloo" | "shm" => Some(BackendKind::Tcp),
+            "tcp" | "embedded" | "gloo" | "shm" => Some(BackendKind::Embedded),
             "mpi" => Some(BackendKind::Mpi),
             "nccl" => Some(BackendKind::Nccl),
             _ => None,
@@ -95,7 +97,7 @@ impl BackendKind {
     /// Name.
     pub fn name(self) -> &'static str {
         match self {
-            BackendKind::Tcp => "tcp",
+            BackendKind::Embedded => "embedded",
             BackendKind::Mpi => "mpi",
             BackendKind::Nccl => "nccl",
         }

@@ -386,7 +386,7 @@ fn accept_peers(
 
 impl Backend for Embedded {
     fn name(&self) -> &'static str {
-        "tcp"
+        "embedded"
     }
 
     fn rank(&self) -> usize {
