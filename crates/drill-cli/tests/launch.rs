@@ -197,7 +197,7 @@ fn two_launchers_form_one_job_static_and_dynamic() {
             outs.iter().all(|o| o.status.success()),
             "dynamic={dynamic}: {all}"
         );
-        assert!(all.contains("backend tcp, 4 ranks"), "{all}");
+        assert!(all.contains("backend embedded, 4 ranks"), "{all}");
         assert!(
             all.contains("all_reduce") && all.contains("barrier"),
             "{all}"
