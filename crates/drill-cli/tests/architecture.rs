@@ -198,7 +198,6 @@ fn the_experiment_folder_needs_no_tensor_library() {
     let out = std::process::Command::new(env!("CARGO"))
         .args([
             "tree",
-            "--offline",
             "-p",
             "drill-exp",
             "-e",
