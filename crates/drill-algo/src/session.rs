@@ -8,6 +8,7 @@ use crate::checkpoint::{Checkpoint, parse_rng_state};
 use crate::ddp::{DdpOptions, Ranks};
 use crate::eval::Evaluator;
 use crate::run::{TrainError, TrainResult};
+use drill_comm::{BackendKind, InitInfo, InitOptions, ProcessGroup};
 use drill_config::Config;
 use drill_env::{DynVecEnv, make_vec};
 use rand::SeedableRng;
@@ -119,4 +120,47 @@ pub fn ddp_options(cfg: &Config) -> DdpOptions {
         check_every: keys.check_every,
         ..DdpOptions::default()
     }
+}
+
+/// Join the data-parallel job the environment describes (RANK/WORLD_SIZE/..., Slurm or
+/// OpenMPI variables), on the backend the config asks for: NCCL when `policy.cuda`, MPI when
+/// started by mpirun/srun in a build with MPI (unless `DRILL_BACKEND` says otherwise), else
+/// the embedded one. `None` alone; a config without `policy.multi_gpu` started as several
+/// ranks is refused, naming the key.
+pub fn join(config: &Config) -> Result<Option<ProcessGroup>, TrainError> {
+    let info = InitInfo::from_env()?;
+    if info.world_size == 1 {
+        if config.policy.multi_gpu() {
+            tracing::info!(
+                "policy.multi_gpu = true without a launcher: training as world size 1 (start ranks with `drill train CONFIG --nproc-per-node N`)"
+            );
+        }
+        return Ok(None);
+    }
+    if !config.policy.multi_gpu() {
+        return Err(config
+            .error(
+                "policy.multi_gpu",
+                format!(
+                    "is false, but this process is rank {} of {} (from {}): every rank would train alone; set `multi_gpu = true` in [policy]",
+                    info.rank, info.world_size, info.source
+                ),
+            )
+            .into());
+    }
+    let backend = if config.policy.cuda() {
+        Some(BackendKind::Nccl)
+    } else if std::env::var_os("DRILL_BACKEND").is_none()
+        && BackendKind::Mpi.built()
+        && (info.source.starts_with("OpenMPI") || info.source.starts_with("PMI"))
+    {
+        Some(BackendKind::Mpi)
+    } else {
+        None
+    };
+    let pg = ProcessGroup::init(InitOptions {
+        backend,
+        ..InitOptions::default()
+    })?;
+    Ok(Some(pg))
 }

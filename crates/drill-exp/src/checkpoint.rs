@@ -149,4 +149,25 @@ impl Checkpoint {
         }
         Ok(ck)
     }
+
+    /// The checkpoint with the most train iterations among `final`, `latest` and `best` in
+    /// `dir/ckpt` (each is complete: written to a temporary file and renamed); unreadable ones
+    /// are skipped with a warning. What a restarted run resumes from.
+    pub fn newest_in(dir: &Path) -> Option<Checkpoint> {
+        let mut best: Option<(u64, Checkpoint)> = None;
+        for name in ["final", "latest", "best"] {
+            let path = dir.join("ckpt").join(format!("{name}.safetensors"));
+            if !path.is_file() {
+                continue;
+            }
+            match Self::load(&path).and_then(|ck| Ok((ck.counter("train_iters")?, ck))) {
+                Ok((iters, ck)) if best.as_ref().is_none_or(|(b, _)| iters > *b) => {
+                    best = Some((iters, ck))
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!("skipping {}: {e}", path.display()),
+            }
+        }
+        best.map(|(_, ck)| ck)
+    }
 }

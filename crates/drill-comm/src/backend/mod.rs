@@ -94,6 +94,15 @@ impl BackendKind {
         }
     }
 
+    /// Whether this drill-comm was built with the backend (MPI and NCCL are cargo features).
+    pub fn built(self) -> bool {
+        match self {
+            BackendKind::Embedded => true,
+            BackendKind::Mpi => cfg!(feature = "mpi"),
+            BackendKind::Nccl => cfg!(feature = "nccl"),
+        }
+    }
+
     /// Name.
     pub fn name(self) -> &'static str {
         match self {

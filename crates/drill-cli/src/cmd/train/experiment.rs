@@ -10,26 +10,6 @@ use std::path::{Path, PathBuf};
 
 use super::Args;
 
-/// The checkpoint with the most train iterations among `final`, `latest` and `best` in
-/// `dir/ckpt` (each is complete: written to a temporary file and renamed).
-fn newest_checkpoint(dir: &Path) -> Option<Checkpoint> {
-    let mut best: Option<(u64, Checkpoint)> = None;
-    for name in ["final", "latest", "best"] {
-        let path = dir.join("ckpt").join(format!("{name}.safetensors"));
-        if !path.is_file() {
-            continue;
-        }
-        match Checkpoint::load(&path).and_then(|ck| Ok((ck.counter("train_iters")?, ck))) {
-            Ok((iters, ck)) if best.as_ref().is_none_or(|(b, _)| iters > *b) => {
-                best = Some((iters, ck))
-            }
-            Ok(_) => {}
-            Err(e) => tracing::warn!("skipping {}: {e}", path.display()),
-        }
-    }
-    best.map(|(_, ck)| ck)
-}
-
 /// Times the launcher restarted this group (`DRILL_RESTART_COUNT`, 0 when not launched).
 pub(crate) fn restart_count() -> u32 {
     std::env::var("DRILL_RESTART_COUNT")
@@ -78,7 +58,7 @@ pub(crate) fn exp_dir(args: &Args, config: &Config) -> PathBuf {
 
 /// After restart `restarts` of a group: the newest checkpoint in `dir`, said in the log.
 fn resume_after_restart(dir: &Path, restarts: u32) -> anyhow::Result<Option<Checkpoint>> {
-    let resume = newest_checkpoint(dir);
+    let resume = Checkpoint::newest_in(dir);
     match &resume {
         Some(ck) => tracing::info!(
             "restart {restarts}: resuming from {} (train iteration {}, env step {})",

@@ -4,7 +4,7 @@
 use anyhow::{Context, bail};
 use drill_algo::checkpoint::Checkpoint;
 use drill_algo::{NullReporter, Reporter, RunContext, run::select_device};
-use drill_comm::{BackendKind, InitInfo, InitOptions, ProcessGroup};
+use drill_comm::ProcessGroup;
 use drill_config::Config;
 use drill_launch::{LaunchConfig, launch};
 use std::path::PathBuf;
@@ -74,50 +74,10 @@ pub(super) fn launch_ranks(args: &Args, config: &Config, n: usize) -> anyhow::Re
     Ok(outcome.exit_code())
 }
 
-/// Join the job the environment describes when `policy.multi_gpu` is on.
-fn join(config: &Config) -> anyhow::Result<Option<ProcessGroup>> {
-    let info = InitInfo::from_env()?;
-    if info.world_size == 1 {
-        if config.policy.multi_gpu() {
-            tracing::info!(
-                "policy.multi_gpu = true without a launcher: training as world size 1 (start ranks with `drill train CONFIG --nproc-per-node N`)"
-            );
-        }
-        return Ok(None);
-    }
-    if !config.policy.multi_gpu() {
-        return Err(config
-            .error(
-                "policy.multi_gpu",
-                format!(
-                    "is false, but this process is rank {} of {} (from {}): every rank would train alone; set `multi_gpu = true` in [policy]",
-                    info.rank, info.world_size, info.source
-                ),
-            )
-            .into());
-    }
-    let backend = if config.policy.cuda() {
-        Some(BackendKind::Nccl)
-    } else if std::env::var_os("DRILL_BACKEND").is_none()
-        && cfg!(feature = "mpi")
-        && (info.source.starts_with("OpenMPI") || info.source.starts_with("PMI"))
-    {
-        Some(BackendKind::Mpi)
-    } else {
-        None
-    };
-    let pg = ProcessGroup::init(InitOptions {
-        backend,
-        ..InitOptions::default()
-    })
-    .with_context(|| format!("rank {} cannot join the job", info.rank))?;
-    Ok(Some(pg))
-}
-
 /// Train as one process or one rank; rank 0 owns the experiment folder.
 pub(super) fn train_rank(args: &Args, config: Config) -> anyhow::Result<()> {
     let device = select_device(&config)?;
-    let dist = join(&config)?;
+    let dist = drill_algo::session::join(&config).context("cannot join the data-parallel job")?;
     let rank = dist.as_ref().map_or(0, ProcessGroup::rank);
     let restarts = restart_count();
     let store = dist
