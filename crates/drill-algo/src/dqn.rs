@@ -254,11 +254,6 @@ impl Dqn {
         let target = std::mem::replace(&mut self.target, self.online.inference());
         self.target = self.layout.write(target, &self.target_params);
     }
-
-    /// What the collector and evaluator act with: the online net as of the last update.
-    fn acting(&mut self) -> &QNet {
-        self.acting.get(&self.online)
-    }
 }
 
 impl Policy for Dqn {
@@ -267,20 +262,20 @@ impl Policy for Dqn {
 
     fn eval(&mut self, obs: Obs<'_>, out: &mut ActionBuf) {
         let n = obs.len() / self.obs_dim;
-        let (d, device) = (self.obs_dim, self.device.clone());
-        greedy(self.acting(), obs, d, &device, out.discrete_mut(n));
+        let net = self.acting.get(&self.online);
+        greedy(net, obs, self.obs_dim, &self.device, out.discrete_mut(n));
     }
 
     fn collect(&mut self, obs: Obs<'_>, explore: &Explore, rng: &mut ChaCha8Rng, out: &mut Acted) {
         let n = obs.len() / self.obs_dim;
-        let (d, device, n_actions) = (self.obs_dim, self.device.clone(), self.n_actions);
         let actions = out.actions.discrete_mut(n);
-        greedy(self.acting(), obs, d, &device, actions);
+        let net = self.acting.get(&self.online);
+        greedy(net, obs, self.obs_dim, &self.device, actions);
         // ALGO: epsilon-greedy: each action is replaced by a uniform one with probability eps.
         if explore.epsilon > 0.0 {
             for a in actions.iter_mut() {
                 if rng.random::<f64>() < explore.epsilon {
-                    *a = rng.random_range(0..n_actions);
+                    *a = rng.random_range(0..self.n_actions);
                 }
             }
         }

@@ -212,10 +212,6 @@ impl Ppo {
             order: Vec::new(),
         })
     }
-
-    fn acting(&mut self) -> &ActorCritic {
-        self.acting.get(&self.trainer)
-    }
 }
 
 impl Policy for Ppo {
@@ -223,18 +219,18 @@ impl Policy for Ppo {
     const NAME: &'static str = "ppo";
 
     fn eval(&mut self, obs: Obs<'_>, out: &mut ActionBuf) {
-        let (space, d, device) = (self.space.clone(), self.obs_dim, self.device.clone());
-        act_deterministic(self.acting(), &space, obs, d, &device, out);
+        let net = self.acting.get(&self.trainer);
+        act_deterministic(net, &self.space, obs, self.obs_dim, &self.device, out);
     }
 
     fn collect(&mut self, obs: Obs<'_>, _: &Explore, rng: &mut ChaCha8Rng, out: &mut Acted) {
-        let (space, d, device) = (self.space.clone(), self.obs_dim, self.device.clone());
-        sample_actions(self.acting(), &space, obs, d, &device, rng, out);
+        let net = self.acting.get(&self.trainer);
+        sample_actions(net, &self.space, obs, self.obs_dim, &self.device, rng, out);
     }
 
     fn values(&mut self, obs: Obs<'_>, out: &mut Vec<f32>) -> Result<(), TrainError> {
-        let (d, device) = (self.obs_dim, self.device.clone());
-        let v = self.acting().critic.forward(input(obs, d, &device));
+        let net = self.acting.get(&self.trainer);
+        let v = net.critic.forward(input(obs, self.obs_dim, &self.device));
         *out = v.into_data().try_into_vec::<f32>().expect("f32 values");
         Ok(())
     }

@@ -186,14 +186,10 @@ impl Sac {
         self.target = self.critic.layout.write(target, &self.target_params);
     }
 
-    fn acting(&mut self) -> &SquashedGaussian {
-        self.acting.get(&self.actor)
-    }
-
     /// The actor's mean and log-std for a batch, as host vectors.
     fn gaussian(&mut self, obs: Obs<'_>) -> (Vec<f32>, Vec<f32>) {
-        let (d, device) = (self.obs_dim, self.device.clone());
-        let (mean, log_std) = self.acting().forward(input(obs, d, &device));
+        let actor = self.acting.get(&self.actor);
+        let (mean, log_std) = actor.forward(input(obs, self.obs_dim, &self.device));
         (
             mean.into_data().try_into_vec().expect("f32 mean"),
             log_std.into_data().try_into_vec().expect("f32 log-std"),

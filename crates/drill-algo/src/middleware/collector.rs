@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 
 use drill_config::EpsConfig;
-use drill_env::{ActionSpace, DynVecEnv, ObsSpace};
+use drill_env::{ActionBuf, ActionSpace, DynVecEnv, ObsSpace};
 use drill_task::{Middleware, OnlineRLContext, TaskError, TaskHandle};
 use rand_chacha::ChaCha8Rng;
 
@@ -96,13 +96,8 @@ impl<P: Policy> Middleware<OnlineRLContext> for StepCollector<'_, P> {
         }
         let n = self.venv.num_envs();
         let spec = self.venv.spec();
-        let mut t = Transitions {
-            obs_dim: spec.obs_dim(),
-            obs: drill_env::ObsBuf::new(spec.obs.dtype),
-            next_obs: drill_env::ObsBuf::new(spec.obs.dtype),
-            actions: drill_env::ActionBuf::for_space(&spec.action_space, 0),
-            ..Transitions::default()
-        };
+        let actions = ActionBuf::for_space(&spec.action_space, 0);
+        let mut t = Transitions::empty(spec.obs_dim(), spec.obs.dtype, &actions);
         let explore = Explore {
             epsilon: ctx.ext.get::<Epsilon>().map_or(0.0, |e| e.0),
             env_step: ctx.env_step,
@@ -184,7 +179,7 @@ impl Middleware<OnlineRLContext> for NStepRewardEnhancer {
             ));
         }
         let d = raw.obs_dim;
-        let mut out = Transitions::empty_like(d, &raw.obs, &raw.actions);
+        let mut out = Transitions::empty(d, raw.obs.dtype(), &raw.actions);
         let (obs, next_obs) = (raw.obs.as_obs(), raw.next_obs.as_obs());
         for k in 0..raw.len() {
             let i = raw.env[k] as usize;

@@ -49,7 +49,7 @@ pub use roles::{Remote, RolePlan, Roles};
 
 use crate::ddp::Ranks;
 use crate::eval::EvalResult;
-use drill_env::{ActionBuf, ObsBuf};
+use drill_env::{ActionBuf, Dtype, ObsBuf};
 use drill_task::TaskError;
 use serde::{Deserialize, Serialize};
 
@@ -82,13 +82,13 @@ pub struct Transitions {
 }
 
 impl Transitions {
-    /// None held yet, for observations of `obs_dim` elements like `obs` and actions like
-    /// `actions`.
-    pub fn empty_like(obs_dim: usize, obs: &ObsBuf, actions: &ActionBuf) -> Self {
+    /// None held yet: observations of `obs_dim` elements of `dtype`, actions of `actions`'
+    /// kind (its contents are not used).
+    pub fn empty(obs_dim: usize, dtype: Dtype, actions: &ActionBuf) -> Self {
         Self {
             obs_dim,
-            obs: ObsBuf::new(obs.dtype()),
-            next_obs: ObsBuf::new(obs.dtype()),
+            obs: ObsBuf::new(dtype),
+            next_obs: ObsBuf::new(dtype),
             actions: actions.empty_like(),
             ..Self::default()
         }
