@@ -1,160 +1,17 @@
-//! The connections of one process to every other rank, the progress engine that moves
-//! messages over them without blocking, and the failure detector that watches them.
+//! The progress engine: moves every message of one operation over the peers' links without
+//! blocking on one peer while another could progress, and turns stalls, closed links and the
+//! failure detector's findings into errors naming the peer.
 
-use std::io::{self, IoSlice, Read, Write};
+use std::io::{self, Write};
 use std::net::TcpStream;
-use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::frame::{AbortReason, Control, HEADER, Header};
-use super::shm::Ring;
+use super::health::{Health, spawn_watch};
+use super::link::{Link, Peer};
 use crate::dtype::{DType, ReduceOp, reduce_bytes};
 use crate::error::{CommError, Result};
-
-/// Bytes of the staging buffer that received data is reduced from.
-const STAGE: usize = 64 << 10;
-
-/// How bytes travel to one peer.
-pub enum Link {
-    /// A TCP connection (non-blocking).
-    Tcp(TcpStream),
-    /// Two shared-memory rings.
-    Shm {
-        /// Ours to write.
-        tx: Ring,
-        /// Ours to read.
-        rx: Ring,
-    },
-}
-
-impl Link {
-    #[inline]
-    fn write_some(&mut self, hdr: &[u8], payload: &[u8]) -> io::Result<usize> {
-        match self {
-            Link::Shm { tx, .. } => {
-                let n = tx.write_some(hdr);
-                if n < hdr.len() {
-                    return Ok(n);
-                }
-                Ok(n + tx.write_some(payload))
-            }
-            Link::Tcp(s) => match s.write_vectored(&[IoSlice::new(hdr), IoSlice::new(payload)]) {
-                Ok(n) => Ok(n),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
-                Err(e) => Err(e),
-            },
-        }
-    }
-
-    #[inline]
-    fn read_some(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Link::Shm { rx, .. } => Ok(rx.read_some(buf)),
-            Link::Tcp(s) => match s.read(buf) {
-                Ok(0) if !buf.is_empty() => Err(io::ErrorKind::UnexpectedEof.into()),
-                Ok(n) => Ok(n),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
-                Err(e) => Err(e),
-            },
-        }
-    }
-
-    /// Whether this link goes through shared memory.
-    pub fn is_shm(&self) -> bool {
-        matches!(self, Link::Shm { .. })
-    }
-}
-
-/// Another rank: its data link, control connection and reduction staging buffer.
-pub struct Peer {
-    /// How data travels.
-    pub link: Link,
-    /// Control connection (failure notices; its closing is how death is noticed).
-    pub ctrl: TcpStream,
-    stage: Vec<u64>,
-}
-
-impl Peer {
-    /// A peer from its connections.
-    pub fn new(link: Link, ctrl: TcpStream) -> Peer {
-        Peer {
-            link,
-            ctrl,
-            stage: vec![0u64; STAGE / 8],
-        }
-    }
-}
-
-/// What the failure detector knows, shared by every group of the process.
-pub struct Health {
-    broken: AtomicBool,
-    why: Mutex<Option<(usize, String)>>,
-    /// The cause is a peer that rejected this rank's data (the culprit was this rank).
-    rejected: AtomicBool,
-    left: Vec<AtomicBool>,
-    stop: AtomicBool,
-}
-
-impl Health {
-    fn new(world: usize) -> Health {
-        Health {
-            broken: AtomicBool::new(false),
-            why: Mutex::new(None),
-            rejected: AtomicBool::new(false),
-            left: (0..world).map(|_| AtomicBool::new(false)).collect(),
-            stop: AtomicBool::new(false),
-        }
-    }
-
-    /// Record that the job is broken because of `rank` (the first cause wins).
-    pub fn set_broken(&self, rank: usize, detail: String) {
-        let mut w = self.why.lock().unwrap_or_else(|p| p.into_inner());
-        if w.is_none() {
-            *w = Some((rank, detail));
-        }
-        self.broken.store(true, Ordering::Release);
-    }
-
-    /// Record that peer `by` gave up on this rank because its data did not match (the first
-    /// cause wins): this rank's calls then fail with a protocol error naming `by`.
-    pub fn set_rejected(&self, by: usize, detail: String) {
-        let mut w = self.why.lock().unwrap_or_else(|p| p.into_inner());
-        if w.is_none() {
-            *w = Some((by, detail));
-            self.rejected.store(true, Ordering::Release);
-        }
-        self.broken.store(true, Ordering::Release);
-    }
-
-    /// The cause, if the job is broken.
-    #[inline]
-    pub fn broken(&self) -> Option<(usize, String)> {
-        if !self.broken.load(Ordering::Acquire) {
-            return None;
-        }
-        self.why.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    /// The error for an operation of a broken job, if it is broken.
-    #[inline]
-    fn error(&self, cx: &Cx) -> Option<CommError> {
-        let (rank, detail) = self.broken()?;
-        Some(if self.rejected.load(Ordering::Acquire) {
-            CommError::Protocol {
-                op: cx.op.name().into(),
-                group: cx.name.into(),
-                rank,
-                detail,
-            }
-        } else {
-            lost(cx, rank, detail)
-        })
-    }
-}
 
 /// Identifies the operation in progress, for headers and error messages.
 pub struct Cx<'a> {
@@ -255,12 +112,7 @@ impl Mesh {
             .filter_map(|(r, p)| Some((r, p.as_ref()?.ctrl.try_clone().ok()?)))
             .collect();
         if !watched.is_empty() {
-            let h = health.clone();
-            let world = peers.len();
-            std::thread::Builder::new()
-                .name("drill-comm-watch".into())
-                .spawn(move || watch(watched, h, world, rank))
-                .map_err(|e| CommError::io("spawn failure detector", e))?;
+            spawn_watch(watched, health.clone(), peers.len(), rank)?;
         }
         Ok(Mesh {
             rank,
@@ -282,7 +134,7 @@ impl Mesh {
     /// Fail fast if the job is already broken.
     #[inline]
     pub fn check(&self, cx: &Cx) -> Result<()> {
-        match self.health.error(cx) {
+        match health_error(&self.health, cx) {
             None => Ok(()),
             Some(e) => Err(e),
         }
@@ -407,11 +259,11 @@ impl Mesh {
                     .map(|s| s.peer)
             })
             .unwrap_or(self.rank);
-        if let Some(e) = self.health.error(cx) {
+        if let Some(e) = health_error(&self.health, cx) {
             return Err(e);
         }
         // A peer that left in order cannot send any more; its shared-memory data is all there.
-        if self.health.left[waiting_on].load(Ordering::Acquire)
+        if self.health.left(waiting_on)
             && self.peers[waiting_on]
                 .as_ref()
                 .is_some_and(|p| p.link.is_shm())
@@ -442,7 +294,7 @@ impl Mesh {
 
     /// Tell peers we leave in order (before the connections close).
     pub fn goodbye(&mut self) {
-        self.health.stop.store(true, Ordering::Release);
+        self.health.stop();
         let frame = Control::Goodbye.encode();
         for p in self.peers.iter_mut().flatten() {
             let _ = p.ctrl.write_all(&frame);
@@ -514,6 +366,22 @@ fn progress_recv(cx: &Cx, peer: &mut Peer, r: &mut RecvX) -> Result<usize> {
     Ok(moved)
 }
 
+/// The error for an operation of a broken job, if it is broken.
+#[inline]
+fn health_error(health: &Health, cx: &Cx) -> Option<CommError> {
+    let (rank, detail) = health.broken()?;
+    Some(if health.rejected() {
+        CommError::Protocol {
+            op: cx.op.name().into(),
+            group: cx.name.into(),
+            rank,
+            detail,
+        }
+    } else {
+        lost(cx, rank, detail)
+    })
+}
+
 fn lost(cx: &Cx, rank: usize, detail: String) -> CommError {
     CommError::PeerLost {
         op: cx.op.name().into(),
@@ -534,84 +402,4 @@ fn io_lost(cx: &Cx, rank: usize, e: &io::Error) -> CommError {
         _ => format!("connection error: {e}"),
     };
     lost(cx, rank, detail)
-}
-
-/// The failure detector: sleeps in poll() on every control connection and records the first
-/// crash (EOF without goodbye) or abort notice.
-fn watch(mut conns: Vec<(usize, TcpStream)>, health: Arc<Health>, world: usize, me: usize) {
-    let mut bufs: Vec<([u8; HEADER], usize)> = vec![([0; HEADER], 0); conns.len()];
-    let mut open = vec![true; conns.len()];
-    for (_, s) in &conns {
-        let _ = s.set_nonblocking(true);
-    }
-    while !health.stop.load(Ordering::Acquire) && open.iter().any(|&o| o) {
-        let mut fds: Vec<libc::pollfd> = conns
-            .iter()
-            .zip(&open)
-            .map(|((_, s), &o)| libc::pollfd {
-                fd: if o { s.as_raw_fd() } else { -1 },
-                events: libc::POLLIN,
-                revents: 0,
-            })
-            .collect();
-        let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 100) };
-        if rc <= 0 {
-            continue;
-        }
-        for (i, fd) in fds.iter().enumerate() {
-            if fd.revents == 0 || !open[i] {
-                continue;
-            }
-            let (rank, s) = &mut conns[i];
-            let (buf, got) = &mut bufs[i];
-            let closed = match s.read(&mut buf[*got..]) {
-                Ok(0) => true,
-                Ok(n) => {
-                    *got += n;
-                    if *got == HEADER {
-                        *got = 0;
-                        match Control::decode(buf, world) {
-                            Ok(Control::Goodbye) => {
-                                health.left[*rank].store(true, Ordering::Release)
-                            }
-                            Ok(Control::Abort {
-                                culprit,
-                                reason: AbortReason::Protocol,
-                            }) if culprit as usize == me => health.set_rejected(
-                                *rank,
-                                "it rejected this rank's data: the ranks' calls differ (buffer sizes, dtypes, or the order of collectives)".into(),
-                            ),
-                            Ok(Control::Abort { culprit, reason }) if culprit as usize == me => {
-                                health.set_broken(
-                                    *rank,
-                                    format!("it gave up on this rank: {}", reason.describe()),
-                                )
-                            }
-                            Ok(Control::Abort { culprit, reason }) => health.set_broken(
-                                culprit as usize,
-                                format!("rank {rank} gave up on it: {}", reason.describe()),
-                            ),
-                            Err(e) => {
-                                open[i] = false;
-                                health.set_broken(*rank, format!("invalid control frame: {e}"));
-                            }
-                        }
-                    }
-                    false
-                }
-                Err(e) => !matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                ),
-            };
-            if closed {
-                open[i] = false;
-                if !health.left[*rank].load(Ordering::Acquire)
-                    && !health.stop.load(Ordering::Acquire)
-                {
-                    health.set_broken(*rank, "its connection closed without a goodbye (process crashed, was killed, or exited without shutting down its group)".into());
-                }
-            }
-        }
-    }
 }

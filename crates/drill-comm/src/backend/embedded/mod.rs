@@ -4,6 +4,8 @@
 
 pub mod algo;
 pub mod frame;
+pub mod health;
+pub mod link;
 pub mod mesh;
 pub mod shm;
 
@@ -14,7 +16,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use self::algo::View;
-use self::mesh::{Cx, Link, Mesh, Peer, Sink, recv_from, send_to};
+use self::link::{Link, Peer};
+use self::mesh::{Cx, Mesh, Sink, recv_from, send_to};
 use super::{Backend, OpCode};
 use crate::auth::{self, Token};
 use crate::dtype::{DType, ReduceOp};

@@ -9,16 +9,14 @@
 //! - NCCL has no gather, scatter or barrier: gather/scatter are grouped send/recv, barrier is a
 //!   one-element all_reduce. Avg is Sum then a division (as on the other backends, for every
 //!   dtype). send/recv carry an 8-byte tag+length header so mismatched pairs are explained.
-//! - Never a silent hang: operations are polled, not waited on. A peer whose heartbeat (a
-//!   counter in the Store, bumped every 0.5 s by a thread) stalls for 3 s is declared dead, a
+//! - Never a silent hang: operations are polled, not waited on. A peer whose store heartbeat
+//!   ([`crate::store::Heartbeat`]) stalls is declared dead, a
 //!   NCCL asynchronous error or the group timeout aborts the communicator, and the error names
 //!   the operation, the group and (when known) the rank.
 
 pub mod loader;
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
@@ -26,75 +24,10 @@ use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, D
 use super::Backend;
 use crate::dtype::{DType, ReduceOp, div_bytes};
 use crate::error::{CommError, Result};
-use crate::store::Store;
+use crate::store::{Heartbeat, Liveness, Store};
 use loader::{
     Api, Comm, IN_PROGRESS, NcclResult, ReduceCall, SUCCESS, UniqueId, data_type, red_op,
 };
-
-/// How often each process bumps its heartbeat counter.
-const HEARTBEAT_EVERY: Duration = Duration::from_millis(500);
-/// A heartbeat that has not moved for this long marks its rank dead.
-const HEARTBEAT_DEAD: Duration = Duration::from_secs(3);
-
-/// Bumps this process's heartbeat counter in the Store until dropped.
-struct Heartbeat {
-    stop: Arc<AtomicBool>,
-}
-
-impl Heartbeat {
-    fn start(store: Store, global_rank: usize) -> Heartbeat {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let key = format!("hb/{global_rank}");
-        std::thread::Builder::new()
-            .name("drill-nccl-heartbeat".into())
-            .spawn(move || {
-                while !flag.load(Ordering::Relaxed) {
-                    if store.add(&key, 1).is_err() {
-                        return;
-                    }
-                    std::thread::sleep(HEARTBEAT_EVERY);
-                }
-            })
-            .ok();
-        Heartbeat { stop }
-    }
-}
-
-impl Drop for Heartbeat {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-}
-
-/// Reads the other ranks' heartbeats while an operation waits.
-struct Liveness {
-    store: Store,
-    /// Last counter seen and when it last moved, per global rank.
-    seen: HashMap<usize, (i64, Instant)>,
-}
-
-impl Liveness {
-    /// The first of `ranks` whose heartbeat has not moved for [`HEARTBEAT_DEAD`], or a store
-    /// that cannot be reached (its host, rank 0 or the launcher, is gone).
-    fn dead(&mut self, ranks: &[usize]) -> Option<(usize, String)> {
-        let now = Instant::now();
-        for &r in ranks {
-            match self.store.add(&format!("hb/{r}"), 0) {
-                Ok(v) => {
-                    let e = self.seen.entry(r).or_insert((v, now));
-                    if v != e.0 {
-                        *e = (v, now);
-                    } else if now - e.1 > HEARTBEAT_DEAD {
-                        return Some((r, format!("no heartbeat for {:?}", now - e.1)));
-                    }
-                }
-                Err(e) => return Some((0, format!("the store is unreachable: {e}"))),
-            }
-        }
-        None
-    }
-}
 
 /// State shared by every group of the process.
 struct Shared {
@@ -247,10 +180,7 @@ impl Nccl {
             .ctx
             .new_event(None)
             .map_err(|e| backend_err(format!("cannot create a CUDA event: {e:?}")))?;
-        let live = Liveness {
-            store: shared.store.clone(),
-            seen: HashMap::new(),
-        };
+        let live = Liveness::new(shared.store.clone());
         Ok(Nccl {
             shared,
             comm,
