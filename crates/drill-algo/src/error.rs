@@ -22,6 +22,14 @@ pub enum TrainError {
         /// The loss value.
         value: f64,
     },
+    /// A file or folder of the run (its experiment folder) could not be written or read.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done, naming the path.
+        what: String,
+        /// The failure.
+        source: std::io::Error,
+    },
     /// A checkpoint could not be written or read.
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
@@ -54,6 +62,14 @@ pub enum TrainError {
 }
 
 impl TrainError {
+    /// An I/O failure while doing `what` (which names the path).
+    pub fn io(what: impl Into<String>, source: std::io::Error) -> TrainError {
+        TrainError::Io {
+            what: what.into(),
+            source,
+        }
+    }
+
     /// The training error underneath: a failed middleware's typed error when this is a task
     /// failure wrapping one (e.g. [`TrainError::NonFinite`] from the learner), else itself.
     pub fn cause(&self) -> &TrainError {

@@ -7,7 +7,8 @@
 //! - [`nets`]: the networks; [`optim`]: flat parameters and Adam.
 //! - [`data`]: replay buffer, n-step returns, rollouts, GAE; [`explore`]: epsilon schedules.
 //! - [`eval`]: the evaluator; [`checkpoint`]: safetensors checkpoints; [`session`]: the
-//!   setup every pipeline shares.
+//!   setup every pipeline shares; [`start`]: the experiment folder and checkpoint a run (or
+//!   a restarted rank) starts from.
 //! - [`ddp`]: data-parallel training (gradient averaging, the ranks as the pipeline sees
 //!   them, distributed sampler).
 //! - [`error`]: [`TrainError`] and [`checkpoint::CheckpointError`], below everything else.
@@ -32,6 +33,7 @@ pub mod ppo;
 pub mod run;
 pub mod sac;
 pub mod session;
+pub mod start;
 
 pub use run::{NullReporter, Progress, Reporter, RunContext, TrainError, TrainResult};
 
@@ -82,6 +84,14 @@ pub fn train_roles(
 /// Whether `config`'s pipeline can be split over processes (`--parallel-workers`): DQN's
 /// off-policy pipeline can; PPO's on-policy one is refused, naming `policy.type`.
 pub fn check_splittable(config: &drill_config::Config) -> Result<(), TrainError> {
+    if config.policy.multi_gpu() {
+        return Err(config
+            .error(
+                "policy.multi_gpu",
+                "is true, but --parallel-workers splits the pipeline over processes and does not combine with data-parallel training: set `multi_gpu = false` or train with --nproc-per-node",
+            )
+            .into());
+    }
     match &config.policy {
         drill_config::Policy::Dqn(_) => Ok(()),
         drill_config::Policy::Ppo(_) | drill_config::Policy::Sac(_) => Err(not_splittable(config)),

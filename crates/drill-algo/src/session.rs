@@ -122,6 +122,20 @@ pub fn ddp_options(cfg: &Config) -> DdpOptions {
     }
 }
 
+/// Refuse to start data-parallel ranks (`how`: the flag or tool doing it) from a config
+/// that does not train data-parallel (`policy.multi_gpu = false`).
+pub fn check_data_parallel(config: &Config, how: &str) -> Result<(), TrainError> {
+    if config.policy.multi_gpu() {
+        return Ok(());
+    }
+    Err(config
+        .error(
+            "policy.multi_gpu",
+            format!("is false, but {how} trains data-parallel: set `multi_gpu = true` in [policy] (or --set policy.multi_gpu=true)"),
+        )
+        .into())
+}
+
 /// Join the data-parallel job the environment describes (RANK/WORLD_SIZE/..., Slurm or
 /// OpenMPI variables), on the backend the config asks for: NCCL when `policy.cuda`, MPI when
 /// started by mpirun/srun in a build with MPI (unless `DRILL_BACKEND` says otherwise), else

@@ -64,6 +64,39 @@ fn a_multi_gpu_config_alone_runs_as_world_size_1_and_a_plain_config_refuses_npro
     assert!(text(&out).contains("policy.multi_gpu"), "{}", text(&out));
 }
 
+#[test]
+fn data_parallel_and_a_split_pipeline_refuse_each_other_naming_the_key() {
+    let train = |config: &str, args: &[&str]| {
+        drill()
+            .arg("train")
+            .arg(repo().join(config))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = train(
+        "configs/cartpole_dqn_ddp.toml",
+        &["--parallel-workers", "2"],
+    );
+    assert!(!out.status.success());
+    assert!(text(&out).contains("policy.multi_gpu"), "{}", text(&out));
+    assert!(text(&out).contains("--parallel-workers"), "{}", text(&out));
+
+    let out = train(
+        "configs/cartpole_dqn.toml",
+        &["--nproc-per-node", "2", "--set", "task.workers=2"],
+    );
+    assert!(!out.status.success());
+    assert!(text(&out).contains("task.workers"), "{}", text(&out));
+
+    let out = train(
+        "configs/cartpole_dqn.toml",
+        &["--nproc-per-node", "2", "--parallel-workers", "2"],
+    );
+    assert!(!out.status.success());
+    assert!(text(&out).contains("cannot be used with"), "{}", text(&out));
+}
+
 /// `drill train --nproc-per-node 2` on a run that cannot reach its stop value before
 /// `max_env_step`, started in the background.
 fn long_run(exp: &Path, extra: &[&str]) -> Child {

@@ -1,9 +1,9 @@
 //! `drill train`: its arguments and the dispatch to one process or one rank of a
 //! data-parallel job ([`ranks`], also the `--nproc-per-node` launcher), or a pipeline split
-//! over processes ([`parallel`]); both open and finish the experiment folder through
-//! [`experiment`].
+//! over processes ([`parallel`]). Both start from drill-algo's [`drill_algo::start`] (the
+//! experiment folder and checkpoint) and end in [`finish`].
 
-mod experiment;
+mod finish;
 mod parallel;
 mod ranks;
 
@@ -42,7 +42,12 @@ pub struct Args {
     /// Split the pipeline over N worker processes (DI-engine's ditask): which roles
     /// (collector, learner, evaluator) run where comes from the config's `[task.roles]`
     /// (default: `[task] workers`).
-    #[arg(long, alias = "parallel_workers", value_name = "N")]
+    #[arg(
+        long,
+        alias = "parallel_workers",
+        value_name = "N",
+        conflicts_with = "nproc_per_node"
+    )]
     pub parallel_workers: Option<usize>,
     /// How the workers are linked (default: `[task] topology`, else star).
     #[arg(long, value_enum)]
@@ -112,10 +117,29 @@ pub(crate) fn load_config(args: &Args) -> anyhow::Result<Config> {
     Ok(config)
 }
 
+impl Args {
+    /// What the user asked of the experiment folder and the starting checkpoint.
+    fn start_options(&self) -> drill_algo::start::StartOptions {
+        drill_algo::start::StartOptions {
+            exp_dir: self.exp_dir.clone(),
+            resume: self.resume.clone(),
+            quiet: self.quiet,
+        }
+    }
+}
+
 /// Train; returns the process exit code.
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let config = load_config(&args)?;
     let workers = args.parallel_workers.unwrap_or(config.task.workers);
+    if workers > 0 && args.nproc_per_node.is_some() {
+        return Err(config
+            .error(
+                "task.workers",
+                format!("is {workers}, which splits the pipeline over processes; --nproc-per-node trains data-parallel and does not combine with it (set `workers = 0` in [task])"),
+            )
+            .into());
+    }
     if workers > 0 {
         return parallel::run(&args, config, workers);
     }

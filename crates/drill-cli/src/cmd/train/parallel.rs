@@ -12,7 +12,7 @@ use drill_exp::Experiment;
 use drill_task::parallel::{Mq, Parallel, Platform, Topology};
 use drill_task::{OnlineRLContext, TaskError};
 
-use super::experiment::{exp_dir, finish_experiment, open_experiment, restart_count};
+use super::finish::finish_experiment;
 use super::{Args, PlatformArg, TopologyArg};
 
 /// The experiment folder the parent claimed, for the learner's worker.
@@ -20,11 +20,6 @@ const EXP_DIR_ENV: &str = "DRILL_EXP_DIR";
 
 /// Start (or, under Slurm, be) the workers; returns the exit code.
 pub fn run(args: &Args, config: Config, n: usize) -> anyhow::Result<i32> {
-    if args.nproc_per_node.is_some() || config.policy.multi_gpu() {
-        bail!(
-            "--parallel-workers splits the pipeline over processes; it does not combine with data-parallel training (--nproc-per-node, policy.multi_gpu)"
-        );
-    }
     let topology = match args.topology {
         Some(TopologyArg::Star) => Topology::Star,
         Some(TopologyArg::Mesh) => Topology::Mesh,
@@ -82,7 +77,7 @@ pub fn run(args: &Args, config: Config, n: usize) -> anyhow::Result<i32> {
     let learner_here = local.contains(&plan.learner());
     if args.platform == PlatformArg::Local && !drill_task::parallel::in_worker() && learner_here {
         // The parent claims the folder so that a restarted group writes into the same one.
-        let dir = exp_dir(args, &config);
+        let dir = args.start_options().exp_dir(&config);
         let dir = Experiment::reserve(&dir)
             .with_context(|| format!("cannot create experiment folder {}", dir.display()))?;
         runner = runner.env(EXP_DIR_ENV, &dir.display().to_string());
@@ -122,12 +117,13 @@ fn worker(
     let device = select_device(config)?;
     let task_labels = task.labels();
     let names = roles.names();
-    let restarts = restart_count();
+    let restarts = drill_algo::start::restart_count();
     let mut exp = None;
     let mut resume = None;
     if roles.learner {
         let previous = std::env::var_os(EXP_DIR_ENV).map(PathBuf::from);
-        let (e, r) = open_experiment(args, config, previous.as_deref(), restarts)?;
+        let (e, r) =
+            drill_algo::start::open(config, &args.start_options(), previous.as_deref(), restarts)?;
         (exp, resume) = (Some(e), r);
     }
     let labels: Vec<&str> = task_labels.iter().collect();

@@ -2,33 +2,22 @@
 //! the launcher of such a job on this machine.
 
 use anyhow::{Context, bail};
-use drill_algo::checkpoint::Checkpoint;
+use drill_algo::start::{self, RankStart};
 use drill_algo::{NullReporter, Reporter, RunContext, run::select_device};
 use drill_comm::ProcessGroup;
 use drill_config::Config;
 use drill_launch::{LaunchConfig, launch};
-use std::path::PathBuf;
 use std::time::Duration;
 
 use super::Args;
-use super::experiment::{finish_experiment, open_experiment, restart_count};
-
-/// Store key (shared by every attempt of a launched job) holding the experiment folder.
-const EXP_DIR_KEY: &str = "drill-train/exp_dir";
+use super::finish::finish_experiment;
 
 /// `--nproc-per-node N`: start N copies of this command (without the flag) as ranks.
 pub(super) fn launch_ranks(args: &Args, config: &Config, n: usize) -> anyhow::Result<i32> {
     if n == 0 {
         bail!("--nproc-per-node must be at least 1");
     }
-    if !config.policy.multi_gpu() {
-        return Err(config
-            .error(
-                "policy.multi_gpu",
-                "is false, but --nproc-per-node trains data-parallel: set `multi_gpu = true` in [policy] (or --set policy.multi_gpu=true)",
-            )
-            .into());
-    }
+    drill_algo::session::check_data_parallel(config, "--nproc-per-node")?;
     let mut child = vec!["train".to_string(), args.config.clone()];
     if let Some(s) = args.seed {
         child.extend(["--seed".into(), s.to_string()]);
@@ -79,53 +68,6 @@ pub(super) fn train_rank(args: &Args, config: Config) -> anyhow::Result<()> {
     let device = select_device(&config)?;
     let dist = drill_algo::session::join(&config).context("cannot join the data-parallel job")?;
     let rank = dist.as_ref().map_or(0, ProcessGroup::rank);
-    let restarts = restart_count();
-    let store = dist
-        .as_ref()
-        .and_then(|pg| pg.store().map(|s| s.unprefixed()));
-
-    // Rank 0 picks the folder (the previous attempt's after a restart) and the checkpoint to
-    // start from; the others learn both from it.
-    let mut exp = None;
-    let mut resume = None;
-    if rank == 0 {
-        let previous = match &store {
-            Some(s) if restarts > 0 && s.check(&[EXP_DIR_KEY])? => Some(PathBuf::from(
-                String::from_utf8_lossy(&s.get(EXP_DIR_KEY)?).into_owned(),
-            )),
-            _ => None,
-        };
-        let (e, r) = open_experiment(args, &config, previous.as_deref(), restarts)?;
-        resume = r;
-        if let Some(s) = &store {
-            s.set(EXP_DIR_KEY, e.dir().display().to_string().as_bytes())?;
-        }
-        exp = Some(e);
-    }
-    let dir = match &dist {
-        Some(pg) => PathBuf::from(pg.broadcast_object(
-            exp.as_ref().map(|e| e.dir().display().to_string()).as_ref(),
-            0,
-        )?),
-        None => exp.as_ref().expect("rank 0").dir().to_path_buf(),
-    };
-    if let Some(pg) = &dist {
-        let bytes = pg.broadcast_object(
-            (rank == 0)
-                .then(|| resume.as_ref().map(|ck| (ck.path.clone(), ck.to_bytes())))
-                .as_ref(),
-            0,
-        )?;
-        if rank != 0 {
-            resume = bytes
-                .map(|(path, b)| Checkpoint::from_bytes(&b, &path))
-                .transpose()?;
-        }
-    }
-    let log = dir.join("logs").join(format!("rank_{rank}.log"));
-    if let Err(e) = crate::log::also_to(&log) {
-        tracing::warn!("cannot write {}: {e}", log.display());
-    }
     let world = dist.as_ref().map_or(1, ProcessGroup::world_size);
     let whose = |e: drill_algo::TrainError| -> anyhow::Error {
         if world > 1 {
@@ -134,6 +76,16 @@ pub(super) fn train_rank(args: &Args, config: Config) -> anyhow::Result<()> {
             e.into()
         }
     };
+    let restarts = start::restart_count();
+    let RankStart {
+        mut exp,
+        dir,
+        resume,
+    } = start::for_rank(&config, &args.start_options(), dist.as_ref(), restarts).map_err(whose)?;
+    let log = dir.join("logs").join(format!("rank_{rank}.log"));
+    if let Err(e) = crate::log::also_to(&log) {
+        tracing::warn!("cannot write {}: {e}", log.display());
+    }
     tracing::info!(
         "training {} on {} → {} (rank {rank} of {world})",
         config.policy.kind(),

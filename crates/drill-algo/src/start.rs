@@ -1,0 +1,162 @@
+//! Where a run starts: its experiment folder (new, or after a launcher restart the folder the
+//! first attempt made, resumed from its newest checkpoint) and the checkpoint to start from.
+//! Under DDP rank 0 decides both and the other ranks learn them from it ([`for_rank`]), so a
+//! restarted group writes into one folder and every rank resumes from the same state.
+
+use std::path::{Path, PathBuf};
+
+use drill_comm::{ProcessGroup, Store};
+use drill_config::Config;
+use drill_exp::{Checkpoint, Experiment};
+
+use crate::error::TrainError;
+
+/// Store key (shared by every attempt of a launched job) holding the experiment folder.
+const EXP_DIR_KEY: &str = "drill-train/exp_dir";
+
+/// What the user asked for (`drill train`'s `--exp-dir`, `--resume`, `--quiet`).
+#[derive(Clone, Debug, Default)]
+pub struct StartOptions {
+    /// Experiment folder (default: the config's `exp_name`).
+    pub exp_dir: Option<PathBuf>,
+    /// Checkpoint to continue from, unless a restart resumes from a newer one.
+    pub resume: Option<PathBuf>,
+    /// No progress bar.
+    pub quiet: bool,
+}
+
+impl StartOptions {
+    /// The folder a new run writes: `exp_dir`, or the config's `exp_name`.
+    pub fn exp_dir(&self, config: &Config) -> PathBuf {
+        self.exp_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(&config.exp_name))
+    }
+}
+
+/// Times the launcher restarted this group (`DRILL_RESTART_COUNT`, 0 when not launched).
+pub fn restart_count() -> u32 {
+    std::env::var("DRILL_RESTART_COUNT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The run's experiment folder and the checkpoint to start from: `previous` (a folder this
+/// run already owns) is reopened — after restart `restarts` > 0 resuming from its newest
+/// checkpoint — else a new folder is made at [`StartOptions::exp_dir`]; without a checkpoint
+/// from a restart, `resume`'s.
+pub fn open(
+    config: &Config,
+    opts: &StartOptions,
+    previous: Option<&Path>,
+    restarts: u32,
+) -> Result<(Experiment, Option<Checkpoint>), TrainError> {
+    let mut resume = None;
+    let exp = match previous {
+        Some(dir) => {
+            if restarts > 0 {
+                resume = resume_after_restart(dir, restarts)?;
+            }
+            Experiment::reopen(dir, config, opts.quiet)
+                .map_err(|e| TrainError::io(format!("cannot reopen {}", dir.display()), e))?
+        }
+        None => {
+            let dir = opts.exp_dir(config);
+            Experiment::create(&dir, config, opts.quiet).map_err(|e| {
+                TrainError::io(
+                    format!("cannot create experiment folder {}", dir.display()),
+                    e,
+                )
+            })?
+        }
+    };
+    if resume.is_none() {
+        resume = opts.resume.as_deref().map(Checkpoint::load).transpose()?;
+    }
+    Ok((exp, resume))
+}
+
+/// Where one rank starts.
+pub struct RankStart {
+    /// The experiment folder, on rank 0 (which alone writes it).
+    pub exp: Option<Experiment>,
+    /// The folder, on every rank (for its log file).
+    pub dir: PathBuf,
+    /// The checkpoint every rank starts from.
+    pub resume: Option<Checkpoint>,
+}
+
+/// Rank 0 opens the folder (after a restart, the one the previous attempt left in the
+/// launcher's store) and picks the checkpoint; every other rank receives both from it.
+/// Without `dist` this is [`open`] with no previous folder.
+pub fn for_rank(
+    config: &Config,
+    opts: &StartOptions,
+    dist: Option<&ProcessGroup>,
+    restarts: u32,
+) -> Result<RankStart, TrainError> {
+    let Some(pg) = dist else {
+        let (exp, resume) = open(config, opts, None, restarts)?;
+        let dir = exp.dir().to_path_buf();
+        return Ok(RankStart {
+            exp: Some(exp),
+            dir,
+            resume,
+        });
+    };
+    let store: Option<Store> = pg.store().map(|s| s.unprefixed());
+    let mut exp = None;
+    let mut resume = None;
+    if pg.rank() == 0 {
+        let previous = match &store {
+            Some(s) if restarts > 0 && s.check(&[EXP_DIR_KEY])? => Some(PathBuf::from(
+                String::from_utf8_lossy(&s.get(EXP_DIR_KEY)?).into_owned(),
+            )),
+            _ => None,
+        };
+        let (e, r) = open(config, opts, previous.as_deref(), restarts)?;
+        if let Some(s) = &store {
+            s.set(EXP_DIR_KEY, e.dir().display().to_string().as_bytes())?;
+        }
+        (exp, resume) = (Some(e), r);
+    }
+    let dir = PathBuf::from(
+        pg.broadcast_object(
+            exp.as_ref()
+                .map(|e: &Experiment| e.dir().display().to_string())
+                .as_ref(),
+            0,
+        )?,
+    );
+    let bytes = pg.broadcast_object(
+        (pg.rank() == 0)
+            .then(|| resume.as_ref().map(|ck| (ck.path.clone(), ck.to_bytes())))
+            .as_ref(),
+        0,
+    )?;
+    if pg.rank() != 0 {
+        resume = bytes
+            .map(|(path, b)| Checkpoint::from_bytes(&b, &path))
+            .transpose()?;
+    }
+    Ok(RankStart { exp, dir, resume })
+}
+
+/// After restart `restarts` of a group: the newest checkpoint in `dir`, said in the log.
+fn resume_after_restart(dir: &Path, restarts: u32) -> Result<Option<Checkpoint>, TrainError> {
+    let resume = Checkpoint::newest_in(dir);
+    match &resume {
+        Some(ck) => tracing::info!(
+            "restart {restarts}: resuming from {} (train iteration {}, env step {})",
+            ck.path.display(),
+            ck.counter("train_iters")?,
+            ck.counter("env_steps")?
+        ),
+        None => tracing::info!(
+            "restart {restarts}: no checkpoint in {} yet, starting over",
+            dir.display()
+        ),
+    }
+    Ok(resume)
+}
