@@ -76,7 +76,7 @@ impl ObsSpace {
 #[derive(Debug, Clone, PartialEq)]
 pub struct EnvSpec {
     /// Gymnasium id, e.g. `CartPole-v1`.
-    pub id: &'static str,
+    pub id: String,
     /// What `reset` and `step` write.
     pub obs: ObsSpace,
     /// What `step` accepts.
@@ -121,20 +121,48 @@ impl Step {
     }
 }
 
+/// The element type of an environment's observations: `f32` (vectors) or `u8` (frames).
+pub trait Elem: Copy + Default + Send + Sync + 'static {
+    /// The matching [`Dtype`].
+    const DTYPE: Dtype;
+    /// A borrowed batch of these.
+    fn obs(x: &[Self]) -> crate::Obs<'_>;
+}
+
+impl Elem for f32 {
+    const DTYPE: Dtype = Dtype::F32;
+    fn obs(x: &[f32]) -> crate::Obs<'_> {
+        crate::Obs::F32(x)
+    }
+}
+
+impl Elem for u8 {
+    const DTYPE: Dtype = Dtype::U8;
+    fn obs(x: &[u8]) -> crate::Obs<'_> {
+        crate::Obs::U8(x)
+    }
+}
+
 /// A reinforcement-learning environment with Gymnasium's semantics.
 ///
-/// Observations are written into `obs`, which must hold `spec().obs_dim()` values. Native
-/// environments here observe `f32` vectors; image environments implement [`crate::DynVecEnv`]
-/// directly with `u8` frames.
+/// Observations are written into `obs`, which must hold `spec().obs_dim()` elements of
+/// [`Env::Elem`]: `f32` for classic control, `u8` frames for Atari.
 pub trait Env: Send {
+    /// Observation element type (agrees with `spec().obs.dtype`).
+    type Elem: Elem;
     /// Id, spaces and limits.
     fn spec(&self) -> &EnvSpec;
     /// Start a new episode. `Some(seed)` reseeds the environment's generator (as Gymnasium's
     /// `reset(seed=...)`); `None` continues its stream.
-    fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]);
+    fn reset(&mut self, seed: Option<u64>, obs: &mut [Self::Elem]);
     /// Advance one step. Panics on an action outside the space (a caller bug, not bad input).
-    fn step(&mut self, action: Action<'_>, obs: &mut [f32]) -> Step;
-    /// The physical state (Gymnasium's `env.unwrapped.state`), for fixtures and debugging.
+    fn step(&mut self, action: Action<'_>, obs: &mut [Self::Elem]) -> Step;
+}
+
+/// A classic-control environment: an [`Env`] over `f32` vectors whose physical state can be
+/// read and set (for fixtures recorded from Gymnasium, and debugging).
+pub trait ClassicEnv: Env<Elem = f32> {
+    /// The physical state (Gymnasium's `env.unwrapped.state`).
     fn state(&self) -> Vec<f64>;
     /// Overwrite the physical state (e.g. with one recorded from Gymnasium) and write the
     /// matching observation.

@@ -7,11 +7,13 @@
 //! - [`TimeLimit`]: the episode step limit, reported as truncation.
 //! - [`VecEnv`]: N copies stepped in one call into structure-of-arrays buffers, with same-step
 //!   auto-reset (see its docs).
-//! - [`make`] / [`make_vec`]: build an environment from its Gymnasium id.
+//! - [`atari`]: Atari games through ALE with DI-engine's wrapper chain (feature `atari`).
+//! - [`make`] / [`make_vec`]: build an environment from its Gymnasium id; [`ids`] lists them.
 //! - [`Obs`], [`ObsBuf`], [`ActionBuf`]: batches of observations (`f32` vectors or `u8`
 //!   frames, shaped by the [`ObsSpace`]) and actions of any [`ActionSpace`], as the rest of
 //!   the pipeline moves them.
 
+pub mod atari;
 mod base;
 mod batch;
 pub mod classic;
@@ -19,8 +21,12 @@ mod registry;
 mod time_limit;
 mod vector;
 
-pub use base::{Action, ActionSpace, Dtype, Env, EnvSpec, ObsSpace, Step};
+pub use base::{Action, ActionSpace, ClassicEnv, Dtype, Elem, Env, EnvSpec, ObsSpace, Step};
 pub use batch::{ActionBuf, Obs, ObsBuf};
-pub use registry::{ENV_IDS, EnvError, make, make_vec, spec};
+#[cfg(feature = "atari")]
+pub use registry::make_atari;
+pub use registry::{
+    ENV_IDS, EnvError, atari_rom, ids, make, make_vec, make_vec_with, spec, spec_with,
+};
 pub use time_limit::TimeLimit;
 pub use vector::{Actions, DynVecEnv, VecEnv};

@@ -1,6 +1,6 @@
 //! [`TimeLimit`]: truncate episodes after a fixed number of steps, as Gymnasium's wrapper does.
 
-use crate::{Action, Env, EnvSpec, Step};
+use crate::{Action, ClassicEnv, Env, EnvSpec, Step};
 
 /// Wraps an environment and reports `truncated` once `max_steps` steps have been taken in the
 /// current episode (unless it terminated on that same step; both can be true, as in Gymnasium).
@@ -36,17 +36,19 @@ impl<E: Env> TimeLimit<E> {
 }
 
 impl<E: Env> Env for TimeLimit<E> {
+    type Elem = E::Elem;
+
     fn spec(&self) -> &EnvSpec {
         &self.spec
     }
 
-    fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) {
+    fn reset(&mut self, seed: Option<u64>, obs: &mut [E::Elem]) {
         self.elapsed = 0;
         self.inner.reset(seed, obs);
     }
 
     #[inline]
-    fn step(&mut self, action: Action<'_>, obs: &mut [f32]) -> Step {
+    fn step(&mut self, action: Action<'_>, obs: &mut [E::Elem]) -> Step {
         let mut step = self.inner.step(action, obs);
         self.elapsed += 1;
         if self.elapsed >= self.max_steps {
@@ -54,7 +56,9 @@ impl<E: Env> Env for TimeLimit<E> {
         }
         step
     }
+}
 
+impl<E: ClassicEnv> ClassicEnv for TimeLimit<E> {
     fn state(&self) -> Vec<f64> {
         self.inner.state()
     }

@@ -19,7 +19,7 @@
 //! Continuous actions are clipped to the action box before they reach a copy (Gymnasium's
 //! `ClipAction`), so a policy may hand over unbounded samples.
 
-use crate::{Action, ActionSpace, Env, EnvSpec, Obs};
+use crate::{Action, ActionSpace, Elem, Env, EnvSpec, Obs};
 
 /// A batch of actions, one per copy (continuous ones flattened, `act_dim` values per copy).
 #[derive(Debug, Clone, Copy)]
@@ -57,9 +57,9 @@ pub trait DynVecEnv: Send {
 }
 
 /// Per-copy output buffers, borrowed for a shard of copies.
-struct Shard<'a> {
-    obs: &'a mut [f32],
-    final_obs: &'a mut [f32],
+struct Shard<'a, T> {
+    obs: &'a mut [T],
+    final_obs: &'a mut [T],
     rewards: &'a mut [f32],
     terminated: &'a mut [bool],
     truncated: &'a mut [bool],
@@ -69,8 +69,8 @@ struct Shard<'a> {
     final_length: &'a mut [u32],
 }
 
-impl Shard<'_> {
-    fn step<E: Env>(self, envs: &mut [E], actions: Actions<'_>, obs_dim: usize) {
+impl<T: Elem> Shard<'_, T> {
+    fn step<E: Env<Elem = T>>(self, envs: &mut [E], actions: Actions<'_>, obs_dim: usize) {
         // Values per copy; only continuous actions use it.
         let act_dim = match actions {
             Actions::Discrete(_) => 1,
@@ -101,12 +101,12 @@ impl Shard<'_> {
 }
 
 /// N copies of `E` with contiguous output buffers; see the module docs for auto-reset.
-pub struct VecEnv<E> {
+pub struct VecEnv<E: Env> {
     envs: Vec<E>,
     spec: EnvSpec,
     obs_dim: usize,
-    obs: Vec<f32>,
-    final_obs: Vec<f32>,
+    obs: Vec<E::Elem>,
+    final_obs: Vec<E::Elem>,
     rewards: Vec<f32>,
     terminated: Vec<bool>,
     truncated: Vec<bool>,
@@ -139,8 +139,8 @@ impl<E: Env> VecEnv<E> {
             envs,
             spec,
             obs_dim,
-            obs: vec![0.0; n * obs_dim],
-            final_obs: vec![0.0; n * obs_dim],
+            obs: vec![E::Elem::default(); n * obs_dim],
+            final_obs: vec![E::Elem::default(); n * obs_dim],
             rewards: vec![0.0; n],
             terminated: vec![false; n],
             truncated: vec![false; n],
@@ -154,7 +154,7 @@ impl<E: Env> VecEnv<E> {
         }
     }
 
-    fn shard(&mut self) -> Shard<'_> {
+    fn shard(&mut self) -> Shard<'_, E::Elem> {
         Shard {
             obs: &mut self.obs,
             final_obs: &mut self.final_obs,
@@ -192,7 +192,7 @@ impl<E: Env> DynVecEnv for VecEnv<E> {
         self.final_obs.copy_from_slice(&self.obs);
         self.running_return.fill(0.0);
         self.running_length.fill(0);
-        Obs::F32(&self.obs)
+        E::Elem::obs(&self.obs)
     }
 
     fn step(&mut self, actions: Actions<'_>) {
@@ -220,10 +220,10 @@ impl<E: Env> DynVecEnv for VecEnv<E> {
     }
 
     fn obs(&self) -> Obs<'_> {
-        Obs::F32(&self.obs)
+        E::Elem::obs(&self.obs)
     }
     fn final_obs(&self) -> Obs<'_> {
-        Obs::F32(&self.final_obs)
+        E::Elem::obs(&self.final_obs)
     }
     fn rewards(&self) -> &[f32] {
         &self.rewards

@@ -1,7 +1,7 @@
 //! Acrobot: Gymnasium's `acrobot.py` ("book" dynamics, RK4 over one 0.2 s step, no torque noise).
 
 use super::EnvRng;
-use crate::{Action, ActionSpace, Env, EnvSpec, ObsSpace, Step};
+use crate::{Action, ActionSpace, ClassicEnv, Env, EnvSpec, ObsSpace, Step};
 use rand::Rng;
 use std::f64::consts::PI;
 
@@ -83,7 +83,7 @@ impl Acrobot {
             state: [0.0; 4],
             rng: EnvRng::new(),
             spec: EnvSpec {
-                id: "Acrobot-v1",
+                id: "Acrobot-v1".into(),
                 obs: ObsSpace::vector(6),
                 action_space: ActionSpace::Discrete(3),
                 max_episode_steps: None,
@@ -104,6 +104,8 @@ impl Acrobot {
 }
 
 impl Env for Acrobot {
+    type Elem = f32;
+
     fn spec(&self) -> &EnvSpec {
         &self.spec
     }
@@ -146,7 +148,9 @@ impl Env for Acrobot {
             truncated: false,
         }
     }
+}
 
+impl ClassicEnv for Acrobot {
     fn state(&self) -> Vec<f64> {
         self.state.to_vec()
     }

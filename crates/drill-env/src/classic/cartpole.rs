@@ -1,7 +1,7 @@
 //! CartPole: Gymnasium's `cartpole.py` (Barto, Sutton & Anderson), Euler integration.
 
 use super::EnvRng;
-use crate::{Action, ActionSpace, Env, EnvSpec, ObsSpace, Step};
+use crate::{Action, ActionSpace, ClassicEnv, Env, EnvSpec, ObsSpace, Step};
 use rand::Rng;
 
 const GRAVITY: f64 = 9.8;
@@ -33,7 +33,7 @@ impl CartPole {
             state: [0.0; 4],
             rng: EnvRng::new(),
             spec: EnvSpec {
-                id,
+                id: id.into(),
                 obs: ObsSpace::vector(4),
                 action_space: ActionSpace::Discrete(2),
                 max_episode_steps: None,
@@ -51,6 +51,8 @@ impl CartPole {
 }
 
 impl Env for CartPole {
+    type Elem = f32;
+
     fn spec(&self) -> &EnvSpec {
         &self.spec
     }
@@ -91,7 +93,9 @@ impl Env for CartPole {
             truncated: false,
         }
     }
+}
 
+impl ClassicEnv for CartPole {
     fn state(&self) -> Vec<f64> {
         self.state.to_vec()
     }

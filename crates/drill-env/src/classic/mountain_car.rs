@@ -1,7 +1,7 @@
 //! MountainCar: Gymnasium's `mountain_car.py` (discrete actions).
 
 use super::EnvRng;
-use crate::{Action, ActionSpace, Env, EnvSpec, ObsSpace, Step};
+use crate::{Action, ActionSpace, ClassicEnv, Env, EnvSpec, ObsSpace, Step};
 use rand::Rng;
 
 const MIN_POSITION: f64 = -1.2;
@@ -34,7 +34,7 @@ impl MountainCar {
             state: [0.0; 2],
             rng: EnvRng::new(),
             spec: EnvSpec {
-                id: "MountainCar-v0",
+                id: "MountainCar-v0".into(),
                 obs: ObsSpace::vector(2),
                 action_space: ActionSpace::Discrete(3),
                 max_episode_steps: None,
@@ -51,6 +51,8 @@ impl MountainCar {
 }
 
 impl Env for MountainCar {
+    type Elem = f32;
+
     fn spec(&self) -> &EnvSpec {
         &self.spec
     }
@@ -84,7 +86,9 @@ impl Env for MountainCar {
             truncated: false,
         }
     }
+}
 
+impl ClassicEnv for MountainCar {
     fn state(&self) -> Vec<f64> {
         self.state.to_vec()
     }

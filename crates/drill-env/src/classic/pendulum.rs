@@ -1,7 +1,7 @@
 //! Pendulum: Gymnasium's `pendulum.py`, the inverted pendulum swing-up.
 
 use super::EnvRng;
-use crate::{Action, ActionSpace, Env, EnvSpec, ObsSpace, Step};
+use crate::{Action, ActionSpace, ClassicEnv, Env, EnvSpec, ObsSpace, Step};
 use rand::Rng;
 use std::f64::consts::PI;
 
@@ -35,7 +35,7 @@ impl Pendulum {
             state: [0.0; 2],
             rng: EnvRng::new(),
             spec: EnvSpec {
-                id: "Pendulum-v1",
+                id: "Pendulum-v1".into(),
                 obs: ObsSpace::vector(3),
                 action_space: ActionSpace::Continuous {
                     low: vec![-MAX_TORQUE as f32],
@@ -61,6 +61,8 @@ fn angle_normalize(x: f64) -> f64 {
 }
 
 impl Env for Pendulum {
+    type Elem = f32;
+
     fn spec(&self) -> &EnvSpec {
         &self.spec
     }
@@ -93,7 +95,9 @@ impl Env for Pendulum {
             truncated: false,
         }
     }
+}
 
+impl ClassicEnv for Pendulum {
     fn state(&self) -> Vec<f64> {
         self.state.to_vec()
     }
