@@ -19,7 +19,8 @@ use std::time::Instant;
 /// What to measure.
 #[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq)]
 pub enum Target {
-    /// CartPole steps per second: one env, and vectorised.
+    /// Environment steps per second: CartPole single and vectorised, or `--env ID` vectorised
+    /// (`--num-envs`, `--threads`).
     Env,
     /// DQN updates, Nature-CNN updates and batch-8 inference.
     Learner,
@@ -46,6 +47,15 @@ pub struct Args {
     /// Timed repetitions per case (default: chosen per case).
     #[arg(long)]
     pub iters: Option<usize>,
+    /// env: benchmark this id instead of CartPole (e.g. PongNoFrameskip-v4), vectorised.
+    #[arg(long)]
+    pub env: Option<String>,
+    /// env with --env: copies stepped together.
+    #[arg(long, default_value_t = 8)]
+    pub num_envs: usize,
+    /// env with --env: worker threads stepping them.
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
     /// comm: backend (tcp, mpi, nccl; default DRILL_BACKEND or tcp).
     #[arg(long)]
     pub backend: Option<String>,
@@ -211,7 +221,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let report = Report { json: args.json };
     let want = |name: &str| args.case.as_deref().is_none_or(|c| c == name);
     match args.target {
-        Target::Env => env_bench(&report, &want, args.iters),
+        Target::Env => match &args.env {
+            Some(id) => return vec_env_bench(&report, id, args.num_envs, args.threads, args.iters),
+            None => env_bench(&report, &want, args.iters),
+        },
         Target::Ddp => return ddp_bench(&report, args.iters),
         Target::Task => task_bench(&report, args.iters),
         Target::Learner => learner_bench(&report, &want, args.iters),
@@ -281,6 +294,68 @@ fn env_bench(report: &Report, want: &dyn Fn(&str) -> bool, iters: Option<usize>)
             "1 thread, VecEnv with auto-reset + TimeLimit",
         );
     }
+}
+
+/// `id` vectorised: `n` copies on `threads` threads, uniformly random actions (as ale-py's
+/// and envpool's benchmarks step), auto-reset included; 5 timed repeats after a warm-up.
+fn vec_env_bench(
+    report: &Report,
+    id: &str,
+    n: usize,
+    threads: usize,
+    iters: Option<usize>,
+) -> anyhow::Result<()> {
+    let mut venv = make_vec(id, n, 0, threads)?;
+    venv.reset(None);
+    let spec = venv.spec().clone();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+    let steps = iters.unwrap_or(50_000);
+    let calls = (steps / n / 5).max(1);
+    let mut table = vec![0u32; 4096 * n];
+    let mut cont = vec![0f32; 4096 * n * spec.action_space.dim()];
+    match &spec.action_space {
+        drill_env::ActionSpace::Discrete(k) => table
+            .iter_mut()
+            .for_each(|a| *a = rng.random_range(0..*k as u32)),
+        drill_env::ActionSpace::Continuous { .. } => cont
+            .iter_mut()
+            .for_each(|a| *a = rng.random_range(-1.0..1.0)),
+    }
+    let d = spec.action_space.dim();
+    let mut step = |k: usize| {
+        let k = k % 4096;
+        match &spec.action_space {
+            drill_env::ActionSpace::Discrete(_) => {
+                venv.step(Actions::Discrete(&table[k * n..(k + 1) * n]))
+            }
+            drill_env::ActionSpace::Continuous { .. } => {
+                venv.step(Actions::Continuous(&cont[k * n * d..(k + 1) * n * d]))
+            }
+        }
+    };
+    for k in 0..calls.min(100) {
+        step(k);
+    }
+    let rates: Vec<f64> = (0..5)
+        .map(|_| {
+            let t = Instant::now();
+            for k in 0..calls {
+                step(k);
+            }
+            (calls * n) as f64 / t.elapsed().as_secs_f64()
+        })
+        .collect();
+    report.row(
+        &format!("{id}-vec{n}"),
+        "steps/s",
+        median(rates),
+        calls * n * 5,
+        &format!(
+            "{threads} threads, obs {:?} {:?}, random actions, auto-reset",
+            spec.obs.shape, spec.obs.dtype
+        ),
+    );
+    Ok(())
 }
 
 fn random_batch(bs: usize, obs_dim: usize, actions: u32, rng: &mut impl Rng) -> Batch {

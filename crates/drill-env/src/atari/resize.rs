@@ -49,14 +49,56 @@ fn area_taps(ssize: usize, dsize: usize) -> Vec<Tap> {
     taps
 }
 
+/// Taps regrouped per destination pixel, padded to the same count with zero weights (adding
+/// `0.0 * x` leaves a non-negative sum unchanged, so the float sums are OpenCV's exactly).
+struct Gather {
+    /// Taps per destination pixel.
+    k: usize,
+    /// `dst * k + j`: source index of tap `j`.
+    src: Vec<usize>,
+    /// `dst * k + j`: weight of tap `j`.
+    weight: Vec<f32>,
+}
+
+impl Gather {
+    fn new(taps: &[Tap], dsize: usize) -> Gather {
+        let k = (0..dsize)
+            .map(|d| taps.iter().filter(|t| t.dst == d).count())
+            .max()
+            .unwrap_or(1);
+        let mut src = Vec::with_capacity(dsize * k);
+        let mut weight = Vec::with_capacity(dsize * k);
+        for d in 0..dsize {
+            let mine: Vec<&Tap> = taps.iter().filter(|t| t.dst == d).collect();
+            for j in 0..k {
+                match mine.get(j) {
+                    Some(t) => {
+                        src.push(t.src);
+                        weight.push(t.weight);
+                    }
+                    None => {
+                        src.push(mine[0].src);
+                        weight.push(0.0);
+                    }
+                }
+            }
+        }
+        Gather { k, src, weight }
+    }
+}
+
 /// A grayscale area resize from `src` (height, width) to `dst` (height, width), with its
-/// tables and row buffers made once.
+/// tables and buffers made once.
 pub struct AreaResize {
     src: (usize, usize),
     dst: (usize, usize),
-    xtaps: Vec<Tap>,
-    ytaps: Vec<Tap>,
-    row: Vec<f32>,
+    x: Gather,
+    y: Gather,
+    /// One source line as floats.
+    line: Vec<f32>,
+    /// Every source line resized horizontally, `src.0 * dst.1`.
+    rows: Vec<f32>,
+    /// One output row's sums.
     sum: Vec<f32>,
 }
 
@@ -70,9 +112,10 @@ impl AreaResize {
         AreaResize {
             src,
             dst,
-            xtaps: area_taps(src.1, dst.1),
-            ytaps: area_taps(src.0, dst.0),
-            row: vec![0.0; dst.1],
+            x: Gather::new(&area_taps(src.1, dst.1), dst.1),
+            y: Gather::new(&area_taps(src.0, dst.0), dst.0),
+            line: vec![0.0; src.1],
+            rows: vec![0.0; src.0 * dst.1],
             sum: vec![0.0; dst.1],
         }
     }
@@ -83,37 +126,86 @@ impl AreaResize {
         let (dh, dw) = self.dst;
         assert_eq!(src.len(), sh * sw);
         assert_eq!(out.len(), dh * dw);
-        let mut prev = None;
-        for t in &self.ytaps {
-            let line = &src[t.src * sw..(t.src + 1) * sw];
-            self.row.fill(0.0);
-            for x in &self.xtaps {
-                self.row[x.dst] += f32::from(line[x.src]) * x.weight;
-            }
-            if prev != Some(t.dst) {
-                if let Some(p) = prev {
-                    store(&self.sum, &mut out[p * dw..(p + 1) * dw]);
-                }
-                for (s, r) in self.sum.iter_mut().zip(&self.row) {
-                    *s = t.weight * r;
-                }
-                prev = Some(t.dst);
-            } else {
-                for (s, r) in self.sum.iter_mut().zip(&self.row) {
-                    *s += t.weight * r;
-                }
-            }
+        // Horizontal: each source line once (OpenCV redoes a line shared by two output
+        // rows; the result is the same).
+        match self.x.k {
+            2 => self.horizontal::<2>(src),
+            3 => self.horizontal::<3>(src),
+            4 => self.horizontal::<4>(src),
+            _ => self.horizontal_any(src),
         }
-        if let Some(p) = prev {
-            store(&self.sum, &mut out[p * dw..(p + 1) * dw]);
+        // Vertical, in OpenCV's order: sum = beta0 * row0, then sum += beta_j * row_j.
+        let ky = self.y.k;
+        for (d, o) in out.chunks_exact_mut(dw).enumerate() {
+            let taps = d * ky..(d + 1) * ky;
+            let first = taps.start;
+            let r0 = &self.rows[self.y.src[first] * dw..][..dw];
+            let b0 = self.y.weight[first];
+            let sum = &mut self.sum;
+            for (s, r) in sum.iter_mut().zip(r0) {
+                *s = b0 * r;
+            }
+            for j in taps.skip(1) {
+                let r = &self.rows[self.y.src[j] * dw..][..dw];
+                let b = self.y.weight[j];
+                for (s, r) in sum.iter_mut().zip(r) {
+                    *s += b * r;
+                }
+            }
+            store(sum, o);
         }
     }
 }
 
-/// OpenCV's `saturate_cast<uchar>(float)`: round half to even, clamp to 0..=255.
+impl AreaResize {
+    /// The horizontal pass with `K` taps per output pixel (unrolled).
+    fn horizontal<const K: usize>(&mut self, src: &[u8]) {
+        let (sw, dw) = (self.src.1, self.dst.1);
+        let x = &self.x;
+        for (line, row) in src.chunks_exact(sw).zip(self.rows.chunks_exact_mut(dw)) {
+            for (f, &b) in self.line.iter_mut().zip(line) {
+                *f = f32::from(b);
+            }
+            for ((r, s), w) in row
+                .iter_mut()
+                .zip(x.src.chunks_exact(K))
+                .zip(x.weight.chunks_exact(K))
+            {
+                let s: &[usize; K] = s.try_into().unwrap();
+                let w: &[f32; K] = w.try_into().unwrap();
+                let mut acc = 0.0f32;
+                for j in 0..K {
+                    acc += self.line[s[j]] * w[j];
+                }
+                *r = acc;
+            }
+        }
+    }
+
+    /// The horizontal pass for any tap count.
+    fn horizontal_any(&mut self, src: &[u8]) {
+        let (sw, dw, k) = (self.src.1, self.dst.1, self.x.k);
+        for (line, row) in src.chunks_exact(sw).zip(self.rows.chunks_exact_mut(dw)) {
+            for (f, &b) in self.line.iter_mut().zip(line) {
+                *f = f32::from(b);
+            }
+            for (d, r) in row.iter_mut().enumerate() {
+                let mut acc = 0.0f32;
+                for j in d * k..(d + 1) * k {
+                    acc += self.line[self.x.src[j]] * self.x.weight[j];
+                }
+                *r = acc;
+            }
+        }
+    }
+}
+
+/// OpenCV's `saturate_cast<uchar>(float)`: round half to even, clamp to 0..=255. Adding and
+/// subtracting 2^23 rounds a float in [0, 2^23) to the nearest integer, ties to even.
 fn store(sum: &[f32], out: &mut [u8]) {
+    const MAGIC: f32 = 8_388_608.0;
     for (o, s) in out.iter_mut().zip(sum) {
-        *o = s.round_ties_even().clamp(0.0, 255.0) as u8;
+        *o = ((s.max(0.0) + MAGIC) - MAGIC).min(255.0) as u8;
     }
 }
 
@@ -138,6 +230,7 @@ mod tests {
             }
         }
         let mut r = AreaResize::new((210, 160), (84, 84));
+        assert!(r.x.k <= 4 && r.y.k <= 4);
         let mut out = vec![0u8; 84 * 84];
         r.run(&vec![137u8; 210 * 160], &mut out);
         assert!(out.iter().all(|&v| v == 137));
