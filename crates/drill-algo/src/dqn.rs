@@ -18,13 +18,13 @@ use crate::middleware::{
     ModelExchanger, NStepRewardEnhancer, OffPolicyLearner, OnlineLogger, Outputs, Roles,
     StepCollector, TerminationChecker,
 };
-use crate::nets::{QNet, input};
+use crate::nets::{ConvEncoder, QNet, input};
 use crate::optim::{ActingCopy, ParamLayout, Trainer};
 use crate::policy::{Acted, Explore, LearnOutput, Policy};
 use crate::run::{RunContext, TrainError, TrainResult};
 use crate::session;
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use drill_config::{Config, DqnPolicy};
+use drill_config::{Config, ConvKind, DqnPolicy};
 use drill_env::{ActionBuf, ActionSpace, Obs};
 use drill_task::{OnlineRLContext, Task, TaskError, TaskHandle};
 use rand::Rng;
@@ -46,16 +46,36 @@ pub fn build_qnet(cfg: &Config, p: &DqnPolicy, device: &Device) -> Result<QNet, 
     };
     session::check_model_shapes(
         cfg,
-        (p.model.obs_shape, p.model.action_shape),
-        (spec.obs_dim(), actions),
+        (p.model.obs_shape.as_ref(), p.model.action_shape),
+        (&spec.obs.shape, actions),
     )?;
-    Ok(QNet::new(
-        spec.obs_dim(),
-        &p.model.encoder_hidden_size_list,
-        actions,
-        p.model.dueling,
-        device,
-    ))
+    let hidden = &p.model.encoder_hidden_size_list;
+    match spec.obs.shape[..] {
+        [_] => Ok(QNet::new(
+            spec.obs_dim(),
+            hidden,
+            actions,
+            p.model.dueling,
+            device,
+        )),
+        [c, h, w] => {
+            let trunk = match p.model.encoder {
+                ConvKind::Ding => ConvEncoder::ding([c, h, w], hidden, device),
+                ConvKind::Nature => ConvEncoder::nature([c, h, w], false, device),
+            }
+            .map_err(|e| cfg.error("policy.model.encoder_hidden_size_list", e))?;
+            Ok(QNet::with_trunk(trunk, actions, p.model.dueling, device))
+        }
+        ref shape => Err(cfg
+            .error(
+                "env.id",
+                format!(
+                    "{} observes shape {shape:?}; DQN encodes vectors or [channels, height, width] frames",
+                    spec.id
+                ),
+            )
+            .into()),
+    }
 }
 
 /// Greedy actions for a batch of observations.

@@ -29,16 +29,21 @@ impl Evaluator {
         episodes: usize,
         seed: u64,
     ) -> Result<Self, drill_env::EnvError> {
-        let venv = make_vec(id, num_envs, seed, 1)?;
+        Ok(Self::with_envs(make_vec(id, num_envs, seed, 1)?, episodes))
+    }
+
+    /// An evaluator running `episodes` episodes on `venv`'s copies.
+    pub fn with_envs(venv: Box<dyn DynVecEnv>, episodes: usize) -> Self {
+        let num_envs = venv.num_envs();
         let quota = (0..num_envs)
             .map(|i| episodes / num_envs + usize::from(i < episodes % num_envs))
             .collect();
         let actions = ActionBuf::for_space(&venv.spec().action_space, num_envs);
-        Ok(Self {
+        Self {
             venv,
             quota,
             actions,
-        })
+        }
     }
 
     /// Run the episodes; `policy(obs, actions)` fills one action per copy.

@@ -128,7 +128,14 @@ pub fn evaluate(
         Ok(evaluator.run(|obs, out| policy.eval(obs, out)))
     }
     let num_envs = config.env.evaluator_env_num.min(episodes.max(1));
-    let mut evaluator = eval::Evaluator::new(&config.env.id, num_envs, episodes.max(1), seed)?;
+    let venv = drill_env::make_vec_with(
+        &config.env.id,
+        num_envs,
+        seed,
+        config.env.env_threads,
+        &session::atari_options(config).eval(),
+    )?;
+    let mut evaluator = eval::Evaluator::with_envs(venv, episodes.max(1));
     let alone = ddp::Ranks::alone();
     match &config.policy {
         drill_config::Policy::Dqn(p) => {

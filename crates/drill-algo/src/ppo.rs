@@ -18,7 +18,7 @@ use crate::middleware::{
     CkptSaver, GaeEstimator, InteractionEvaluator, OnPolicyLearner, OnlineLogger, Outputs,
     RolloutCollector, TerminationChecker,
 };
-use crate::nets::{Actor, ActorCritic, ActorHead, Critic, input};
+use crate::nets::{Actor, ActorCritic, ActorHead, ConvEncoder, Critic, input};
 use crate::optim::{ActingCopy, Trainer};
 use crate::policy::{Acted, Explore, LearnOutput, Policy};
 use crate::run::{RunContext, TrainError, TrainResult};
@@ -53,12 +53,33 @@ pub fn build_agent(
     };
     session::check_model_shapes(
         cfg,
-        (p.model.obs_shape, p.model.action_shape),
-        (spec.obs_dim(), act_dim),
+        (p.model.obs_shape.as_ref(), p.model.action_shape),
+        (&spec.obs.shape, act_dim),
     )?;
+    // Frames go through CleanRL's Nature-CNN trunk (orthogonal init), vectors straight in.
+    let trunk = match spec.obs.shape[..] {
+        [_] => None,
+        [c, h, w] => Some(
+            ConvEncoder::nature([c, h, w], true, device)
+                .map_err(|e| cfg.error("env.screen_size", e))?,
+        ),
+        ref shape => {
+            return Err(cfg
+                .error(
+                    "env.id",
+                    format!(
+                        "{} observes shape {shape:?}; PPO encodes vectors or [channels, height, width] frames",
+                        spec.id
+                    ),
+                )
+                .into());
+        }
+    };
+    let input_dim = trunk.as_ref().map_or(spec.obs_dim(), ConvEncoder::features);
     Ok(ActorCritic {
+        trunk,
         actor: Actor::new(
-            spec.obs_dim(),
+            input_dim,
             hidden,
             act_dim,
             head,
@@ -66,7 +87,7 @@ pub fn build_agent(
             p.model.init_log_std,
             device,
         ),
-        critic: Critic::new(spec.obs_dim(), hidden, p.model.activation, device),
+        critic: Critic::new(input_dim, hidden, p.model.activation, device),
     })
 }
 
@@ -80,7 +101,7 @@ pub fn act_deterministic(
     out: &mut ActionBuf,
 ) {
     let n = obs.len() / obs_dim;
-    let x = input(obs, obs_dim, device);
+    let x = agent.features(input(obs, obs_dim, device));
     match space {
         ActionSpace::Discrete(k) => {
             let logits = agent.actor.logits(x).into_data();
@@ -117,7 +138,7 @@ pub fn sample_actions(
     out: &mut Acted,
 ) {
     let n = obs.len() / obs_dim;
-    let x = input(obs, obs_dim, device);
+    let x = agent.features(input(obs, obs_dim, device));
     out.logp.resize(n, 0.0);
     match space {
         ActionSpace::Discrete(k) => {
@@ -230,7 +251,9 @@ impl Policy for Ppo {
 
     fn values(&mut self, obs: Obs<'_>, out: &mut Vec<f32>) -> Result<(), TrainError> {
         let net = self.acting.get(&self.trainer);
-        let v = net.critic.forward(input(obs, self.obs_dim, &self.device));
+        let v = net
+            .critic
+            .forward(net.features(input(obs, self.obs_dim, &self.device)));
         *out = v.into_data().try_into_vec::<f32>().expect("f32 values");
         Ok(())
     }
@@ -439,6 +462,7 @@ pub fn minibatch_update(
     }
     let adv = Tensor::<1>::from_data(TensorData::new(adv, [b]), ad);
     let model = trainer.model();
+    let obs = model.features(obs);
     // ALGO: log-probability and entropy of the taken actions under the current policy.
     let (new_logp, entropy) = match space {
         ActionSpace::Discrete(_) => {

@@ -131,8 +131,8 @@ impl Sac {
         let (obs_dim, act_dim) = (spec.obs_dim(), low.len());
         session::check_model_shapes(
             cfg,
-            (p.model.obs_shape, p.model.action_shape),
-            (obs_dim, act_dim),
+            (p.model.obs_shape.as_ref(), p.model.action_shape),
+            (&spec.obs.shape, act_dim),
         )?;
         let ad = device.clone().autodiff();
         let actor = Trainer::new(

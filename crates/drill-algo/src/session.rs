@@ -10,7 +10,8 @@ use crate::eval::Evaluator;
 use crate::run::{TrainError, TrainResult};
 use drill_comm::{BackendKind, InitInfo, InitOptions, ProcessGroup};
 use drill_config::Config;
-use drill_env::{DynVecEnv, make_vec};
+use drill_env::atari::AtariOptions;
+use drill_env::{DynVecEnv, make_vec_with};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -43,38 +44,65 @@ pub fn split(cfg: &Config, ranks: &Ranks, n: usize) -> usize {
 }
 
 /// Check `policy.model.obs_shape` / `action_shape` (when given) against the environment's
-/// (`env`: observation elements, action count or dimension).
+/// (`env`: observation shape, action count or dimension).
 pub fn check_model_shapes(
     cfg: &Config,
-    given: (Option<usize>, Option<usize>),
-    env: (usize, usize),
+    given: (Option<&drill_config::Shape>, Option<usize>),
+    env: (&[usize], usize),
 ) -> Result<(), TrainError> {
-    for (path, given, env) in [
-        ("policy.model.obs_shape", given.0, env.0),
-        ("policy.model.action_shape", given.1, env.1),
-    ] {
-        if let Some(g) = given.filter(|&g| g != env) {
-            return Err(cfg
-                .error(path, format!("is {g} but {} has {env}", cfg.env.id))
-                .into());
-        }
+    let show = |d: &[usize]| match d {
+        [n] => n.to_string(),
+        d => format!("{d:?}"),
+    };
+    if let Some(g) = given.0.map(|s| s.dims()).filter(|g| g != env.0) {
+        return Err(cfg
+            .error(
+                "policy.model.obs_shape",
+                format!("is {} but {} has {}", show(&g), cfg.env.id, show(env.0)),
+            )
+            .into());
+    }
+    if let Some(g) = given.1.filter(|&g| g != env.1) {
+        return Err(cfg
+            .error(
+                "policy.model.action_shape",
+                format!("is {g} but {} has {}", cfg.env.id, env.1),
+            )
+            .into());
     }
     Ok(())
 }
 
-/// The environment's spec, an unknown `env.id` named.
+/// The environment's spec, an unknown `env.id` (or a missing Atari ROM) named.
 pub fn env_spec(cfg: &Config) -> Result<drill_env::EnvSpec, TrainError> {
-    drill_env::spec(&cfg.env.id).map_err(|e| cfg.error("env.id", e.to_string()).into())
+    drill_env::spec_with(&cfg.env.id, &atari_options(cfg))
+        .map_err(|e| cfg.error("env.id", e.to_string()).into())
+}
+
+/// The Atari wrapper chain the `[env]` table asks for (training side; the evaluator uses
+/// its [`AtariOptions::eval`]).
+pub fn atari_options(cfg: &Config) -> AtariOptions {
+    let e = &cfg.env;
+    AtariOptions {
+        noop_max: e.noop_max,
+        frame_skip: e.frame_skip,
+        episode_life: e.episode_life,
+        fire_reset: e.fire_reset,
+        clip_rewards: e.clip_rewards,
+        screen_size: e.screen_size,
+        frame_stack: e.frame_stack,
+    }
 }
 
 /// This rank's collector environments (copy `i` seeded `seed + rank * n + i`), reset.
 pub fn collector_envs(cfg: &Config, rank: usize) -> Result<Box<dyn DynVecEnv>, TrainError> {
     let n = cfg.env.collector_env_num;
-    let mut venv = make_vec(
+    let mut venv = make_vec_with(
         &cfg.env.id,
         n,
         cfg.seed + (rank * n) as u64,
         cfg.env.env_threads,
+        &atari_options(cfg),
     )?;
     venv.reset(None);
     Ok(venv)
@@ -82,12 +110,14 @@ pub fn collector_envs(cfg: &Config, rank: usize) -> Result<Box<dyn DynVecEnv>, T
 
 /// The evaluator (seeded after every rank's collector copies).
 pub fn evaluator(cfg: &Config, world: usize) -> Result<Evaluator, TrainError> {
-    Ok(Evaluator::new(
+    let venv = make_vec_with(
         &cfg.env.id,
         cfg.env.evaluator_env_num,
-        cfg.env.n_evaluator_episode,
         cfg.seed + (world * cfg.env.collector_env_num) as u64,
-    )?)
+        cfg.env.env_threads,
+        &atari_options(cfg).eval(),
+    )?;
+    Ok(Evaluator::with_envs(venv, cfg.env.n_evaluator_episode))
 }
 
 /// The run's result from the task's last context.

@@ -3,6 +3,38 @@
 
 use serde::{Deserialize, Serialize};
 
+/// An observation shape as DI-engine writes it: a number (`obs_shape = 4`) or a list
+/// (`obs_shape = [4, 84, 84]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Shape {
+    /// A flat vector of this many values.
+    Flat(usize),
+    /// A shape, e.g. `[4, 84, 84]` (stacked frames, channels first).
+    Dims(Vec<usize>),
+}
+
+impl Shape {
+    /// The dimensions (`[n]` for a number).
+    pub fn dims(&self) -> Vec<usize> {
+        match self {
+            Shape::Flat(n) => vec![*n],
+            Shape::Dims(d) => d.clone(),
+        }
+    }
+}
+
+/// Which convolutional encoder a DQN builds for image observations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ConvKind {
+    /// DI-engine's `ConvEncoder` from `encoder_hidden_size_list` (e.g. `[128, 128, 512]`).
+    #[default]
+    Ding,
+    /// The Nature-DQN trunk (32-64-64 channels, 512 features); ignores the hidden sizes.
+    Nature,
+}
+
 /// `[policy.eval]`: evaluation schedule.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -26,18 +58,24 @@ impl Default for EvaluatorConfig {
     }
 }
 
-/// `[policy.model]` for DQN: an MLP encoder and a (dueling) Q head.
+/// `[policy.model]` for DQN: an encoder (an MLP for vectors, convolutions for frames) and a
+/// (dueling) Q head.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DqnModel {
-    /// Observation size; taken from the environment when omitted (must match if given).
-    pub obs_shape: Option<usize>,
+    /// Observation shape (`4`, or `[4, 84, 84]` for frames); taken from the environment when
+    /// omitted (must match if given).
+    pub obs_shape: Option<Shape>,
     /// Number of actions; taken from the environment when omitted (must match if given).
     pub action_shape: Option<usize>,
-    /// Hidden layer sizes of the encoder MLP (ReLU after each).
+    /// Vectors: hidden layer sizes of the encoder MLP (ReLU after each). Frames: the three
+    /// convolutions' channels, the last also the feature size (DI-engine's Atari:
+    /// `[128, 128, 512]`).
     pub encoder_hidden_size_list: Vec<usize>,
     /// Dueling head: `Q = V + A - mean(A)`.
     pub dueling: bool,
+    /// Frames: `ding` (DI-engine's ConvEncoder) or `nature` (the Nature-DQN trunk).
+    pub encoder: ConvKind,
 }
 
 impl Default for DqnModel {
@@ -47,6 +85,7 @@ impl Default for DqnModel {
             action_shape: None,
             encoder_hidden_size_list: vec![128, 128, 64],
             dueling: true,
+            encoder: ConvKind::Ding,
         }
     }
 }
@@ -258,7 +297,7 @@ pub enum Activation {
 #[serde(default, deny_unknown_fields)]
 pub struct PpoModel {
     /// Observation size; from the environment when omitted.
-    pub obs_shape: Option<usize>,
+    pub obs_shape: Option<Shape>,
     /// Action count (discrete) or dimension (continuous); from the environment when omitted.
     pub action_shape: Option<usize>,
     /// Hidden sizes of the actor's and the critic's MLPs (separate networks).
@@ -410,7 +449,7 @@ impl Default for PpoPolicy {
 #[serde(default, deny_unknown_fields)]
 pub struct SacModel {
     /// Observation size; from the environment when omitted.
-    pub obs_shape: Option<usize>,
+    pub obs_shape: Option<Shape>,
     /// Action dimension; from the environment when omitted.
     pub action_shape: Option<usize>,
     /// Width of the actor's two hidden layers.

@@ -19,8 +19,22 @@ pub struct EnvConfig {
     /// Stop training once an evaluation's mean return reaches this (omit: never).
     pub stop_value: Option<f64>,
     /// Worker threads stepping the collector's copies (1: step on the training thread; more
-    /// only pays for expensive environments).
+    /// only pays for expensive environments, such as Atari).
     pub env_threads: usize,
+    /// Atari: frames stacked into one observation (DI-engine's `frame_stack`).
+    pub frame_stack: usize,
+    /// Atari: at most this many NOOP frames after a reset (0: none).
+    pub noop_max: u32,
+    /// Atari: frames each action is repeated for (the observation max-pools the last two).
+    pub frame_skip: u32,
+    /// Atari: a lost life ends a training episode (never in evaluation).
+    pub episode_life: bool,
+    /// Atari: press FIRE after a reset in games that have it.
+    pub fire_reset: bool,
+    /// Atari: training rewards become their sign (never in evaluation).
+    pub clip_rewards: bool,
+    /// Atari: side of the square grayscale frame the screen is resized to.
+    pub screen_size: usize,
 }
 
 impl Default for EnvConfig {
@@ -32,6 +46,13 @@ impl Default for EnvConfig {
             n_evaluator_episode: 5,
             stop_value: None,
             env_threads: 1,
+            frame_stack: 4,
+            noop_max: 30,
+            frame_skip: 4,
+            episode_life: true,
+            fire_reset: true,
+            clip_rewards: true,
+            screen_size: 84,
         }
     }
 }
@@ -317,6 +338,13 @@ impl Config {
         c.at_least_1("env.evaluator_env_num", e.evaluator_env_num as u64);
         c.at_least_1("env.n_evaluator_episode", e.n_evaluator_episode as u64);
         c.at_least_1("env.env_threads", e.env_threads as u64);
+        c.at_least_1("env.frame_stack", e.frame_stack as u64);
+        c.at_least_1("env.frame_skip", u64::from(e.frame_skip));
+        c.check(
+            (1..=160).contains(&e.screen_size),
+            "env.screen_size",
+            "must be 1..=160 (the frame is shrunk from the 210x160 screen)",
+        );
         if let Some(v) = e.stop_value {
             c.check(v.is_finite(), "env.stop_value", "must be finite");
         }
@@ -389,9 +417,12 @@ impl Config {
                 );
             }
             Policy::Ppo(p) => {
-                c.hidden(
+                // Empty is allowed: the heads read the observations (or an image trunk's
+                // features) directly, as CleanRL's ppo_atari.
+                c.check(
+                    p.model.encoder_hidden_size_list.iter().all(|&s| s >= 1),
                     "policy.model.encoder_hidden_size_list",
-                    &p.model.encoder_hidden_size_list,
+                    "layer sizes must be >= 1",
                 );
                 c.check(
                     p.model.init_log_std.is_finite(),

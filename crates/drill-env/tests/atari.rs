@@ -11,7 +11,9 @@ fn rng_actions(n: usize, k: usize, seed: u64) -> Vec<usize> {
     let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
     (0..n)
         .map(|_| {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             ((x >> 33) as usize) % k
         })
         .collect()
@@ -43,11 +45,7 @@ fn episodic_life_ends_an_episode_per_life_and_continues_the_game() {
     assert!(rewards.iter().all(|r| [0.0, 1.0].contains(r)), "clipped");
 
     // Evaluation chain: one episode is the whole game (5 lives), rewards unclipped.
-    let mut env = make_atari(
-        "BreakoutNoFrameskip-v4",
-        &AtariOptions::default().eval(),
-    )
-    .unwrap();
+    let mut env = make_atari("BreakoutNoFrameskip-v4", &AtariOptions::default().eval()).unwrap();
     env.reset(Some(3), &mut obs);
     let mut steps_whole = 0;
     for &a in &acts {
@@ -56,7 +54,10 @@ fn episodic_life_ends_an_episode_per_life_and_continues_the_game() {
             break;
         }
     }
-    assert!(steps_whole > 100, "a whole game lasts ({steps_whole} steps)");
+    assert!(
+        steps_whole > 100,
+        "a whole game lasts ({steps_whole} steps)"
+    );
 }
 
 #[test]
@@ -75,7 +76,11 @@ fn fire_reset_starts_breakout_and_noop_resets_vary_the_start() {
     for _ in 0..10 {
         env.step(Action::Discrete(0), &mut obs);
     }
-    assert_ne!(first[3 * d / 4..], obs[3 * d / 4..], "the ball moves after fire reset");
+    assert_ne!(
+        first[3 * d / 4..],
+        obs[3 * d / 4..],
+        "the ball moves after fire reset"
+    );
 
     // Noop resets: different seeds start at different frames.
     let mut starts = Vec::new();
@@ -128,7 +133,10 @@ fn the_vector_env_equals_single_envs_on_any_thread_count() {
             v.step(Actions::Discrete(&a32));
             assert_eq!(v.rewards(), &rewards[..], "step {t}");
             assert!(v.obs() == drill_env::Obs::U8(&want_obs), "step {t}: obs");
-            assert!(v.final_obs() == drill_env::Obs::U8(&finals), "step {t}: final obs");
+            assert!(
+                v.final_obs() == drill_env::Obs::U8(&finals),
+                "step {t}: final obs"
+            );
         }
     }
 }
@@ -140,7 +148,12 @@ fn a_missing_rom_says_where_it_looked_and_how_to_get_roms() {
     let err = drill_env::atari_rom("ALE/Tetris-v5", "no_such_game").unwrap_err();
     let text = err.to_string();
     assert!(matches!(err, EnvError::RomMissing { .. }));
-    for want in ["ALE/Tetris-v5", "no_such_game.bin", "pip install ale-py", "ALE_ROM_DIR"] {
+    for want in [
+        "ALE/Tetris-v5",
+        "no_such_game.bin",
+        "pip install ale-py",
+        "ALE_ROM_DIR",
+    ] {
         assert!(text.contains(want), "{want:?} missing from: {text}");
     }
 }

@@ -115,13 +115,26 @@ impl Actor {
     }
 }
 
-/// Actor and critic trained together by one optimizer (as CleanRL's `Agent`).
+/// Actor and critic trained together by one optimizer (as CleanRL's `Agent`); for frames,
+/// both read the features of one shared convolutional trunk (CleanRL's `ppo_atari`).
 #[derive(Module, Debug)]
 pub struct ActorCritic {
+    /// The shared image trunk (frames only).
+    pub trunk: Option<super::ConvEncoder>,
     /// The policy.
     pub actor: Actor,
     /// The value function.
     pub critic: Critic,
+}
+
+impl ActorCritic {
+    /// What the actor and the critic read: the trunk's features, or the observations.
+    pub fn features(&self, obs: Tensor<2>) -> Tensor<2> {
+        match &self.trunk {
+            Some(t) => t.forward(obs),
+            None => obs,
+        }
+    }
 }
 
 /// The value network `obs → hidden… → 1`.

@@ -1,14 +1,17 @@
 //! Neural networks: [`QNet`] for DQN, [`Actor`] and [`Critic`] for PPO, [`SquashedGaussian`]
-//! and [`TwinQ`] for SAC, and the Nature-DQN [`NatureCnn`] used by the learner benchmark;
+//! and [`TwinQ`] for SAC, [`ConvEncoder`] (their image trunk: DI-engine's and Nature's), and the
+//! Nature-DQN [`NatureCnn`] used by the learner benchmark;
 //! [`input`] turns any observation batch into a network's float input.
 
 mod actor_critic;
 mod cnn;
+mod encoder;
 mod q;
 mod sac;
 
 pub use actor_critic::{Actor, ActorCritic, ActorHead, Critic};
 pub use cnn::NatureCnn;
+pub use encoder::ConvEncoder;
 pub use q::QNet;
 pub use sac::{SquashedGaussian, TwinQ};
 

@@ -1,4 +1,7 @@
-//! [`QNet`]: DI-engine's DQN model — an MLP encoder and a (dueling) Q head.
+//! [`QNet`]: DI-engine's DQN model — an MLP encoder (vectors) or a [`ConvEncoder`] (frames),
+//! and a (dueling) Q head.
+
+use super::ConvEncoder;
 
 use burn::module::Module;
 use burn::nn::{Initializer, Linear, LinearConfig};
@@ -10,6 +13,7 @@ use burn::tensor::{Device, Tensor};
 /// `DuelingHead`) or a plain linear head `hk → actions`.
 #[derive(Module, Debug)]
 pub struct QNet {
+    trunk: Option<ConvEncoder>,
     encoder: Vec<Linear>,
     advantage: Vec<Linear>,
     value: Vec<Linear>,
@@ -39,15 +43,27 @@ impl QNet {
         };
         let _: &Initializer = &init;
         Self {
+            trunk: None,
             encoder,
             advantage,
             value,
         }
     }
 
+    /// A network over frames: `trunk`'s features into the (dueling) head, as DI-engine's
+    /// DQN with a convolutional encoder.
+    pub fn with_trunk(trunk: ConvEncoder, actions: usize, dueling: bool, device: &Device) -> Self {
+        let mut net = Self::new(trunk.features(), &[], actions, dueling, device);
+        net.trunk = Some(trunk);
+        net
+    }
+
     /// Q-values `[batch, actions]` for observations `[batch, obs_dim]`.
     pub fn forward(&self, obs: Tensor<2>) -> Tensor<2> {
-        let mut x = obs;
+        let mut x = match &self.trunk {
+            Some(t) => t.forward(obs),
+            None => obs,
+        };
         for layer in &self.encoder {
             x = relu(layer.forward(x));
         }
