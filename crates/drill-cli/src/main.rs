@@ -7,7 +7,7 @@ mod log;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
-/// Reinforcement learning in Rust: train DQN and PPO on native environments, evaluate
+/// Reinforcement learning in Rust: train DQN, PPO and SAC on native and Atari environments, evaluate
 /// checkpoints, plot learning curves and benchmark the pieces.
 ///
 /// Exit codes: 0 success, 1 error (the message names the config key, file or iteration), 2 bad
@@ -31,6 +31,9 @@ enum Command {
     Eval(cmd::eval::Args),
     /// Plot evaluation return against env steps, one line per experiment folder.
     Plot(cmd::plot::Args),
+    /// Environments: list their ids, record an episode segment (.npz), show what the agent
+    /// sees (.png).
+    Env(cmd::env::Args),
     /// Measure environment, learner and collective speed.
     Bench(cmd::bench::Args),
     /// Start N ranks of any program (torchrun's flags): env protocol, prefixed output,
@@ -62,6 +65,7 @@ fn main() -> ExitCode {
         },
         Command::Eval(args) => cmd::eval::run(args),
         Command::Plot(args) => cmd::plot::run(args),
+        Command::Env(args) => cmd::env::run(args),
         Command::Bench(args) => cmd::bench::run(args),
         Command::Launch(args) => match cmd::launch::run(args) {
             Ok(code) => return ExitCode::from(code.clamp(0, 255) as u8),

@@ -9,6 +9,7 @@
 //!   auto-reset (see its docs).
 //! - [`atari`]: Atari games through ALE with DI-engine's wrapper chain (feature `atari`).
 //! - [`make`] / [`make_vec`]: build an environment from its Gymnasium id; [`ids`] lists them.
+//! - [`record::record`]: one episode segment kept whole (`drill env rollout` / `show`).
 //! - [`Obs`], [`ObsBuf`], [`ActionBuf`]: batches of observations (`f32` vectors or `u8`
 //!   frames, shaped by the [`ObsSpace`]) and actions of any [`ActionSpace`], as the rest of
 //!   the pipeline moves them.
@@ -17,6 +18,7 @@ pub mod atari;
 mod base;
 mod batch;
 pub mod classic;
+pub mod record;
 mod registry;
 mod time_limit;
 mod vector;

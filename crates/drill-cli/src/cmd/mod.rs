@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod comm_bench;
+pub mod env;
 pub mod eval;
 pub mod launch;
 pub mod plot;

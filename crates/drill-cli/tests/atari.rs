@@ -1,0 +1,139 @@
+//! Atari through the `drill` binary: `drill env list/rollout/show`, and a short `pong_ppo`
+//! training through the real ALE. The tests needing ALE run with `--features atari` and ROMs
+//! (`ALE_ROM_DIR`); without the feature the binary must say how to get Atari.
+
+mod common;
+use common::{drill, repo, result, text};
+
+#[test]
+fn env_list_names_classic_and_atari_ids() {
+    let out = drill().args(["env", "list"]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let ids = String::from_utf8_lossy(&out.stdout);
+    for id in ["CartPole-v1", "PongNoFrameskip-v4", "ALE/SpaceInvaders-v5"] {
+        assert!(ids.lines().any(|l| l == id), "{id} missing");
+    }
+}
+
+#[cfg(not(feature = "atari"))]
+#[test]
+fn a_build_without_atari_says_how_to_get_it_naming_the_key() {
+    let out = drill()
+        .arg("train")
+        .arg(repo().join("configs/pong_ppo.toml"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let t = text(&out);
+    assert!(
+        t.contains("env.id") && t.contains("--features atari"),
+        "{t}"
+    );
+}
+
+#[cfg(feature = "atari")]
+#[test]
+fn rollout_writes_numpy_arrays_and_show_a_png() {
+    let tmp = tempfile::tempdir().unwrap();
+    let npz = tmp.path().join("pong.npz");
+    let out = drill()
+        .args(["env", "rollout", "PongNoFrameskip-v4", "--seed", "1"])
+        .args(["--actions", "0,1,2,3,4,5,0,1"])
+        .arg("--out")
+        .arg(&npz)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let bytes = std::fs::read(&npz).unwrap();
+    assert_eq!(&bytes[..2], b"PK", "an npz is a zip");
+    for name in [
+        "obs.npy",
+        "actions.npy",
+        "rewards.npy",
+        "terminated.npy",
+        "truncated.npy",
+    ] {
+        assert!(
+            bytes.windows(name.len()).any(|w| w == name.as_bytes()),
+            "{name}"
+        );
+    }
+    let (descr, shape) = obs_header(&npz);
+    assert_eq!(descr, "'|u1'");
+    assert_eq!(
+        shape,
+        [9, 4, 84, 84],
+        "8 actions: 9 observations of 4x84x84 bytes"
+    );
+
+    let png = tmp.path().join("frames.png");
+    let out = drill()
+        .args([
+            "env",
+            "show",
+            "BreakoutNoFrameskip-v4",
+            "--steps",
+            "10",
+            "-o",
+        ])
+        .arg(&png)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(&std::fs::read(&png).unwrap()[1..4], b"PNG");
+
+    let out = drill()
+        .args([
+            "env",
+            "rollout",
+            "PongNoFrameskip-v4",
+            "--actions",
+            "7",
+            "--out",
+        ])
+        .arg(&npz)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("7 is not one of the 6 actions"),
+        "{}",
+        text(&out)
+    );
+}
+
+/// The dtype and shape of `obs` in the archive (read back with npyz).
+#[cfg(feature = "atari")]
+fn obs_header(npz: &std::path::Path) -> (String, Vec<u64>) {
+    let mut a = npyz::npz::NpzArchive::open(npz).unwrap();
+    let arr = a.by_name("obs").unwrap().unwrap();
+    (arr.dtype().descr(), arr.shape().to_vec())
+}
+
+#[cfg(feature = "atari")]
+#[test]
+fn pong_ppo_trains_through_the_real_ale() {
+    let tmp = tempfile::tempdir().unwrap();
+    let exp = tmp.path().join("pong");
+    let out = drill()
+        .arg("train")
+        .arg(repo().join("configs/pong_ppo.toml"))
+        .args(["--quiet", "--exp-dir"])
+        .arg(&exp)
+        .args([
+            "--set",
+            "max_env_step=2048",
+            "--set",
+            "env.evaluator_env_num=1",
+        ])
+        .args(["--set", "env.n_evaluator_episode=1"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let r = result(&exp);
+    assert!(r["env_steps"].as_u64().unwrap() >= 2048, "{r}");
+    assert_eq!(r["train_iters"].as_u64().unwrap(), 32, "{r}");
+    let ret = r["eval_reward_mean"].as_f64().unwrap();
+    assert!((-21.0..=21.0).contains(&ret), "a whole game of Pong: {r}");
+    assert!(exp.join("ckpt/final.safetensors").exists());
+}
