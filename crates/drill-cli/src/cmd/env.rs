@@ -157,7 +157,7 @@ fn parse_actions(arg: &str, space: &ActionSpace) -> anyhow::Result<Vec<ActionBuf
             })
             .collect(),
         ActionSpace::Continuous { low, .. } => text
-            .split(|c| c == ';' || c == '\n')
+            .split([';', '\n'])
             .filter(|s| !s.trim().is_empty())
             .map(|v| {
                 let values = v
