@@ -1,9 +1,11 @@
 //! [`ReplayBuffer`]: a ring of n-step transitions in structure-of-arrays storage, sampled
 //! uniformly or by priority. Observations are stored in their own element type (`f32`
-//! vectors, `u8` frames) and actions of any space.
+//! vectors, `u8` frames) and actions of any space. Stacked `u8` frames (`[k, h, w]`) are
+//! stored once per distinct frame ([`FrameStore`]); sampling rebuilds the stacks.
 
+use super::frames::FrameStore;
 use super::{SumTree, Transition};
-use drill_env::{ActionBuf, ActionSpace, ObsBuf, ObsSpace};
+use drill_env::{ActionBuf, ActionSpace, Dtype, Obs, ObsBuf, ObsSpace};
 use rand::Rng;
 
 /// A sampled minibatch; its buffers are reused between samples.
@@ -45,14 +47,27 @@ struct Priorities {
     max: f64,
 }
 
+/// How observations are kept.
+enum ObsStore {
+    /// Whole observations, `capacity * obs_dim` each.
+    Rows { obs: ObsBuf, next_obs: ObsBuf },
+    /// Stacks of `k` frames as frame ids: slot `i` holds `obs` ids then `next_obs` ids at
+    /// `ids[i * 2k..(i + 1) * 2k]`.
+    Frames {
+        frames: FrameStore,
+        k: usize,
+        ids: Vec<u32>,
+    },
+}
+
 /// Fixed-capacity replay storage; the oldest transitions are overwritten first.
 pub struct ReplayBuffer {
     capacity: usize,
     obs_dim: usize,
+    dtype: Dtype,
     len: usize,
     next: usize,
-    obs: ObsBuf,
-    next_obs: ObsBuf,
+    store: ObsStore,
     actions: ActionBuf,
     rewards: Vec<f32>,
     dones: Vec<f32>,
@@ -61,16 +76,28 @@ pub struct ReplayBuffer {
 }
 
 impl ReplayBuffer {
-    /// Uniform replay of `capacity` transitions of these spaces.
+    /// Uniform replay of `capacity` transitions of these spaces; stacked `u8` frames are
+    /// stored frame by frame.
     pub fn new(capacity: usize, obs: &ObsSpace, actions: &ActionSpace) -> Self {
         let obs_dim = obs.dim();
+        let store = match (obs.dtype, &obs.shape[..]) {
+            (Dtype::U8, &[k, h, w]) if k > 1 => ObsStore::Frames {
+                frames: FrameStore::new(h * w),
+                k,
+                ids: vec![0; capacity * 2 * k],
+            },
+            _ => ObsStore::Rows {
+                obs: ObsBuf::zeros(obs.dtype, capacity * obs_dim),
+                next_obs: ObsBuf::zeros(obs.dtype, capacity * obs_dim),
+            },
+        };
         Self {
             capacity,
             obs_dim,
+            dtype: obs.dtype,
             len: 0,
             next: 0,
-            obs: ObsBuf::zeros(obs.dtype, capacity * obs_dim),
-            next_obs: ObsBuf::zeros(obs.dtype, capacity * obs_dim),
+            store,
             actions: ActionBuf::for_space(actions, capacity),
             rewards: vec![0.0; capacity],
             dones: vec![0.0; capacity],
@@ -100,11 +127,58 @@ impl ReplayBuffer {
         self.len == 0
     }
 
+    /// Bytes held per stored transition (observations, actions, rewards, flags, and the
+    /// priority tree), for capacity planning; 0 when empty.
+    pub fn bytes_per_transition(&self) -> f64 {
+        if self.len == 0 {
+            return 0.0;
+        }
+        let obs = match &self.store {
+            ObsStore::Rows { obs, next_obs } => {
+                (obs.len() + next_obs.len()) * self.dtype_size() * self.len / self.capacity
+            }
+            ObsStore::Frames { frames, ids, .. } => {
+                frames.bytes() + ids.len() * 4 * self.len / self.capacity
+            }
+        };
+        let per_slot = self.actions.len() / self.capacity.max(1)
+            * match &self.actions {
+                ActionBuf::Discrete(_) => 4,
+                ActionBuf::Continuous { dim, .. } => 4 * dim,
+            }
+            + 3 * 4
+            + if self.priorities.is_some() { 16 } else { 0 };
+        obs as f64 / self.len as f64 + per_slot as f64
+    }
+
+    fn dtype_size(&self) -> usize {
+        match self.dtype {
+            Dtype::F32 => 4,
+            Dtype::U8 => 1,
+        }
+    }
+
     /// Store a transition (new ones get the highest priority seen so far).
     pub fn push(&mut self, t: &Transition<'_>) {
         let (i, d) = (self.next, self.obs_dim);
-        self.obs.write(i * d, t.obs);
-        self.next_obs.write(i * d, t.next_obs);
+        match &mut self.store {
+            ObsStore::Rows { obs, next_obs } => {
+                obs.write(i * d, t.obs);
+                next_obs.write(i * d, t.next_obs);
+            }
+            ObsStore::Frames { frames, k, ids } => {
+                let (Obs::U8(o), Obs::U8(n)) = (t.obs, t.next_obs) else {
+                    panic!("a frame replay buffer got float observations");
+                };
+                let slot = &mut ids[i * 2 * *k..(i + 1) * 2 * *k];
+                if i < self.len {
+                    frames.release(slot);
+                }
+                let (so, sn) = slot.split_at_mut(*k);
+                frames.insert(o, so);
+                frames.insert(n, sn);
+            }
+        }
         match (&mut self.actions, t.action) {
             (ActionBuf::Discrete(a), drill_env::Action::Discrete(x)) => a[i] = x as u32,
             (ActionBuf::Continuous { dim, values }, drill_env::Action::Continuous(x)) => {
@@ -157,9 +231,9 @@ impl ReplayBuffer {
                 }
             }
         }
-        if out.obs.dtype() != self.obs.dtype() {
-            out.obs = ObsBuf::new(self.obs.dtype());
-            out.next_obs = ObsBuf::new(self.obs.dtype());
+        if out.obs.dtype() != self.dtype {
+            out.obs = ObsBuf::new(self.dtype);
+            out.next_obs = ObsBuf::new(self.dtype);
         }
         if std::mem::discriminant(&out.actions) != std::mem::discriminant(&self.actions) {
             out.actions = self.actions.empty_like();
@@ -170,10 +244,21 @@ impl ReplayBuffer {
         out.rewards.clear();
         out.dones.clear();
         out.discounts.clear();
-        let (obs, next_obs) = (self.obs.as_obs(), self.next_obs.as_obs());
         for &i in &out.indices {
-            out.obs.extend(obs.rows(i..i + 1, d));
-            out.next_obs.extend(next_obs.rows(i..i + 1, d));
+            match &self.store {
+                ObsStore::Rows { obs, next_obs } => {
+                    out.obs.extend(obs.as_obs().rows(i..i + 1, d));
+                    out.next_obs.extend(next_obs.as_obs().rows(i..i + 1, d));
+                }
+                ObsStore::Frames { frames, k, ids } => {
+                    let (ObsBuf::U8(o), ObsBuf::U8(n)) = (&mut out.obs, &mut out.next_obs) else {
+                        unreachable!("frame batches are u8");
+                    };
+                    let slot = &ids[i * 2 * k..(i + 1) * 2 * k];
+                    frames.extend_stack(&slot[..*k], o);
+                    frames.extend_stack(&slot[*k..], n);
+                }
+            }
             out.actions.push(self.actions.get(i));
             out.rewards.push(self.rewards[i]);
             out.dones.push(self.dones[i]);
@@ -281,6 +366,67 @@ mod tests {
         assert!(
             (frac - 0.75).abs() < 0.05,
             "slot 0 holds 3/4 of the mass, drawn {frac}"
+        );
+    }
+
+    #[test]
+    fn frame_dedup_returns_the_same_stacks_as_a_naive_buffer_in_a_fraction_of_the_bytes() {
+        // Three streams of 4-frame stacks that shift by one frame per step, episodes of
+        // random length restarting with a stack of one repeated frame (as frame stacking does).
+        let (k, hw, cap) = (4, 400, 1000);
+        let frames = ObsSpace {
+            shape: vec![k, 20, 20],
+            dtype: Dtype::U8,
+        };
+        let naive = ObsSpace {
+            shape: vec![k * hw],
+            dtype: Dtype::U8,
+        };
+        let space = ActionSpace::Discrete(3);
+        let mut dedup = ReplayBuffer::new(cap, &frames, &space);
+        let mut plain = ReplayBuffer::new(cap, &naive, &space);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let mut frame = || -> Vec<u8> { (0..hw).map(|_| rng.random()).collect() };
+        let mut stacks: Vec<Vec<u8>> = (0..3).map(|_| frame().repeat(k)).collect();
+        for t in 0..3000 {
+            let e = t % 3;
+            let obs = stacks[e].clone();
+            let mut next = obs[hw..].to_vec();
+            next.extend(frame());
+            let done = t % 17 == 5;
+            let tr = Transition {
+                obs: Obs::U8(&obs),
+                action: Action::Discrete(t % 3),
+                reward: t as f32,
+                next_obs: Obs::U8(&next),
+                done,
+                discount: 0.99,
+            };
+            dedup.push(&tr);
+            plain.push(&tr);
+            stacks[e] = if done { frame().repeat(k) } else { next };
+        }
+        let (mut a, mut b) = (Batch::default(), Batch::default());
+        let mut r1 = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        let mut r2 = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        for _ in 0..20 {
+            dedup.sample(16, 0.4, &mut r1, &mut a);
+            plain.sample(16, 0.4, &mut r2, &mut b);
+            assert_eq!(a.indices, b.indices);
+            assert_eq!(a.obs, b.obs);
+            assert_eq!(a.next_obs, b.next_obs);
+            assert_eq!(a.rewards, b.rewards);
+        }
+        let (d, p) = (dedup.bytes_per_transition(), plain.bytes_per_transition());
+        assert!(d < p / 3.0, "dedup {d} bytes/transition vs naive {p}");
+        let ObsStore::Frames { frames, .. } = &dedup.store else {
+            unreachable!()
+        };
+        // About one new frame per transition, plus the stacks still being built.
+        assert!(
+            frames.live() <= cap + 3 * 2 * k + cap / 17 * 2,
+            "{} live",
+            frames.live()
         );
     }
 }

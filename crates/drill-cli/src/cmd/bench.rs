@@ -24,6 +24,9 @@ pub enum Target {
     Env,
     /// DQN updates, Nature-CNN updates and batch-8 inference.
     Learner,
+    /// Replay memory: bytes per stored transition, filled from `--env` (default
+    /// PongNoFrameskip-v4) with random actions; `--iters` transitions (default 20000).
+    Replay,
     /// Collectives, verified then timed; run under `drill launch` (or mpirun).
     Comm,
     /// Task runtime: overhead per step of 5 no-op middlewares, with and without the StepTimer.
@@ -228,6 +231,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Target::Ddp => return ddp_bench(&report, args.iters),
         Target::Task => task_bench(&report, args.iters),
         Target::Learner => learner_bench(&report, &want, args.iters),
+        Target::Replay => {
+            return replay_bench(
+                &report,
+                args.env.as_deref().unwrap_or("PongNoFrameskip-v4"),
+                args.num_envs,
+                args.iters,
+            );
+        }
         Target::Comm => {
             return super::comm_bench::run(
                 args.backend.as_deref(),
@@ -353,6 +364,62 @@ fn vec_env_bench(
         &format!(
             "{threads} threads, obs {:?} {:?}, random actions, auto-reset",
             spec.obs.shape, spec.obs.dtype
+        ),
+    );
+    Ok(())
+}
+
+/// Fill a replay buffer from `id` (`n` copies, random actions, 1-step transitions as the
+/// collector stores them) and report its bytes per transition against whole stacks.
+fn replay_bench(report: &Report, id: &str, n: usize, iters: Option<usize>) -> anyhow::Result<()> {
+    use drill_algo::data::{ReplayBuffer, Transition};
+    let total = iters.unwrap_or(20_000);
+    let mut venv = make_vec(id, n, 0, 2)?;
+    let spec = venv.spec().clone();
+    let d = spec.obs_dim();
+    let drill_env::ActionSpace::Discrete(k) = spec.action_space else {
+        anyhow::bail!("drill bench replay takes a discrete-action env; {id} is continuous");
+    };
+    let mut buffer = ReplayBuffer::new(total, &spec.obs, &spec.action_space);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+    let mut prev = ObsBuf::new(spec.obs.dtype);
+    prev.extend(venv.reset(None));
+    let mut actions = vec![0u32; n];
+    let t = Instant::now();
+    while buffer.len() < total {
+        actions
+            .iter_mut()
+            .for_each(|a| *a = rng.random_range(0..k as u32));
+        venv.step(Actions::Discrete(&actions));
+        for i in 0..n.min(total - buffer.len()) {
+            buffer.push(&Transition {
+                obs: prev.as_obs().rows(i..i + 1, d),
+                action: Action::Discrete(actions[i] as usize),
+                reward: venv.rewards()[i],
+                next_obs: venv.final_obs().rows(i..i + 1, d),
+                done: venv.terminated()[i],
+                discount: 0.99,
+            });
+        }
+        prev.clear();
+        prev.extend(venv.obs());
+    }
+    let per = buffer.bytes_per_transition();
+    let elem = match spec.obs.dtype {
+        drill_env::Dtype::U8 => 1,
+        drill_env::Dtype::F32 => 4,
+    };
+    report.row(
+        &format!("replay-{id}"),
+        "B/transition",
+        per,
+        total,
+        &format!(
+            "obs {:?} {:?}; whole stacks would take {} B; {:.1} s to fill",
+            spec.obs.shape,
+            spec.obs.dtype,
+            2 * d * elem + 16,
+            t.elapsed().as_secs_f64()
         ),
     );
     Ok(())
