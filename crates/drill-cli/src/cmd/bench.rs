@@ -391,10 +391,11 @@ fn replay_bench(report: &Report, id: &str, n: usize, iters: Option<usize>) -> an
             .iter_mut()
             .for_each(|a| *a = rng.random_range(0..k as u32));
         venv.step(Actions::Discrete(&actions));
-        for i in 0..n.min(total - buffer.len()) {
+        let room = n.min(total - buffer.len());
+        for (i, &a) in actions.iter().enumerate().take(room) {
             buffer.push(&Transition {
                 obs: prev.as_obs().rows(i..i + 1, d),
-                action: Action::Discrete(actions[i] as usize),
+                action: Action::Discrete(a as usize),
                 reward: venv.rewards()[i],
                 next_obs: venv.final_obs().rows(i..i + 1, d),
                 done: venv.terminated()[i],
