@@ -90,6 +90,7 @@ pub fn atari_options(cfg: &Config) -> AtariOptions {
         fire_reset: e.fire_reset,
         clip_rewards: e.clip_rewards,
         screen_size: e.screen_size,
+        full_action_space: e.full_action_space,
         frame_stack: e.frame_stack,
     }
 }

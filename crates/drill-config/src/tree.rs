@@ -35,6 +35,8 @@ pub struct EnvConfig {
     pub clip_rewards: bool,
     /// Atari: side of the square grayscale frame the screen is resized to.
     pub screen_size: usize,
+    /// Atari: all 18 actions instead of the game's minimal set.
+    pub full_action_space: bool,
 }
 
 impl Default for EnvConfig {
@@ -53,6 +55,7 @@ impl Default for EnvConfig {
             fire_reset: true,
             clip_rewards: true,
             screen_size: 84,
+            full_action_space: false,
         }
     }
 }

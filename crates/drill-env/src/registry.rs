@@ -93,7 +93,7 @@ pub fn make_atari(id: &str, opts: &AtariOptions) -> Result<atari::Atari, EnvErro
         id,
         &rom,
         a.repeat_action_probability,
-        false,
+        opts.full_action_space,
         a.max_frames,
         opts.clone(),
     ))

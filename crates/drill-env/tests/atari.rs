@@ -157,3 +157,19 @@ fn a_missing_rom_says_where_it_looked_and_how_to_get_roms() {
         assert!(text.contains(want), "{want:?} missing from: {text}");
     }
 }
+
+#[test]
+fn the_full_action_space_has_all_18_actions() {
+    let minimal = make_atari("PongNoFrameskip-v4", &AtariOptions::default()).unwrap();
+    assert_eq!(minimal.action_set(), &[0, 1, 3, 4, 11, 12]);
+    let full = AtariOptions {
+        full_action_space: true,
+        ..AtariOptions::default()
+    };
+    let env = make_atari("ALE/Pong-v5", &full).unwrap();
+    assert_eq!(
+        env.spec().action_space,
+        drill_env::ActionSpace::Discrete(18)
+    );
+    assert_eq!(env.action_set(), (0..18).collect::<Vec<i32>>());
+}

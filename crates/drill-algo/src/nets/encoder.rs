@@ -9,9 +9,9 @@
 
 use burn::module::{Module, Param};
 use burn::nn::conv::{Conv2d, Conv2dConfig};
-use burn::nn::{Initializer, Linear, LinearConfig};
+use burn::nn::{Linear, LinearConfig};
 use burn::tensor::activation::relu;
-use burn::tensor::{Device, Tensor};
+use burn::tensor::{Device, Distribution, Tensor, TensorData};
 
 const KERNELS: [usize; 3] = [8, 4, 3];
 const STRIDES: [usize; 3] = [4, 2, 1];
@@ -58,8 +58,8 @@ impl ConvEncoder {
     /// The Nature-DQN trunk (features 512, ReLU), with CleanRL's orthogonal init (gain √2,
     /// zero biases) when `orthogonal`.
     pub fn nature(shape: [usize; 3], orthogonal: bool, device: &Device) -> Result<Self, String> {
-        let init = orthogonal.then_some(Initializer::Orthogonal { gain: 2f64.sqrt() });
-        Self::build(shape, [32, 64, 64], 512, true, init, device)
+        let gain = orthogonal.then_some(2f64.sqrt());
+        Self::build(shape, [32, 64, 64], 512, true, gain, device)
     }
 
     fn build(
@@ -67,7 +67,7 @@ impl ConvEncoder {
         channels: [usize; 3],
         features: usize,
         mid_relu: bool,
-        init: Option<Initializer>,
+        orthogonal_gain: Option<f64>,
         device: &Device,
     ) -> Result<Self, String> {
         let [c, h, w] = shape;
@@ -81,25 +81,21 @@ impl ConvEncoder {
             .iter()
             .zip(KERNELS.iter().zip(STRIDES))
             .map(|(&out, (&k, s))| {
-                let mut cfg = Conv2dConfig::new([input, out], [k, k]).with_stride([s, s]);
-                if let Some(i) = &init {
-                    cfg = cfg.with_initializer(i.clone()).with_bias(false);
-                }
+                let mut conv = Conv2dConfig::new([input, out], [k, k])
+                    .with_stride([s, s])
+                    .init(device);
                 input = out;
-                let mut conv = cfg.init(device);
-                if init.is_some() {
+                if let Some(gain) = orthogonal_gain {
+                    conv.weight = Param::from_tensor(orthogonal(conv.weight.dims(), gain, device));
                     conv.bias = Some(Param::from_tensor(Tensor::zeros([out], device)));
                 }
                 conv
             })
             .collect();
         let flat = channels[2] * oh * ow;
-        let mut mid = LinearConfig::new(flat, features);
-        if let Some(i) = &init {
-            mid = mid.with_initializer(i.clone()).with_bias(false);
-        }
-        let mut mid = mid.init(device);
-        if init.is_some() {
+        let mut mid = LinearConfig::new(flat, features).init(device);
+        if let Some(gain) = orthogonal_gain {
+            mid.weight = Param::from_tensor(orthogonal(mid.weight.dims(), gain, device));
             mid.bias = Some(Param::from_tensor(Tensor::zeros([features], device)));
         }
         Ok(Self {
@@ -129,6 +125,48 @@ impl ConvEncoder {
     }
 }
 
+/// PyTorch's `orthogonal_` for a weight of shape `dims` (rows = `dims[0]`, columns = the
+/// rest): orthonormal rows, or columns when there are more rows, times `gain`, from Gaussian
+/// draws of burn's generator (so seeding burn fixes it). Written here because burn 0.22's
+/// `Initializer::Orthogonal` runs its QR through per-column tensor operations, which took
+/// over 100 s for the Nature trunk's 3136x512 layer; Gram-Schmidt in f64 takes under a second.
+fn orthogonal<const D: usize>(dims: [usize; D], gain: f64, device: &Device) -> Tensor<D> {
+    let rows = dims[0];
+    let cols: usize = dims[1..].iter().product();
+    // `n` vectors of length `m`, made orthonormal.
+    let (n, m) = (rows.min(cols), rows.max(cols));
+    let g = Tensor::<2>::random([n, m], Distribution::Normal(0.0, 1.0), device).into_data();
+    let mut v: Vec<f64> = g
+        .as_slice::<f32>()
+        .expect("f32 draws")
+        .iter()
+        .map(|&x| f64::from(x))
+        .collect();
+    for i in 0..n {
+        let (done, rest) = v.split_at_mut(i * m);
+        let vi = &mut rest[..m];
+        // Twice, for numerical orthogonality (modified Gram-Schmidt, re-orthogonalised).
+        for _ in 0..2 {
+            for j in 0..i {
+                let vj = &done[j * m..(j + 1) * m];
+                let dot: f64 = vi.iter().zip(vj).map(|(a, b)| a * b).sum();
+                vi.iter_mut().zip(vj).for_each(|(a, b)| *a -= dot * b);
+            }
+        }
+        let norm = vi.iter().map(|a| a * a).sum::<f64>().sqrt().max(1e-12);
+        vi.iter_mut().for_each(|a| *a /= norm);
+    }
+    let data: Vec<f32> = if rows <= cols {
+        v.iter().map(|&x| (x * gain) as f32).collect()
+    } else {
+        (0..rows)
+            .flat_map(|r| (0..cols).map(move |c| (r, c)))
+            .map(|(r, c)| (v[c * m + r] * gain) as f32)
+            .collect()
+    };
+    Tensor::from_data(TensorData::new(data, dims), device)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,12 +183,31 @@ mod tests {
         assert_eq!(e.num_params(), want);
         let y = e.forward(Tensor::zeros([2, 4 * 84 * 84], &device));
         assert_eq!(y.dims(), [2, 512]);
+        // DI-engine's DQN on Pong: this encoder, then the dueling head (512 -> 512 -> 6 and
+        // 512 -> 512 -> 1).
+        let q = super::super::QNet::with_trunk(e.clone(), 6, true, &device);
+        assert_eq!(
+            q.num_params(),
+            want + (512 * 512 + 512) + (512 * 6 + 6) + (512 * 512 + 512) + (512 + 1)
+        );
+        assert_eq!(q.num_params(), 14_259_975);
         let n = ConvEncoder::nature([4, 84, 84], true, &device).unwrap();
         assert_eq!(
             n.num_params(),
             (4 * 32 * 64 + 32) + (32 * 64 * 16 + 64) + (64 * 64 * 9 + 64) + (3136 * 512 + 512)
         );
         assert!(ConvEncoder::ding([4, 20, 20], &[8, 8, 8], &device).is_err());
+        // Orthogonal init: the trunk's linear layer has orthonormal columns (times the gain).
+        let w = n.mid.weight.val().into_data();
+        let w = w.as_slice::<f32>().unwrap();
+        let (rows, cols) = (3136, 512);
+        for (a, b) in [(0, 0), (0, 1), (5, 300), (511, 511)] {
+            let dot: f64 = (0..rows)
+                .map(|r| f64::from(w[r * cols + a]) * f64::from(w[r * cols + b]))
+                .sum();
+            let want = if a == b { 2.0 } else { 0.0 };
+            assert!((dot - want).abs() < 1e-3, "columns {a}, {b}: {dot}");
+        }
         assert!(ConvEncoder::ding([4, 84, 84], &[8, 8, 8, 8], &device).is_err());
     }
 }

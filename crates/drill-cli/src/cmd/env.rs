@@ -184,71 +184,43 @@ fn parse_actions(arg: &str, space: &ActionSpace) -> anyhow::Result<Vec<ActionBuf
     }
 }
 
+/// One array `name` of `shape` into the archive.
+fn put<T: npyz::AutoSerialize>(
+    npz: &mut npyz::npz::NpzWriter<std::io::BufWriter<std::fs::File>>,
+    name: &str,
+    shape: &[u64],
+    values: impl IntoIterator<Item = T>,
+) -> std::io::Result<()> {
+    let mut w = npz
+        .array::<T>(name, Default::default())?
+        .default_dtype()
+        .shape(shape)
+        .begin_nd()?;
+    w.extend(values)?;
+    w.finish()
+}
+
 fn write_npz(seg: &Segment, path: &Path) -> std::io::Result<()> {
     let mut npz = npyz::npz::NpzWriter::create(path)?;
     let t = seg.steps() as u64;
     let mut shape = vec![t + 1];
     shape.extend(seg.shape.iter().map(|&s| s as u64));
     match &seg.obs {
-        ObsBuf::U8(v) => {
-            let mut w = npz
-                .array::<u8>("obs", Default::default())?
-                .default_dtype()
-                .shape(&shape)
-                .begin_nd()?;
-            w.extend(v.iter().copied())?;
-            w.finish()?;
-        }
-        ObsBuf::F32(v) => {
-            let mut w = npz
-                .array::<f32>("obs", Default::default())?
-                .default_dtype()
-                .shape(&shape)
-                .begin_nd()?;
-            w.extend(v.iter().copied())?;
-            w.finish()?;
-        }
+        ObsBuf::U8(v) => put(&mut npz, "obs", &shape, v.iter().copied())?,
+        ObsBuf::F32(v) => put(&mut npz, "obs", &shape, v.iter().copied())?,
     }
     match &seg.actions {
-        ActionBuf::Discrete(a) => {
-            let mut w = npz
-                .array::<i64>("actions", Default::default())?
-                .default_dtype()
-                .shape(&[t])
-                .begin_nd()?;
-            w.extend(a.iter().map(|&x| i64::from(x)))?;
-            w.finish()?;
-        }
-        ActionBuf::Continuous { dim, values } => {
-            let mut w = npz
-                .array::<f32>("actions", Default::default())?
-                .default_dtype()
-                .shape(&[t, *dim as u64])
-                .begin_nd()?;
-            w.extend(values.iter().copied())?;
-            w.finish()?;
-        }
+        ActionBuf::Discrete(a) => put(&mut npz, "actions", &[t], a.iter().map(|&x| i64::from(x)))?,
+        ActionBuf::Continuous { dim, values } => put(
+            &mut npz,
+            "actions",
+            &[t, *dim as u64],
+            values.iter().copied(),
+        )?,
     }
-    let mut w = npz
-        .array::<f32>("rewards", Default::default())?
-        .default_dtype()
-        .shape(&[t])
-        .begin_nd()?;
-    w.extend(seg.rewards.iter().copied())?;
-    w.finish()?;
-    for (name, flags) in [
-        ("terminated", &seg.terminated),
-        ("truncated", &seg.truncated),
-    ] {
-        let mut w = npz
-            .array::<bool>(name, Default::default())?
-            .default_dtype()
-            .shape(&[t])
-            .begin_nd()?;
-        w.extend(flags.iter().copied())?;
-        w.finish()?;
-    }
-    Ok(())
+    put(&mut npz, "rewards", &[t], seg.rewards.iter().copied())?;
+    put(&mut npz, "terminated", &[t], seg.terminated.iter().copied())?;
+    put(&mut npz, "truncated", &[t], seg.truncated.iter().copied())
 }
 
 /// The last observation's frames side by side (oldest left), each pixel drawn 3x3, 4 pixels

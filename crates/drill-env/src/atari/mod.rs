@@ -9,8 +9,8 @@
 //! Both go through the same chain (noop reset, max-and-skip 4, episodic life, fire reset,
 //! 84x84 grayscale with `INTER_AREA`, reward clipping, frame stack 4), each step switchable
 //! through [`AtariOptions`]; observations are `u8` stacks `[4, 84, 84]`. The minimal action
-//! set is used. `<Game>` is the ROM name in CamelCase (`space_invaders` → `SpaceInvaders`);
-//! [`GAMES`] lists the 76 games ALE 0.6 supports.
+//! set is used unless `full_action_space`. `<Game>` is the ROM name in CamelCase
+//! (`space_invaders` → `SpaceInvaders`); [`GAMES`] lists the 76 games ALE 0.6 supports.
 //!
 //! The emulator is ALE 0.6 from the `ale-sys` crate, which vendors its C++ (GPL-2.0) and links
 //! it statically: it is behind the `atari` cargo feature (needs `cmake`), so a default drill

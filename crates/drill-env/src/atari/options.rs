@@ -18,6 +18,9 @@ pub struct AtariOptions {
     pub clip_rewards: bool,
     /// Side of the square the screen is resized to.
     pub screen_size: usize,
+    /// All 18 ALE actions instead of the game's minimal set (Gymnasium's
+    /// `full_action_space`).
+    pub full_action_space: bool,
     /// Frames stacked into one observation.
     pub frame_stack: usize,
 }
@@ -31,6 +34,7 @@ impl Default for AtariOptions {
             fire_reset: true,
             clip_rewards: true,
             screen_size: 84,
+            full_action_space: false,
             frame_stack: 4,
         }
     }
