@@ -3,7 +3,7 @@
 //! (`ALE_ROM_DIR`); without the feature the binary must say how to get Atari.
 
 mod common;
-use common::{drill, repo, result, text};
+use common::{drill, repo, text};
 
 #[test]
 fn env_list_names_classic_and_atari_ids() {
@@ -130,7 +130,7 @@ fn pong_ppo_trains_through_the_real_ale() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
-    let r = result(&exp);
+    let r = common::result(&exp);
     assert!(r["env_steps"].as_u64().unwrap() >= 2048, "{r}");
     assert_eq!(r["train_iters"].as_u64().unwrap(), 32, "{r}");
     let ret = r["eval_reward_mean"].as_f64().unwrap();
