@@ -133,22 +133,21 @@ impl ReplayBuffer {
         if self.len == 0 {
             return 0.0;
         }
+        // Observations: two rows per slot, or two stacks of frame ids per slot plus the
+        // frames themselves, shared by every stored transition.
         let obs = match &self.store {
-            ObsStore::Rows { obs, next_obs } => {
-                (obs.len() + next_obs.len()) * self.dtype_size() * self.len / self.capacity
-            }
-            ObsStore::Frames { frames, ids, .. } => {
-                frames.bytes() + ids.len() * 4 * self.len / self.capacity
+            ObsStore::Rows { .. } => (2 * self.obs_dim * self.dtype_size()) as f64,
+            ObsStore::Frames { frames, k, .. } => {
+                (2 * k * 4) as f64 + frames.bytes() as f64 / self.len as f64
             }
         };
-        let per_slot = self.actions.len() / self.capacity.max(1)
-            * match &self.actions {
-                ActionBuf::Discrete(_) => 4,
-                ActionBuf::Continuous { dim, .. } => 4 * dim,
-            }
-            + 3 * 4
-            + if self.priorities.is_some() { 16 } else { 0 };
-        obs as f64 / self.len as f64 + per_slot as f64
+        let action = match &self.actions {
+            ActionBuf::Discrete(_) => 4,
+            ActionBuf::Continuous { dim, .. } => 4 * dim,
+        };
+        // Reward, done and discount; a sum-tree leaf and its parent under prioritized replay.
+        let rest = 3 * 4 + if self.priorities.is_some() { 16 } else { 0 };
+        obs + (action + rest) as f64
     }
 
     fn dtype_size(&self) -> usize {

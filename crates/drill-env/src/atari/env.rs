@@ -96,11 +96,6 @@ impl Atari {
         self.ale.action_set()
     }
 
-    /// The wrapper chain's switches.
-    pub fn options(&self) -> &AtariOptions {
-        &self.opts
-    }
-
     /// Max-and-skip with action `code`: (summed reward, game over). Frames are captured as
     /// Gymnasium's `AtariPreprocessing` does.
     fn skip(&mut self, code: i32) -> (i32, bool) {
