@@ -1,4 +1,5 @@
-//! Native reinforcement-learning environments with Gymnasium's semantics.
+//! Reinforcement-learning environments with Gymnasium's semantics: native classic control, and
+//! Atari games through ALE (feature `atari`).
 //!
 //! - [`Env`]: one environment; `reset(seed)` and `step(action)` write the observation into a
 //!   caller-owned buffer, so stepping allocates nothing.
