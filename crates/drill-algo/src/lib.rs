@@ -19,6 +19,7 @@
 //! error (a test in drill-cli checks that no two sibling modules import each other).
 
 pub mod checkpoint;
+pub mod compute;
 pub mod data;
 pub mod ddp;
 pub mod dqn;

@@ -42,6 +42,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    drill_algo::compute::keep_freed_memory();
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(

@@ -1,27 +1,28 @@
 //! [`Actor`] and [`Critic`]: CleanRL's PPO networks (separate MLPs, orthogonal init), with
 //! ReLU (DI-engine's default) or tanh (CleanRL's) hidden activations.
 
+use super::Dense;
 use burn::module::{Module, Param};
-use burn::nn::{Initializer, Linear, LinearConfig};
-use burn::tensor::activation::{relu, tanh};
+use burn::nn::{Initializer, LinearConfig};
+use burn::tensor::activation::tanh;
 use burn::tensor::{Device, Tensor};
 use drill_config::Activation;
 
-fn mlp_forward(layers: &[Linear], use_tanh: bool, x: Tensor<2>) -> Tensor<2> {
+fn mlp_forward(layers: &[Dense], use_tanh: bool, x: Tensor<2>) -> Tensor<2> {
     let last = layers.len() - 1;
-    layers.iter().enumerate().fold(x, |x, (i, l)| {
-        let y = l.forward(x);
-        match (i < last, use_tanh) {
-            (false, _) => y,
-            (true, true) => tanh(y),
-            (true, false) => relu(y),
-        }
-    })
+    layers
+        .iter()
+        .enumerate()
+        .fold(x, |x, (i, l)| match (i < last, use_tanh) {
+            (false, _) => l.forward(x),
+            (true, true) => tanh(l.forward(x)),
+            (true, false) => l.forward_relu(x),
+        })
 }
 
 /// Orthogonal weights (gain √2, the last layer `out_gain`) and zero biases, as CleanRL's
 /// `layer_init`.
-fn mlp(sizes: &[usize], out_gain: f64, device: &Device) -> Vec<Linear> {
+fn mlp(sizes: &[usize], out_gain: f64, device: &Device) -> Vec<Dense> {
     let n = sizes.len() - 1;
     sizes
         .windows(2)
@@ -33,7 +34,7 @@ fn mlp(sizes: &[usize], out_gain: f64, device: &Device) -> Vec<Linear> {
                 .with_initializer(Initializer::Orthogonal { gain })
                 .init(device);
             layer.bias = Some(Param::from_tensor(Tensor::zeros([w[1]], device)));
-            layer
+            Dense::from(layer)
         })
         .collect()
 }
@@ -52,7 +53,7 @@ pub enum ActorHead {
 /// The policy network: logits, or a Gaussian's mean and log-std.
 #[derive(Module, Debug)]
 pub struct Actor {
-    layers: Vec<Linear>,
+    layers: Vec<Dense>,
     /// State-independent log-std (`[act_dim]`); unused (size 0) otherwise.
     log_std: Param<Tensor<1>>,
     act_dim: usize,
@@ -140,7 +141,7 @@ impl ActorCritic {
 /// The value network `obs → hidden… → 1`.
 #[derive(Module, Debug)]
 pub struct Critic {
-    layers: Vec<Linear>,
+    layers: Vec<Dense>,
     use_tanh: bool,
 }
 

@@ -7,10 +7,9 @@
 //! - [`ConvEncoder::nature`]: the Nature-DQN / CleanRL `ppo_atari` trunk: convs 32, 64, 64
 //!   (same kernels), then `Linear(flat, 512)` and ReLU.
 
+use super::{Conv, Dense};
 use burn::module::{Module, Param};
-use burn::nn::conv::{Conv2d, Conv2dConfig};
-use burn::nn::{Linear, LinearConfig};
-use burn::tensor::activation::relu;
+use burn::nn::LinearConfig;
 use burn::tensor::{Device, Distribution, Tensor, TensorData};
 
 const KERNELS: [usize; 3] = [8, 4, 3];
@@ -19,8 +18,8 @@ const STRIDES: [usize; 3] = [4, 2, 1];
 /// Convolutions, flatten, linear (see the module docs).
 #[derive(Module, Debug)]
 pub struct ConvEncoder {
-    convs: Vec<Conv2d>,
-    mid: Linear,
+    convs: Vec<Conv>,
+    mid: Dense,
     channels: usize,
     height: usize,
     width: usize,
@@ -81,13 +80,11 @@ impl ConvEncoder {
             .iter()
             .zip(KERNELS.iter().zip(STRIDES))
             .map(|(&out, (&k, s))| {
-                let mut conv = Conv2dConfig::new([input, out], [k, k])
-                    .with_stride([s, s])
-                    .init(device);
+                let mut conv = Conv::new(input, out, k, s, device);
                 input = out;
                 if let Some(gain) = orthogonal_gain {
                     conv.weight = Param::from_tensor(orthogonal(conv.weight.dims(), gain, device));
-                    conv.bias = Some(Param::from_tensor(Tensor::zeros([out], device)));
+                    conv.bias = Param::from_tensor(Tensor::zeros([out], device));
                 }
                 conv
             })
@@ -98,6 +95,7 @@ impl ConvEncoder {
             mid.weight = Param::from_tensor(orthogonal(mid.weight.dims(), gain, device));
             mid.bias = Some(Param::from_tensor(Tensor::zeros([features], device)));
         }
+        let mid = Dense::from(mid);
         Ok(Self {
             convs,
             mid,
@@ -113,15 +111,19 @@ impl ConvEncoder {
         let batch = x.dims()[0];
         let mut x: Tensor<4> = x.reshape([batch, self.channels, self.height, self.width]);
         for conv in &self.convs {
-            x = relu(conv.forward(x));
+            x = conv.forward_relu(x);
         }
-        let y = self.mid.forward(x.flatten(1, 3));
-        if self.mid_relu { relu(y) } else { y }
+        let x = x.flatten(1, 3);
+        if self.mid_relu {
+            self.mid.forward_relu(x)
+        } else {
+            self.mid.forward(x)
+        }
     }
 
     /// Size of the feature vector.
     pub fn features(&self) -> usize {
-        self.mid.weight.dims()[1]
+        self.mid.d_out()
     }
 }
 

@@ -1,21 +1,26 @@
 //! Neural networks: [`QNet`] for DQN, [`Actor`] and [`Critic`] for PPO, [`SquashedGaussian`]
-//! and [`TwinQ`] for SAC, [`ConvEncoder`] (their image trunk: DI-engine's and Nature's), and the
+//! and [`TwinQ`] for SAC, [`ConvEncoder`] (their image trunk: DI-engine's and Nature's) built of [`Conv`] layers ([`Dense`] is the fully connected one: both run
+//! [`crate::compute`]'s kernels), and the
 //! Nature-DQN [`NatureCnn`] used by the learner benchmark;
 //! [`input`] turns any observation batch into a network's float input.
 
 mod actor_critic;
 mod cnn;
+mod conv;
+mod dense;
 mod encoder;
 mod q;
 mod sac;
 
 pub use actor_critic::{Actor, ActorCritic, ActorHead, Critic};
 pub use cnn::NatureCnn;
+pub use conv::Conv;
+pub use dense::Dense;
 pub use encoder::ConvEncoder;
 pub use q::QNet;
 pub use sac::{SquashedGaussian, TwinQ};
 
-use burn::nn::{Initializer, Linear, LinearConfig};
+use burn::nn::{Initializer, LinearConfig};
 use burn::tensor::{Device, Tensor, TensorData};
 use drill_env::Obs;
 
@@ -33,13 +38,14 @@ pub fn input(obs: Obs<'_>, dim: usize, device: &Device) -> Tensor<2> {
 }
 
 /// Linear layers `sizes[0] → sizes[1] → …` with the given initializer.
-pub(crate) fn linears(sizes: &[usize], init: &Initializer, device: &Device) -> Vec<Linear> {
+pub(crate) fn linears(sizes: &[usize], init: &Initializer, device: &Device) -> Vec<Dense> {
     sizes
         .windows(2)
         .map(|w| {
             LinearConfig::new(w[0], w[1])
                 .with_initializer(init.clone())
                 .init(device)
+                .into()
         })
         .collect()
 }

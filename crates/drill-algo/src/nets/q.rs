@@ -3,9 +3,9 @@
 
 use super::ConvEncoder;
 
+use super::Dense;
 use burn::module::Module;
-use burn::nn::{Initializer, Linear, LinearConfig};
-use burn::tensor::activation::relu;
+use burn::nn::{Initializer, LinearConfig};
 use burn::tensor::{Device, Tensor};
 
 /// Q-network: encoder `obs → h1 → … → hk` (ReLU after each), then either a dueling head
@@ -14,9 +14,9 @@ use burn::tensor::{Device, Tensor};
 #[derive(Module, Debug)]
 pub struct QNet {
     trunk: Option<ConvEncoder>,
-    encoder: Vec<Linear>,
-    advantage: Vec<Linear>,
-    value: Vec<Linear>,
+    encoder: Vec<Dense>,
+    advantage: Vec<Dense>,
+    value: Vec<Dense>,
 }
 
 impl QNet {
@@ -65,13 +65,16 @@ impl QNet {
             None => obs,
         };
         for layer in &self.encoder {
-            x = relu(layer.forward(x));
+            x = layer.forward_relu(x);
         }
-        let head = |layers: &[Linear], x: Tensor<2>| {
+        let head = |layers: &[Dense], x: Tensor<2>| {
             let last = layers.len() - 1;
             layers.iter().enumerate().fold(x, |x, (i, l)| {
-                let y = l.forward(x);
-                if i < last { relu(y) } else { y }
+                if i < last {
+                    l.forward_relu(x)
+                } else {
+                    l.forward(x)
+                }
             })
         };
         if self.value.is_empty() {

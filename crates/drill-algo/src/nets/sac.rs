@@ -1,24 +1,29 @@
 //! SAC's networks (CleanRL's `sac_continuous_action`, DI-engine's `QAC` with
 //! `reparameterization`): [`SquashedGaussian`] (the actor) and [`TwinQ`] (two critics).
 
+use super::Dense;
 use burn::module::Module;
-use burn::nn::{Linear, LinearConfig};
-use burn::tensor::activation::{relu, tanh};
+use burn::nn::LinearConfig;
+use burn::tensor::activation::tanh;
 use burn::tensor::{Device, Tensor};
 
 /// Bounds of the actor's log standard deviation (CleanRL's).
 const LOG_STD_MIN: f64 = -5.0;
 const LOG_STD_MAX: f64 = 2.0;
 
-fn mlp(layers: &[Linear], x: Tensor<2>) -> Tensor<2> {
+/// The layers with ReLU between them, and after the last one too when `relu_out`.
+fn mlp(layers: &[Dense], x: Tensor<2>, relu_out: bool) -> Tensor<2> {
     let last = layers.len() - 1;
     layers.iter().enumerate().fold(x, |x, (i, l)| {
-        let y = l.forward(x);
-        if i < last { relu(y) } else { y }
+        if i < last || relu_out {
+            l.forward_relu(x)
+        } else {
+            l.forward(x)
+        }
     })
 }
 
-fn linears(sizes: &[usize], device: &Device) -> Vec<Linear> {
+fn linears(sizes: &[usize], device: &Device) -> Vec<Dense> {
     let init = LinearConfig::new(1, 1).initializer;
     super::linears(sizes, &init, device)
 }
@@ -27,9 +32,9 @@ fn linears(sizes: &[usize], device: &Device) -> Vec<Linear> {
 /// scaled to the action box (by the algorithm). PyTorch's default initialisation.
 #[derive(Module, Debug)]
 pub struct SquashedGaussian {
-    trunk: Vec<Linear>,
-    mean: Linear,
-    log_std: Linear,
+    trunk: Vec<Dense>,
+    mean: Dense,
+    log_std: Dense,
 }
 
 impl SquashedGaussian {
@@ -37,14 +42,14 @@ impl SquashedGaussian {
     pub fn new(obs_dim: usize, hidden: usize, act_dim: usize, device: &Device) -> Self {
         Self {
             trunk: linears(&[obs_dim, hidden, hidden], device),
-            mean: LinearConfig::new(hidden, act_dim).init(device),
-            log_std: LinearConfig::new(hidden, act_dim).init(device),
+            mean: LinearConfig::new(hidden, act_dim).init(device).into(),
+            log_std: LinearConfig::new(hidden, act_dim).init(device).into(),
         }
     }
 
     /// Mean and log standard deviation (squashed into `[-5, 2]`), both `[batch, act_dim]`.
     pub fn forward(&self, obs: Tensor<2>) -> (Tensor<2>, Tensor<2>) {
-        let h = relu(mlp(&self.trunk, obs));
+        let h = mlp(&self.trunk, obs, true);
         let log_std = tanh(self.log_std.forward(h.clone()));
         let log_std = log_std
             .add_scalar(1.0)
@@ -57,8 +62,8 @@ impl SquashedGaussian {
 /// Two independent critics `(obs, action) → h → h → 1`, trained by one optimizer.
 #[derive(Module, Debug)]
 pub struct TwinQ {
-    q1: Vec<Linear>,
-    q2: Vec<Linear>,
+    q1: Vec<Dense>,
+    q2: Vec<Dense>,
 }
 
 impl TwinQ {
@@ -75,8 +80,8 @@ impl TwinQ {
     pub fn forward(&self, obs: Tensor<2>, actions: Tensor<2>) -> (Tensor<1>, Tensor<1>) {
         let x = Tensor::cat(vec![obs, actions], 1);
         (
-            mlp(&self.q1, x.clone()).squeeze_dim::<1>(1),
-            mlp(&self.q2, x).squeeze_dim::<1>(1),
+            mlp(&self.q1, x.clone(), false).squeeze_dim::<1>(1),
+            mlp(&self.q2, x, false).squeeze_dim::<1>(1),
         )
     }
 }

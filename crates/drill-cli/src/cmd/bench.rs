@@ -7,7 +7,7 @@
 use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
 use drill_algo::data::Batch;
 use drill_algo::dqn::{Dqn, greedy};
-use drill_algo::nets::{NatureCnn, QNet};
+use drill_algo::nets::{ConvEncoder, NatureCnn, QNet};
 use drill_algo::optim::Trainer;
 use drill_config::DqnPolicy;
 use drill_env::classic::CartPole;
@@ -22,7 +22,7 @@ pub enum Target {
     /// Environment steps per second: CartPole single and vectorised, or `--env ID` vectorised
     /// (`--num-envs`, `--threads`).
     Env,
-    /// DQN updates, Nature-CNN updates and batch-8 inference.
+    /// DQN updates (CartPole nets; DI-engine's Pong net), Nature-CNN updates and batch-8 inference; `scripts/bench_learner_vs_torch.sh` runs them side by side with PyTorch.
     Learner,
     /// Replay memory: bytes per stored transition, filled from `--env` (default
     /// PongNoFrameskip-v4) with random actions; `--iters` transitions (default 20000).
@@ -498,6 +498,42 @@ fn learner_bench(report: &Report, want: &dyn Fn(&str) -> bool, iters: Option<usi
             us,
             n,
             &format!("4-128-128-2 greedy actions, {threads} thread(s)"),
+        );
+    }
+    if want("pong-dqn-update") {
+        // DI-engine's pong_dqn_config.py: ConvEncoder 128-128-512, dueling head, batch 32,
+        // 3-step double DQN; u8 frames as the replay hands them over.
+        let ad = device.clone().autodiff();
+        let trunk = ConvEncoder::ding([4, 84, 84], &[128, 128, 512], &ad)
+            .expect("84x84 frames fit the encoder");
+        let net = QNet::with_trunk(trunk, 6, true, &ad);
+        let policy = DqnPolicy {
+            discount_factor: 0.99,
+            nstep: 3,
+            ..DqnPolicy::default()
+        };
+        let mut learner = Dqn::new(net, &policy, 4 * 84 * 84, 6, &device);
+        let mut batch = random_batch(32, 1, 6, &mut rng);
+        let frames = |rng: &mut rand_chacha::ChaCha8Rng| {
+            ObsBuf::U8((0..32 * 4 * 84 * 84).map(|_| rng.random::<u8>()).collect())
+        };
+        batch.obs = frames(&mut rng);
+        batch.next_obs = frames(&mut rng);
+        batch.discounts = vec![0.99f32.powi(3); 32];
+        let n = iters.unwrap_or(10);
+        let us = time_us(2.min(n), n, || {
+            learner
+                .update(&batch, None)
+                .expect("one process: nothing to fail");
+        });
+        report.row(
+            "pong-dqn-update",
+            "us",
+            us,
+            n,
+            &format!(
+                "DI-engine pong net 128-128-512 + dueling, u8 4x84x84, batch 32, double DQN, Adam, {threads} thread(s)"
+            ),
         );
     }
     if want("nature-cnn-update") {

@@ -1,0 +1,121 @@
+//! The CPU kernels of [`super::linear`]: `y = x W + b` (burn's `Linear` layout: `W` is
+//! `[in, out]`) and its gradients, each one GEMM on the batch, threaded by `gemm` itself.
+
+use super::gemm::{View, matmul};
+
+/// Shapes of one dense layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dims {
+    /// Rows of the batch.
+    pub n: usize,
+    /// Input features.
+    pub d_in: usize,
+    /// Output features.
+    pub d_out: usize,
+}
+
+/// Forward: `y [n, d_out] = x W + b`, then ReLU when `relu`.
+pub fn forward(x: &[f32], weight: &[f32], bias: &[f32], d: Dims, relu: bool) -> Vec<f32> {
+    assert_eq!(x.len(), d.n * d.d_in, "linear input size");
+    assert_eq!(weight.len(), d.d_in * d.d_out, "linear weight size");
+    assert_eq!(bias.len(), d.d_out, "linear bias size");
+    let mut y = Vec::with_capacity(d.n * d.d_out);
+    for _ in 0..d.n {
+        y.extend_from_slice(bias);
+    }
+    matmul(
+        (d.n, d.d_out, d.d_in),
+        &mut y,
+        (d.d_out, 1),
+        true,
+        View::rows(x, d.d_in),
+        View::rows(weight, d.d_out),
+        true,
+    );
+    if relu {
+        super::relu_in_place(&mut y);
+    }
+    y
+}
+
+/// Weight and bias gradients for output gradient `dy`: `(dW [d_in, d_out], db [d_out])`.
+pub fn backward_params(x: &[f32], dy: &[f32], d: Dims) -> (Vec<f32>, Vec<f32>) {
+    assert_eq!(dy.len(), d.n * d.d_out, "linear output gradient size");
+    let mut dw = vec![0f32; d.d_in * d.d_out];
+    matmul(
+        (d.d_in, d.d_out, d.n),
+        &mut dw,
+        (d.d_out, 1),
+        false,
+        View::transposed(x, d.d_in),
+        View::rows(dy, d.d_out),
+        true,
+    );
+    let mut db = vec![0f32; d.d_out];
+    for row in dy.chunks_exact(d.d_out) {
+        db.iter_mut().zip(row).for_each(|(s, g)| *s += g);
+    }
+    (dw, db)
+}
+
+/// Input gradient for output gradient `dy`: `dx [n, d_in] = dy W^T`.
+pub fn backward_input(weight: &[f32], dy: &[f32], d: Dims) -> Vec<f32> {
+    assert_eq!(dy.len(), d.n * d.d_out, "linear output gradient size");
+    let mut dx = vec![0f32; d.n * d.d_in];
+    matmul(
+        (d.n, d.d_in, d.d_out),
+        &mut dx,
+        (d.d_in, 1),
+        false,
+        View::rows(dy, d.d_out),
+        View::transposed(weight, d.d_out),
+        true,
+    );
+    dx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forward_and_gradients_match_the_definition() {
+        let d = Dims {
+            n: 3,
+            d_in: 5,
+            d_out: 4,
+        };
+        let v = |n: usize, s: f32| -> Vec<f32> {
+            (0..n).map(|i| (i as f32 * 0.37 + s).sin()).collect()
+        };
+        let (x, w, b, dy) = (v(15, 0.1), v(20, 0.2), v(4, 0.3), v(12, 0.4));
+        let y = forward(&x, &w, &b, d, false);
+        let yr = forward(&x, &w, &b, d, true);
+        let (dw, db) = backward_params(&x, &dy, d);
+        let dx = backward_input(&w, &dy, d);
+        for i in 0..d.n {
+            for o in 0..d.d_out {
+                let want: f32 = b[o]
+                    + (0..d.d_in)
+                        .map(|k| x[i * 5 + k] * w[k * 4 + o])
+                        .sum::<f32>();
+                assert!((y[i * 4 + o] - want).abs() < 1e-5);
+                assert!((yr[i * 4 + o] - want.max(0.0)).abs() < 1e-5);
+            }
+            for k in 0..d.d_in {
+                let want: f32 = (0..d.d_out).map(|o| dy[i * 4 + o] * w[k * 4 + o]).sum();
+                assert!((dx[i * 5 + k] - want).abs() < 1e-5);
+            }
+        }
+        for k in 0..d.d_in {
+            for o in 0..d.d_out {
+                let want: f32 = (0..d.n).map(|i| x[i * 5 + k] * dy[i * 4 + o]).sum();
+                assert!((dw[k * 4 + o] - want).abs() < 1e-5);
+            }
+        }
+        for o in 0..d.d_out {
+            let want: f32 = (0..d.n).map(|i| dy[i * 4 + o]).sum();
+            assert!((db[o] - want).abs() < 1e-5);
+        }
+    }
+}

@@ -1,0 +1,531 @@
+//! The CPU convolution kernels behind [`super::conv2d`]: im2col and one GEMM per batch
+//! element (the `gemm` crate, with its AVX-512 kernels enabled), on contiguous NCHW `f32`.
+//!
+//! Per batch element `b`, with `col[b]` the `K x P` patch matrix (`K = c_in * kh * kw` rows
+//! in the weight's `(c, ky, kx)` order, `P = oh * ow` output positions):
+//! - forward: `y[b] (c_out x P) = W (c_out x K) * col[b] + bias`, written straight into NCHW;
+//! - weight gradient: `dW^T (K x c_out) += col[b] * dy[b]^T`, bias gradient: row sums of `dy`;
+//! - input gradient: `dcol = W^T * dy[b]`, scattered back (col2im) into `dx[b]`.
+//!
+//! Working per batch element keeps `col[b]` in L2 (`K x P` is 400 KB for the Nature-DQN's first
+//! layer) instead of materialising the whole batch's patches, and splits over threads by
+//! batch element when the rayon pool has more than one. No padding, no dilation, one group:
+//! what the Atari encoders use.
+
+use super::gemm::{View, matmul};
+use rayon::prelude::*;
+
+/// Shapes of one convolution (no padding, no dilation, one group).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    /// Batch size.
+    pub batch: usize,
+    /// Input channels.
+    pub c_in: usize,
+    /// Input height.
+    pub h: usize,
+    /// Input width.
+    pub w: usize,
+    /// Output channels.
+    pub c_out: usize,
+    /// Kernel height.
+    pub kh: usize,
+    /// Kernel width.
+    pub kw: usize,
+    /// Vertical stride.
+    pub sh: usize,
+    /// Horizontal stride.
+    pub sw: usize,
+}
+
+impl Geometry {
+    /// Output height.
+    pub fn oh(&self) -> usize {
+        (self.h - self.kh) / self.sh + 1
+    }
+
+    /// Output width.
+    pub fn ow(&self) -> usize {
+        (self.w - self.kw) / self.sw + 1
+    }
+
+    /// Rows of the patch matrix: `c_in * kh * kw`.
+    pub fn k(&self) -> usize {
+        self.c_in * self.kh * self.kw
+    }
+
+    /// Output positions per channel: `oh * ow`.
+    pub fn p(&self) -> usize {
+        self.oh() * self.ow()
+    }
+
+    fn in_len(&self) -> usize {
+        self.c_in * self.h * self.w
+    }
+
+    fn out_len(&self) -> usize {
+        self.c_out * self.p()
+    }
+}
+
+/// Width of one phase of a row split by horizontal stride (see [`split_columns`]).
+fn phase_width(g: &Geometry) -> usize {
+    g.w.div_ceil(g.sw)
+}
+
+/// Length of one batch element's input in the split layout.
+fn split_len(g: &Geometry) -> usize {
+    g.c_in * g.h * g.sw * phase_width(g)
+}
+
+/// Rearrange one batch element `x` (`c_in x h x w`) so that every horizontal stride phase of a
+/// row is contiguous: `xs[c][y][r][j] = x[c][y][j * sw + r]`. Then the input under one kernel
+/// tap across a row of outputs is a contiguous run, and im2col is row copies.
+fn split_columns(x: &[f32], g: &Geometry, xs: &mut [f32]) {
+    match g.sw {
+        2 => split_rows::<2>(x, g, xs),
+        3 => split_rows::<3>(x, g, xs),
+        4 => split_rows::<4>(x, g, xs),
+        _ => split_rows_any(x, g, xs),
+    }
+}
+
+/// [`split_columns`] for a stride known at compile time (unrolled; the Atari strides).
+fn split_rows<const S: usize>(x: &[f32], g: &Geometry, xs: &mut [f32]) {
+    let pw = phase_width(g);
+    let full = g.w / S;
+    for (row, out) in x.chunks_exact(g.w).zip(xs.chunks_exact_mut(S * pw)) {
+        for (j, group) in row.chunks_exact(S).enumerate().take(full) {
+            for r in 0..S {
+                out[r * pw + j] = group[r];
+            }
+        }
+        // A last, partial group when the width is not a multiple of the stride.
+        if pw > full {
+            for r in 0..S {
+                out[r * pw + full] = row.get(full * S + r).copied().unwrap_or(0.0);
+            }
+        }
+    }
+}
+
+/// [`split_columns`] for any stride.
+fn split_rows_any(x: &[f32], g: &Geometry, xs: &mut [f32]) {
+    let pw = phase_width(g);
+    for (row, out) in x.chunks_exact(g.w).zip(xs.chunks_exact_mut(g.sw * pw)) {
+        for (r, phase) in out.chunks_exact_mut(pw).enumerate() {
+            let valid = (g.w - r.min(g.w)).div_ceil(g.sw);
+            for (j, v) in phase[..valid].iter_mut().enumerate() {
+                *v = row[j * g.sw + r];
+            }
+            phase[valid..].fill(0.0);
+        }
+    }
+}
+
+/// The inverse of [`split_columns`], adding nothing: `x[c][y][j * sw + r] = xs[c][y][r][j]`.
+fn merge_columns(xs: &[f32], g: &Geometry, x: &mut [f32]) {
+    let pw = phase_width(g);
+    for (row, src) in x.chunks_exact_mut(g.w).zip(xs.chunks_exact(g.sw * pw)) {
+        for (r, phase) in src.chunks_exact(pw).enumerate() {
+            let valid = (g.w - r.min(g.w)).div_ceil(g.sw);
+            for (j, v) in phase[..valid].iter().enumerate() {
+                row[j * g.sw + r] = *v;
+            }
+        }
+    }
+}
+
+/// Visit every (patch row, output row) pair of one batch element: `f(r, oy, at)` where `r`
+/// is the patch-matrix row (tap `(c, ky, kx)`) and `at` the start, in the split layout, of
+/// the `ow` inputs that tap sees along output row `oy`.
+#[inline(always)]
+fn for_each_run(g: &Geometry, mut f: impl FnMut(usize, usize, usize)) {
+    let pw = phase_width(g);
+    // Moving one output row down moves `sh` input rows, each `sw` phases of `pw`.
+    let row_step = g.sh * g.sw * pw;
+    let mut r = 0;
+    for c in 0..g.c_in {
+        for ky in 0..g.kh {
+            let row_base = (c * g.h + ky) * g.sw * pw;
+            for kx in 0..g.kw {
+                let mut at = row_base + (kx % g.sw) * pw + kx / g.sw;
+                for oy in 0..g.oh() {
+                    f(r, oy, at);
+                    at += row_step;
+                }
+                r += 1;
+            }
+        }
+    }
+}
+
+/// `dst.copy_from_slice(src)` for the short runs of im2col (7 to 20 floats on Atari frames)
+/// as fixed-size block moves, the last block overlapping the one before: a `memcpy` call per
+/// run (which is what a loop or `copy_from_slice` of a run-time length becomes) cost more
+/// than the copy.
+#[inline(always)]
+fn copy_short(dst: &mut [f32], src: &[f32]) {
+    #[inline(always)]
+    fn blocks<const B: usize>(dst: &mut [f32], src: &[f32]) {
+        let n = dst.len();
+        let mut i = 0;
+        while i + B < n {
+            let block: [f32; B] = src[i..i + B].try_into().expect("B floats");
+            dst[i..i + B].copy_from_slice(&block);
+            i += B;
+        }
+        let block: [f32; B] = src[n - B..n].try_into().expect("B floats");
+        dst[n - B..n].copy_from_slice(&block);
+    }
+    assert_eq!(dst.len(), src.len());
+    match dst.len() {
+        n if n >= 8 => blocks::<8>(dst, src),
+        n if n >= 4 => blocks::<4>(dst, src),
+        _ => {
+            for (d, s) in dst.iter_mut().zip(src) {
+                *d = *s;
+            }
+        }
+    }
+}
+
+/// Fill `col` (`K x P`) with the patches of one batch element, given in the split layout.
+fn im2col(xs: &[f32], g: &Geometry, col: &mut [f32]) {
+    let (ow, p) = (g.ow(), g.p());
+    for_each_run(g, |r, oy, at| {
+        let start = r * p + oy * ow;
+        copy_short(&mut col[start..start + ow], &xs[at..at + ow]);
+    });
+}
+
+/// Add the patch gradients `dcol` (`K x P`) into one batch element's gradient, in the split
+/// layout.
+fn col2im_add(dcol: &[f32], g: &Geometry, dxs: &mut [f32]) {
+    let (ow, p) = (g.ow(), g.p());
+    for_each_run(g, |r, oy, at| {
+        let start = r * p + oy * ow;
+        dxs[at..at + ow]
+            .iter_mut()
+            .zip(&dcol[start..start + ow])
+            .for_each(|(d, s)| *d += s);
+    });
+}
+
+/// `col` (`K x P`) for batch element `b` of `x`, through `xs` (the split layout's scratch).
+fn patches(x: &[f32], b: usize, g: &Geometry, xs: &mut [f32], col: &mut [f32]) {
+    let xb = &x[b * g.in_len()..(b + 1) * g.in_len()];
+    if g.sw == 1 {
+        im2col(xb, g, col);
+    } else {
+        split_columns(xb, g, xs);
+        im2col(xs, g, col);
+    }
+}
+
+/// Run `f(b, chunk)` for every batch element's `chunk_len`-long slice of `out`, with one
+/// scratch buffer of `scratch_len` per worker; in parallel when the rayon pool has threads.
+fn per_batch(
+    out: &mut [f32],
+    chunk_len: usize,
+    scratch_len: usize,
+    f: impl Fn(usize, &mut [f32], &mut Vec<f32>) + Sync + Send,
+) {
+    if rayon::current_num_threads() > 1 && out.len() > chunk_len {
+        out.par_chunks_mut(chunk_len).enumerate().for_each_init(
+            || vec![0f32; scratch_len],
+            |scratch, (b, chunk)| f(b, chunk, scratch),
+        );
+    } else {
+        let mut scratch = vec![0f32; scratch_len];
+        for (b, chunk) in out.chunks_mut(chunk_len).enumerate() {
+            f(b, chunk, &mut scratch);
+        }
+    }
+}
+
+/// Forward: `y = conv(x, weight) + bias`, then ReLU when `relu`; `[batch, c_out, oh, ow]`
+/// contiguous.
+pub fn forward(x: &[f32], weight: &[f32], bias: &[f32], g: &Geometry, relu: bool) -> Vec<f32> {
+    let (k, p) = (g.k(), g.p());
+    assert_eq!(x.len(), g.batch * g.in_len(), "conv input size");
+    assert_eq!(weight.len(), g.c_out * k, "conv weight size");
+    assert_eq!(bias.len(), g.c_out, "conv bias size");
+    let mut y = vec![0f32; g.batch * g.out_len()];
+    per_batch(
+        &mut y,
+        g.out_len(),
+        k * p + split_len(g),
+        |b, yb, scratch| {
+            let (col, xs) = scratch.split_at_mut(k * p);
+            patches(x, b, g, xs, col);
+            for (row, &bv) in yb.chunks_exact_mut(p).zip(bias) {
+                row.fill(bv);
+            }
+            matmul(
+                (g.c_out, p, k),
+                yb,
+                (p, 1),
+                true,
+                View::rows(weight, k),
+                View::rows(col, p),
+                false,
+            );
+            if relu {
+                super::relu_in_place(yb);
+            }
+        },
+    );
+    y
+}
+
+/// Weight and bias gradients for output gradient `dy`: `(dW [c_out, K], db [c_out])`.
+pub fn backward_params(x: &[f32], dy: &[f32], g: &Geometry) -> (Vec<f32>, Vec<f32>) {
+    let (k, p, co) = (g.k(), g.p(), g.c_out);
+    assert_eq!(dy.len(), g.batch * g.out_len(), "conv output gradient size");
+    // Each worker accumulates its own dW and db (after its patch buffer), summed at the end.
+    let partial_len = co * k + co;
+    let one = |b: usize, acc: &mut [f32], scratch: &mut [f32], first: bool| {
+        let (col, xs) = scratch.split_at_mut(k * p);
+        patches(x, b, g, xs, col);
+        let dyb = &dy[b * g.out_len()..(b + 1) * g.out_len()];
+        let (dw, db) = acc.split_at_mut(co * k);
+        // dW^T (K x c_out) += col (K x P) * dy[b]^T (P x c_out); dW is c_out x K row-major.
+        matmul(
+            (k, co, p),
+            dw,
+            (1, k),
+            !first,
+            View::rows(col, p),
+            View::transposed(dyb, p),
+            false,
+        );
+        for (d, row) in db.iter_mut().zip(dyb.chunks_exact(p)) {
+            *d += row.iter().sum::<f32>();
+        }
+    };
+    let threads = rayon::current_num_threads().min(g.batch).max(1);
+    let mut acc = if threads > 1 {
+        let per = g.batch.div_ceil(threads);
+        let partials: Vec<Vec<f32>> = (0..threads)
+            .into_par_iter()
+            .map(|t| {
+                let mut acc = vec![0f32; partial_len];
+                let mut scratch = vec![0f32; k * p + split_len(g)];
+                for (i, b) in (t * per..((t + 1) * per).min(g.batch)).enumerate() {
+                    one(b, &mut acc, &mut scratch, i == 0);
+                }
+                acc
+            })
+            .collect();
+        let mut it = partials.into_iter();
+        let mut sum = it.next().expect("one worker at least");
+        for part in it {
+            sum.iter_mut().zip(&part).for_each(|(s, v)| *s += v);
+        }
+        sum
+    } else {
+        let mut acc = vec![0f32; partial_len];
+        let mut scratch = vec![0f32; k * p + split_len(g)];
+        for b in 0..g.batch {
+            one(b, &mut acc, &mut scratch, b == 0);
+        }
+        acc
+    };
+    let db = acc.split_off(co * k);
+    (acc, db)
+}
+
+/// Input gradient for output gradient `dy`: `dx [batch, c_in, h, w]`.
+pub fn backward_input(weight: &[f32], dy: &[f32], g: &Geometry) -> Vec<f32> {
+    let (k, p, co) = (g.k(), g.p(), g.c_out);
+    assert_eq!(dy.len(), g.batch * g.out_len(), "conv output gradient size");
+    let mut dx = vec![0f32; g.batch * g.in_len()];
+    per_batch(
+        &mut dx,
+        g.in_len(),
+        k * p + split_len(g),
+        |b, dxb, scratch| {
+            let (dcol, dxs) = scratch.split_at_mut(k * p);
+            // dcol (K x P) = W^T (K x c_out) * dy[b] (c_out x P).
+            matmul(
+                (k, p, co),
+                dcol,
+                (p, 1),
+                false,
+                View::transposed(weight, k),
+                View::rows(&dy[b * g.out_len()..(b + 1) * g.out_len()], p),
+                false,
+            );
+            if g.sw == 1 {
+                col2im_add(dcol, g, dxb);
+            } else {
+                dxs.fill(0.0);
+                col2im_add(dcol, g, dxs);
+                merge_columns(dxs, g, dxb);
+            }
+        },
+    );
+    dx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Direct convolution, the definition.
+    fn reference(x: &[f32], w: &[f32], bias: &[f32], g: &Geometry) -> Vec<f32> {
+        let (oh, ow) = (g.oh(), g.ow());
+        let mut y = vec![0f32; g.batch * g.c_out * oh * ow];
+        for b in 0..g.batch {
+            for co in 0..g.c_out {
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let mut s = f64::from(bias[co]);
+                        for c in 0..g.c_in {
+                            for ky in 0..g.kh {
+                                for kx in 0..g.kw {
+                                    let xi = ((b * g.c_in + c) * g.h + oy * g.sh + ky) * g.w
+                                        + ox * g.sw
+                                        + kx;
+                                    let wi = ((co * g.c_in + c) * g.kh + ky) * g.kw + kx;
+                                    s += f64::from(x[xi]) * f64::from(w[wi]);
+                                }
+                            }
+                        }
+                        y[((b * g.c_out + co) * oh + oy) * ow + ox] = s as f32;
+                    }
+                }
+            }
+        }
+        y
+    }
+
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                let v = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 8;
+                (v % 2001) as f32 / 1000.0 - 1.0
+            })
+            .collect()
+    }
+
+    fn close(a: &[f32], b: &[f32], what: &str) {
+        assert_eq!(a.len(), b.len(), "{what}: length");
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!(
+                (x - y).abs() <= 1e-3 * (1.0 + y.abs()),
+                "{what}[{i}]: {x} vs {y}"
+            );
+        }
+    }
+
+    const SHAPES: [Geometry; 3] = [
+        // Nature-DQN's first layer on a small frame, a stride-2 and a stride-1 layer, and a
+        // non-square one.
+        Geometry {
+            batch: 3,
+            c_in: 4,
+            h: 20,
+            w: 41,
+            c_out: 5,
+            kh: 8,
+            kw: 8,
+            sh: 4,
+            sw: 4,
+        },
+        Geometry {
+            batch: 2,
+            c_in: 3,
+            h: 9,
+            w: 11,
+            c_out: 4,
+            kh: 4,
+            kw: 4,
+            sh: 2,
+            sw: 2,
+        },
+        Geometry {
+            batch: 2,
+            c_in: 2,
+            h: 7,
+            w: 6,
+            c_out: 3,
+            kh: 3,
+            kw: 2,
+            sh: 1,
+            sw: 2,
+        },
+    ];
+
+    /// Run `f` on one thread and on three (the serial and the parallel split).
+    fn on_pools(f: impl Fn() + Sync) {
+        for threads in [1, 3] {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .expect("a thread pool")
+                .install(&f);
+        }
+    }
+
+    #[test]
+    fn forward_matches_the_direct_convolution() {
+        on_pools(|| {
+            for g in SHAPES {
+                let x = values(g.batch * g.in_len(), 1);
+                let w = values(g.c_out * g.k(), 2);
+                let bias = values(g.c_out, 3);
+                close(
+                    &forward(&x, &w, &bias, &g, false),
+                    &reference(&x, &w, &bias, &g),
+                    "y",
+                );
+                let relu: Vec<f32> = reference(&x, &w, &bias, &g)
+                    .iter()
+                    .map(|v| v.max(0.0))
+                    .collect();
+                close(&forward(&x, &w, &bias, &g, true), &relu, "relu(y)");
+            }
+        });
+    }
+
+    /// Gradients of `sum(y * r)` for a fixed `r`, against finite differences of the reference
+    /// (exact for a linear map: central differences with step 1 in f64 terms).
+    #[test]
+    fn gradients_match_the_derivative_of_the_direct_convolution() {
+        on_pools(|| {
+            for g in SHAPES {
+                let x = values(g.batch * g.in_len(), 4);
+                let w = values(g.c_out * g.k(), 5);
+                let bias = values(g.c_out, 6);
+                let r = values(g.batch * g.out_len(), 7);
+                let objective = |x: &[f32], w: &[f32], bias: &[f32]| -> f64 {
+                    reference(x, w, bias, &g)
+                        .iter()
+                        .zip(&r)
+                        .map(|(y, r)| f64::from(*y) * f64::from(*r))
+                        .sum()
+                };
+                // The objective is linear in each argument, so (f(v+1) - f(v-1)) / 2 is exact
+                // up to float rounding.
+                let numeric = |v: &[f32], at: &dyn Fn(&[f32]) -> f64| -> Vec<f32> {
+                    (0..v.len())
+                        .map(|i| {
+                            let mut up = v.to_vec();
+                            up[i] += 1.0;
+                            let mut down = v.to_vec();
+                            down[i] -= 1.0;
+                            ((at(&up) - at(&down)) / 2.0) as f32
+                        })
+                        .collect()
+                };
+                let (dw, db) = backward_params(&x, &r, &g);
+                let dx = backward_input(&w, &r, &g);
+                close(&dw, &numeric(&w, &|w| objective(&x, w, &bias)), "dW");
+                close(&db, &numeric(&bias, &|b| objective(&x, &w, b)), "db");
+                close(&dx, &numeric(&x, &|x| objective(x, &w, &bias)), "dx");
+            }
+        });
+    }
+}

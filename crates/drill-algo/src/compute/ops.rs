@@ -1,0 +1,263 @@
+//! drill's kernels as burn operations: the backend extension [`FastOps`], implemented for
+//! `Flex` (forward) and `Autodiff<Flex>` (forward plus a hand-written backward pass, one
+//! autodiff node per layer with its ReLU fused in).
+//!
+//! Only `f32` tensors on the flex device come here; [`super::conv2d`] and [`super::linear`]
+//! send everything else to burn's own operations.
+
+use super::dense::{self, Dims};
+use super::im2col::{self, Geometry};
+use burn::backend::TensorMetadata;
+use burn::backend::autodiff::NodeId;
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::flex::{FlexTensor, Layout};
+use burn::backend::tensor::FloatTensor;
+use burn::backend::{Autodiff, Backend, Flex, backend_extension};
+use burn::tensor::{Bytes, DType, Shape};
+use std::borrow::Cow;
+
+/// Layers as single backend operations (see the module docs).
+#[backend_extension(Flex, Autodiff)]
+pub trait FastOps: Backend {
+    /// `conv2d(x, weight) + bias` at stride `(stride_h, stride_w)` (no padding, no dilation,
+    /// one group), then ReLU when `relu`.
+    fn fast_conv2d(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        stride_h: usize,
+        stride_w: usize,
+        relu: bool,
+    ) -> FloatTensor<Self>;
+
+    /// `x weight + bias` (`weight` is `[in, out]`, burn's `Linear` layout), then ReLU when
+    /// `relu`.
+    fn fast_linear(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        relu: bool,
+    ) -> FloatTensor<Self>;
+}
+
+fn geometry(x: &FlexTensor, weight: &FlexTensor, stride: [usize; 2]) -> Geometry {
+    let [batch, c_in, h, w] = x.shape().dims();
+    let [c_out, wc_in, kh, kw] = weight.shape().dims();
+    assert_eq!(
+        c_in, wc_in,
+        "conv2d: input has {c_in} channels, the weight {wc_in}"
+    );
+    assert!(
+        h >= kh && w >= kw,
+        "conv2d: a {h}x{w} input is smaller than the {kh}x{kw} kernel"
+    );
+    Geometry {
+        batch,
+        c_in,
+        h,
+        w,
+        c_out,
+        kh,
+        kw,
+        sh: stride[0],
+        sw: stride[1],
+    }
+}
+
+fn dims(x: &FlexTensor, weight: &FlexTensor) -> Dims {
+    let [n, d_in] = x.shape().dims();
+    let [w_in, d_out] = weight.shape().dims();
+    assert_eq!(
+        d_in, w_in,
+        "linear: input has {d_in} features, the weight {w_in}"
+    );
+    Dims { n, d_in, d_out }
+}
+
+/// The tensor's `f32` values in row-major order (copied only when not contiguous already).
+fn values(t: &FlexTensor) -> Cow<'_, [f32]> {
+    assert_eq!(
+        t.dtype(),
+        DType::F32,
+        "drill's CPU kernels take f32 tensors"
+    );
+    match t.as_slice::<f32>() {
+        Some(s) if t.is_contiguous() => Cow::Borrowed(s),
+        _ => Cow::Owned(
+            t.to_contiguous()
+                .as_slice::<f32>()
+                .expect("a contiguous f32 tensor")
+                .to_vec(),
+        ),
+    }
+}
+
+fn tensor(v: Vec<f32>, shape: impl Into<Shape>) -> FlexTensor {
+    FlexTensor::new(
+        Bytes::from_elems(v),
+        Layout::contiguous(shape.into()),
+        DType::F32,
+    )
+}
+
+/// The gradient through a ReLU whose output was `y`: `dy` where `y > 0`, else 0.
+fn through_relu<'a>(dy: Cow<'a, [f32]>, y: Option<&FlexTensor>) -> Cow<'a, [f32]> {
+    let Some(y) = y else { return dy };
+    let mut dz = dy.into_owned();
+    for (g, y) in dz.iter_mut().zip(values(y).iter()) {
+        *g = if *y > 0.0 || y.is_nan() { *g } else { 0.0 };
+    }
+    Cow::Owned(dz)
+}
+
+impl FastOps for Flex {
+    fn fast_conv2d(
+        x: FlexTensor,
+        weight: FlexTensor,
+        bias: FlexTensor,
+        stride_h: usize,
+        stride_w: usize,
+        relu: bool,
+    ) -> FlexTensor {
+        let g = geometry(&x, &weight, [stride_h, stride_w]);
+        let y = im2col::forward(&values(&x), &values(&weight), &values(&bias), &g, relu);
+        tensor(y, [g.batch, g.c_out, g.oh(), g.ow()])
+    }
+
+    fn fast_linear(x: FlexTensor, weight: FlexTensor, bias: FlexTensor, relu: bool) -> FlexTensor {
+        let d = dims(&x, &weight);
+        let y = dense::forward(&values(&x), &values(&weight), &values(&bias), d, relu);
+        tensor(y, [d.n, d.d_out])
+    }
+}
+
+/// Which layer a [`LayerBackward`] differentiates.
+#[derive(Debug, Clone, Copy)]
+enum Layer {
+    Conv { stride: [usize; 2] },
+    Linear,
+}
+
+/// The backward pass of one layer: weight and bias gradients from the saved input, the input
+/// gradient from the saved weight (each only when its parent wants it), through the fused
+/// ReLU's saved output.
+#[derive(Debug)]
+struct LayerBackward;
+
+impl Backward<Flex, 3> for LayerBackward {
+    /// Input, weight, the layer, and the output when a ReLU was fused in.
+    type State = (NodeId, NodeId, Layer, Option<FlexTensor>);
+
+    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, ck: &mut Checkpointer) {
+        let [node_x, node_w, node_b] = ops.parents;
+        let dy: FlexTensor = grads.consume::<Flex>(&ops.node);
+        let (x_id, w_id, layer, relu_out) = ops.state;
+        let x: FlexTensor = ck.retrieve_node_output(x_id);
+        let weight: FlexTensor = ck.retrieve_node_output(w_id);
+        let dz = through_relu(values(&dy), relu_out.as_ref());
+        let (params, dx) = match layer {
+            Layer::Conv { stride } => {
+                let g = geometry(&x, &weight, stride);
+                let params = (node_w.is_some() || node_b.is_some())
+                    .then(|| im2col::backward_params(&values(&x), &dz, &g));
+                let dx = node_x
+                    .is_some()
+                    .then(|| im2col::backward_input(&values(&weight), &dz, &g));
+                (params, dx)
+            }
+            Layer::Linear => {
+                let d = dims(&x, &weight);
+                let params = (node_w.is_some() || node_b.is_some())
+                    .then(|| dense::backward_params(&values(&x), &dz, d));
+                let dx = node_x
+                    .is_some()
+                    .then(|| dense::backward_input(&values(&weight), &dz, d));
+                (params, dx)
+            }
+        };
+        if let Some((dw, db)) = params {
+            if let Some(node) = node_w {
+                grads.register::<Flex>(node.id, tensor(dw, weight.shape()));
+            }
+            if let Some(node) = node_b {
+                let n = db.len();
+                grads.register::<Flex>(node.id, tensor(db, [n]));
+            }
+        }
+        if let (Some(node), Some(dx)) = (node_x, dx) {
+            grads.register::<Flex>(node.id, tensor(dx, x.shape()));
+        }
+    }
+}
+
+/// A layer's input, weight and bias on the autodiff device.
+type Inputs<C> = (
+    FloatTensor<Autodiff<Flex, C>>,
+    FloatTensor<Autodiff<Flex, C>>,
+    FloatTensor<Autodiff<Flex, C>>,
+);
+
+/// Run `forward` on the inner tensors and record a [`LayerBackward`] node when any input is
+/// tracked.
+fn layer<C: CheckpointStrategy>(
+    (x, weight, bias): Inputs<C>,
+    kind: Layer,
+    relu: bool,
+    forward: impl FnOnce(FlexTensor, FlexTensor, FlexTensor) -> FlexTensor,
+) -> FloatTensor<Autodiff<Flex, C>> {
+    let prep = LayerBackward
+        .prepare::<C>([x.node(), weight.node(), bias.node()])
+        .compute_bound()
+        .stateful();
+    match prep {
+        OpsKind::Tracked(mut prep) => {
+            let x_id = prep.checkpoint(&x);
+            let w_id = prep.checkpoint(&weight);
+            let y = forward(
+                x.into_primitive(),
+                weight.into_primitive(),
+                bias.into_primitive(),
+            );
+            let saved = relu.then(|| y.clone());
+            prep.finish((x_id, w_id, kind, saved), y)
+        }
+        OpsKind::UnTracked(prep) => prep.finish(forward(
+            x.into_primitive(),
+            weight.into_primitive(),
+            bias.into_primitive(),
+        )),
+    }
+}
+
+impl<C: CheckpointStrategy> FastOps for Autodiff<Flex, C> {
+    fn fast_conv2d(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        stride_h: usize,
+        stride_w: usize,
+        relu: bool,
+    ) -> FloatTensor<Self> {
+        let stride = [stride_h, stride_w];
+        layer::<C>(
+            (x, weight, bias),
+            Layer::Conv { stride },
+            relu,
+            |x, w, b| Flex::fast_conv2d(x, w, b, stride_h, stride_w, relu),
+        )
+    }
+
+    fn fast_linear(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        relu: bool,
+    ) -> FloatTensor<Self> {
+        layer::<C>((x, weight, bias), Layer::Linear, relu, |x, w, b| {
+            Flex::fast_linear(x, w, b, relu)
+        })
+    }
+}

@@ -1,0 +1,41 @@
+//! [`Conv`]: a 2-D convolution layer (bias, no padding) running [`crate::compute::conv2d`].
+
+use burn::module::{Module, Param};
+use burn::nn::conv::Conv2dConfig;
+use burn::tensor::{Device, Tensor};
+
+/// Weight `[c_out, c_in, k, k]` and bias `[c_out]`, applied at a stride; parameters in
+/// burn's `Conv2d` order (weight, bias), so checkpoints keep their layout.
+#[derive(Module, Debug)]
+pub struct Conv {
+    /// Kernel `[c_out, c_in, k, k]`.
+    pub weight: Param<Tensor<4>>,
+    /// Bias `[c_out]`.
+    pub bias: Param<Tensor<1>>,
+    stride: [usize; 2],
+}
+
+impl Conv {
+    /// `c_in → c_out` channels, a `kernel x kernel` kernel at `stride`, with PyTorch's default
+    /// initialisation (burn's `Conv2dConfig`'s draws).
+    pub fn new(c_in: usize, c_out: usize, kernel: usize, stride: usize, device: &Device) -> Self {
+        let conv = Conv2dConfig::new([c_in, c_out], [kernel, kernel])
+            .with_stride([stride, stride])
+            .init(device);
+        Self {
+            weight: conv.weight,
+            bias: conv.bias.expect("Conv2dConfig has a bias by default"),
+            stride: [stride, stride],
+        }
+    }
+
+    /// `[batch, c_out, oh, ow]` for `x` `[batch, c_in, h, w]`.
+    pub fn forward(&self, x: Tensor<4>) -> Tensor<4> {
+        crate::compute::conv2d(x, self.weight.val(), self.bias.val(), self.stride, false)
+    }
+
+    /// `relu(self.forward(x))`, as one operation.
+    pub fn forward_relu(&self, x: Tensor<4>) -> Tensor<4> {
+        crate::compute::conv2d(x, self.weight.val(), self.bias.val(), self.stride, true)
+    }
+}
