@@ -4,7 +4,8 @@
 //!   networks' use, exploration, update and pipeline. Each implements [`policy::Policy`].
 //! - [`policy`]: the one abstraction every middleware takes (collect, eval, learn, state).
 //! - [`middleware`]: the built-in, generic middlewares the pipelines are composed of.
-//! - [`nets`]: the networks; [`optim`]: flat parameters and Adam.
+//! - [`nets`]: the networks; [`optim`]: flat parameters and Adam; [`compute`]: the device a
+//!   run uses and drill's own CPU kernels for convolution and dense layers.
 //! - [`data`]: replay buffer, n-step returns, rollouts, GAE; [`explore`]: epsilon schedules.
 //! - [`eval`]: the evaluator; [`checkpoint`]: safetensors checkpoints; [`session`]: the
 //!   setup every pipeline shares; [`start`]: the experiment folder and checkpoint a run (or
@@ -15,8 +16,8 @@
 //! - [`run`]: what a run reports ([`run::Reporter`]) and returns ([`run::TrainResult`]);
 //!   [`train()`] picks the algorithm from the config.
 //!
-//! Modules call down only: algorithms → middleware → policy, data, eval, ddp → optim →
-//! error (a test in drill-cli checks that no two sibling modules import each other).
+//! Modules call down only: algorithms → middleware → policy, data, eval, ddp → optim, nets →
+//! compute → error (a test in drill-cli checks that no two sibling modules import each other).
 
 pub mod checkpoint;
 pub mod compute;

@@ -168,7 +168,8 @@ pub fn check_data_parallel(config: &Config, how: &str) -> Result<(), TrainError>
 }
 
 /// Join the data-parallel job the environment describes (RANK/WORLD_SIZE/..., Slurm or
-/// OpenMPI variables), on the backend the config asks for: NCCL when `policy.cuda`, MPI when
+/// OpenMPI variables), on the backend the config asks for: NCCL when `policy.cuda` on CUDA (a
+/// Vulkan GPU's gradients go through the embedded backend), MPI when
 /// started by mpirun/srun in a build with MPI (unless `DRILL_BACKEND` says otherwise), else
 /// the embedded one. `None` alone; a config without `policy.multi_gpu` started as several
 /// ranks is refused, naming the key.
@@ -193,7 +194,9 @@ pub fn join(config: &Config) -> Result<Option<ProcessGroup>, TrainError> {
             )
             .into());
     }
-    let backend = if config.policy.cuda() {
+    // NCCL when the GPU is CUDA's; a Vulkan GPU's gradients are on the host when they are
+    // exchanged (one copy per bucket, see `optim`), so the embedded backend carries them.
+    let backend = if config.policy.cuda() && (cfg!(feature = "cuda") || !cfg!(feature = "gpu")) {
         Some(BackendKind::Nccl)
     } else if std::env::var_os("DRILL_BACKEND").is_none()
         && BackendKind::Mpi.built()

@@ -1,7 +1,7 @@
 //! The CPU kernels of [`super::linear`]: `y = x W + b` (burn's `Linear` layout: `W` is
 //! `[in, out]`) and its gradients, each one GEMM on the batch, threaded by `gemm` itself.
 
-use super::gemm::{View, matmul};
+use super::gemm::{View, matmul, product};
 
 /// Shapes of one dense layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,12 +41,8 @@ pub fn forward(x: &[f32], weight: &[f32], bias: &[f32], d: Dims, relu: bool) -> 
 /// Weight and bias gradients for output gradient `dy`: `(dW [d_in, d_out], db [d_out])`.
 pub fn backward_params(x: &[f32], dy: &[f32], d: Dims) -> (Vec<f32>, Vec<f32>) {
     assert_eq!(dy.len(), d.n * d.d_out, "linear output gradient size");
-    let mut dw = vec![0f32; d.d_in * d.d_out];
-    matmul(
+    let dw = product(
         (d.d_in, d.d_out, d.n),
-        &mut dw,
-        (d.d_out, 1),
-        false,
         View::transposed(x, d.d_in),
         View::rows(dy, d.d_out),
         true,
@@ -61,17 +57,12 @@ pub fn backward_params(x: &[f32], dy: &[f32], d: Dims) -> (Vec<f32>, Vec<f32>) {
 /// Input gradient for output gradient `dy`: `dx [n, d_in] = dy W^T`.
 pub fn backward_input(weight: &[f32], dy: &[f32], d: Dims) -> Vec<f32> {
     assert_eq!(dy.len(), d.n * d.d_out, "linear output gradient size");
-    let mut dx = vec![0f32; d.n * d.d_in];
-    matmul(
+    product(
         (d.n, d.d_in, d.d_out),
-        &mut dx,
-        (d.d_in, 1),
-        false,
         View::rows(dy, d.d_out),
         View::transposed(weight, d.d_out),
         true,
-    );
-    dx
+    )
 }
 
 #[cfg(test)]

@@ -50,14 +50,67 @@ pub fn matmul(
     b: View<'_>,
     parallel: bool,
 ) {
-    a.check(m, k, "the left operand");
-    b.check(k, n, "the right operand");
     View {
         data: dst,
         rs: dst_strides.0,
         cs: dst_strides.1,
     }
     .check(m, n, "the destination");
+    // SAFETY: the destination covers every element the strides reach (checked above) and is
+    // borrowed mutably, so it aliases neither operand.
+    unsafe {
+        gemm_into(
+            dst.as_mut_ptr(),
+            (m, n, k),
+            dst_strides,
+            accumulate,
+            a,
+            b,
+            parallel,
+        )
+    }
+}
+
+/// `a (m x k) * b (k x n)` as a new row-major `m x n` buffer. The buffer is not zeroed
+/// first (the product writes every element): zeroing cost the small-MLP update 4% of its
+/// instructions.
+pub fn product(
+    (m, n, k): (usize, usize, usize),
+    a: View<'_>,
+    b: View<'_>,
+    parallel: bool,
+) -> Vec<f32> {
+    if m == 0 || n == 0 || k == 0 {
+        return vec![0.0; m * n];
+    }
+    let mut out: Vec<f32> = Vec::with_capacity(m * n);
+    // SAFETY: the allocation holds m * n elements, exactly what the row-major strides reach;
+    // with `accumulate` false and k > 0, gemm writes every one of them without reading any,
+    // so all are initialised before `set_len`.
+    unsafe {
+        gemm_into(out.as_mut_ptr(), (m, n, k), (n, 1), false, a, b, parallel);
+        out.set_len(m * n);
+    }
+    out
+}
+
+/// The call into `gemm`, after checking the operands.
+///
+/// # Safety
+/// `dst` must be valid for writes (and reads, when `accumulate`) at every element of the
+/// `m x n` matrix its strides describe, and must not alias `a` or `b`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_into(
+    dst: *mut f32,
+    (m, n, k): (usize, usize, usize),
+    dst_strides: (usize, usize),
+    accumulate: bool,
+    a: View<'_>,
+    b: View<'_>,
+    parallel: bool,
+) {
+    a.check(m, k, "the left operand");
+    b.check(k, n, "the right operand");
     let threads = if parallel {
         rayon::current_num_threads()
     } else {
@@ -68,14 +121,14 @@ pub fn matmul(
     } else {
         gemm::Parallelism::None
     };
-    // SAFETY: every element the strides reach lies inside its slice (checked above), `dst`
-    // is borrowed mutably and so aliases neither operand.
+    // SAFETY: the operands' elements lie inside their slices (checked above); the caller
+    // vouches for the destination.
     unsafe {
         gemm::gemm(
             m,
             n,
             k,
-            dst.as_mut_ptr(),
+            dst,
             dst_strides.1 as isize,
             dst_strides.0 as isize,
             accumulate,

@@ -1,5 +1,6 @@
-//! Where the tensor work runs fast: [`conv2d`] and [`linear`], each a whole layer (bias and
-//! ReLU included) as one operation.
+//! Where the tensor work runs, and fast: [`select_device`] (CPU, or a GPU for `policy.cuda`),
+//! and [`conv2d`] and [`linear`], each a whole layer (bias and ReLU included) as one
+//! operation.
 //!
 //! On the CPU (flex) device with `f32` tensors they run drill's own kernels and backward
 //! pass ([`ops`]: the burn backend extension; [`im2col`], [`dense`]: the kernels; [`gemm`]: the
@@ -10,6 +11,7 @@
 //! (`drill bench learner --case nature-cnn-update`).
 
 pub mod dense;
+pub mod device;
 pub mod gemm;
 pub mod im2col;
 pub mod ops;
@@ -18,6 +20,7 @@ use burn::backend::Dispatch;
 use burn::tensor::activation::relu as relu_op;
 use burn::tensor::ops::ConvOptions;
 use burn::tensor::{DType, Device, Tensor};
+pub use device::select_device;
 use ops::FastOps;
 
 /// Whether `x` goes to drill's kernels: `f32` on the flex device.

@@ -1,7 +1,7 @@
 //! `drill eval`: mean and std return of a checkpoint.
 
 use drill_algo::checkpoint::Checkpoint;
-use drill_algo::run::select_device;
+use drill_algo::compute::select_device;
 use drill_config::Config;
 use std::path::PathBuf;
 

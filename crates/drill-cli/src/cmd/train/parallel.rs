@@ -5,8 +5,9 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
+use drill_algo::compute::select_device;
 use drill_algo::middleware::RolePlan;
-use drill_algo::{NullReporter, Reporter, RunContext, run::select_device};
+use drill_algo::{NullReporter, Reporter, RunContext};
 use drill_config::Config;
 use drill_exp::Experiment;
 use drill_task::parallel::{Mq, Parallel, Platform, Topology};

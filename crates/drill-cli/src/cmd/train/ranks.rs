@@ -2,8 +2,9 @@
 //! the launcher of such a job on this machine.
 
 use anyhow::{Context, bail};
+use drill_algo::compute::select_device;
 use drill_algo::start::{self, RankStart};
-use drill_algo::{NullReporter, Reporter, RunContext, run::select_device};
+use drill_algo::{NullReporter, Reporter, RunContext};
 use drill_comm::ProcessGroup;
 use drill_config::Config;
 use drill_launch::{LaunchConfig, launch};

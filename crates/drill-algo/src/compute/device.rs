@@ -1,0 +1,60 @@
+//! [`select_device`]: where a run's tensors live, from DI-engine's `policy.cuda`.
+
+use crate::error::TrainError;
+use burn::tensor::Device;
+
+/// The device for `policy.cuda`: the CPU (burn's flex backend, with [`super::conv2d`] and
+/// [`super::linear`]'s own kernels) when false. When true, the GPU backend this binary was
+/// built with: CUDA (`--features cuda`, whose build downloads LLVM) if present, else burn's
+/// wgpu backend (`--features gpu`: WGSL kernels, run through Vulkan on Linux), the adapter
+/// `LOCAL_RANK` modulo the adapters found. A binary without either, or a machine without an
+/// adapter, is refused here, before anything trains, naming `policy.cuda`.
+///
+/// Why WGSL and not burn's `vulkan` feature (SPIR-V kernels): Mesa 22.3's lavapipe, the
+/// software Vulkan device CI tests on, crashes compiling those (any kernel, even an add);
+/// the WGSL route (translated to SPIR-V by wgpu's naga) runs there. Not yet run on a real GPU.
+pub fn select_device(config: &drill_config::Config) -> Result<Device, TrainError> {
+    if !config.policy.cuda() {
+        return Ok(Device::flex());
+    }
+    #[cfg(feature = "cuda")]
+    return Ok(Device::cuda(0));
+    #[cfg(all(feature = "gpu", not(feature = "cuda")))]
+    return vulkan(config);
+    #[cfg(not(any(feature = "cuda", feature = "gpu")))]
+    Err(config
+        .error(
+            "policy.cuda",
+            "is true, but this drill binary has no GPU backend: rebuild with `cargo build --release --features gpu` (Vulkan; at run time it needs the GPU's Vulkan driver) or set policy.cuda = false",
+        )
+        .into())
+}
+
+/// This rank's wgpu adapter, or the error saying there is none.
+#[cfg(feature = "gpu")]
+fn vulkan(config: &drill_config::Config) -> Result<Device, TrainError> {
+    let devices = Device::enumerate(burn::tensor::DeviceType::Wgpu);
+    if devices.is_empty() {
+        return Err(config
+            .error(
+                "policy.cuda",
+                "is true, but no GPU adapter was found (wgpu, through Vulkan): install the GPU's Vulkan driver and loader (NVIDIA: the driver's libnvidia-gl and libvulkan1; no GPU: Mesa's software device, `apt install mesa-vulkan-drivers libvulkan1`), or set policy.cuda = false",
+            )
+            .into());
+    }
+    let local_rank: usize = std::env::var("LOCAL_RANK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let device = devices[local_rank % devices.len()].clone();
+    let name = device
+        .identity()
+        .map(|id| id.name)
+        .unwrap_or_else(|| "unnamed adapter".into());
+    tracing::info!(
+        "policy.cuda = true: training on {name} (wgpu/Vulkan, adapter {} of {})",
+        local_rank % devices.len(),
+        devices.len()
+    );
+    Ok(device)
+}
