@@ -107,96 +107,108 @@ mod tests {
         }
     }
 
+    fn act<const D: usize>(y: Tensor<D>, relu: bool) -> Tensor<D> {
+        if relu { relu_op(y) } else { y }
+    }
+
+    /// A tracked leaf tensor of `shape` holding `d`.
+    fn leaf<const D: usize>(d: &TensorData, shape: [usize; D], device: &Device) -> Tensor<D> {
+        Tensor::<1>::from_data(d.clone(), device)
+            .reshape(shape)
+            .detach()
+            .require_grad()
+    }
+
+    /// `ours` and `theirs` equal, and so the gradients of `sum(y * r)` for the same random
+    /// `r` with respect to the three leaves of each.
+    fn same_layer<const D: usize, const W: usize>(
+        (ours, theirs): (Tensor<D>, Tensor<D>),
+        ours_leaves: (&Tensor<D>, &Tensor<W>, &Tensor<1>),
+        theirs_leaves: (&Tensor<D>, &Tensor<W>, &Tensor<1>),
+        what: &str,
+    ) {
+        close(ours.clone().into_data(), theirs.clone().into_data(), what);
+        let r = Tensor::<D>::random(
+            ours.dims(),
+            Distribution::Uniform(-1.0, 1.0),
+            &ours.device(),
+        );
+        let g1 = (ours * r.clone()).sum().backward();
+        let g2 = (theirs * r).sum().backward();
+        let grad = |t: &Tensor<D>, g| t.grad(g).unwrap().into_data();
+        close(
+            grad(ours_leaves.0, &g1),
+            grad(theirs_leaves.0, &g2),
+            &format!("{what} dx"),
+        );
+        let (w1, w2) = (ours_leaves.1.grad(&g1), theirs_leaves.1.grad(&g2));
+        close(
+            w1.unwrap().into_data(),
+            w2.unwrap().into_data(),
+            &format!("{what} dW"),
+        );
+        let (b1, b2) = (ours_leaves.2.grad(&g1), theirs_leaves.2.grad(&g2));
+        close(
+            b1.unwrap().into_data(),
+            b2.unwrap().into_data(),
+            &format!("{what} db"),
+        );
+    }
+
     /// drill's layers and burn's own ops, on the same autodiff flex device: the same outputs
     /// and the same gradients for input, weight and bias, with and without the fused ReLU.
     #[test]
     fn layers_match_burns_ops_forward_and_backward() {
         let device = Device::flex().autodiff();
         device.seed(3);
-        let rand = |dims: &[usize]| -> TensorData {
-            Tensor::<1>::random(
-                [dims.iter().product::<usize>()],
-                Distribution::Uniform(-1.0, 1.0),
-                &device,
-            )
-            .into_data()
+        let rand = |n: usize| -> TensorData {
+            Tensor::<1>::random([n], Distribution::Uniform(-1.0, 1.0), &device).into_data()
         };
         for relu in [false, true] {
-            let (xd, wd, bd) = (rand(&[2, 3, 13, 11]), rand(&[4, 3, 4, 3]), rand(&[4]));
-            let leaf = |d: &TensorData, shape: [usize; 4]| {
-                Tensor::<1>::from_data(d.clone(), &device)
-                    .reshape(shape)
-                    .detach()
-                    .require_grad()
-            };
-            let (x1, w1) = (leaf(&xd, [2, 3, 13, 11]), leaf(&wd, [4, 3, 4, 3]));
-            let b1 = Tensor::<1>::from_data(bd.clone(), &device).require_grad();
-            let (x2, w2) = (leaf(&xd, [2, 3, 13, 11]), leaf(&wd, [4, 3, 4, 3]));
-            let b2 = Tensor::<1>::from_data(bd.clone(), &device).require_grad();
-            assert!(native(&x1), "the test must exercise drill's kernels");
-            let ours = conv2d(x1.clone(), w1.clone(), b1.clone(), [3, 2], relu);
-            let opts = ConvOptions::new([3, 2], [0, 0], [1, 1], 1);
-            let mut theirs =
-                burn::tensor::module::conv2d(x2.clone(), w2.clone(), Some(b2.clone()), opts);
-            if relu {
-                theirs = relu_op(theirs);
-            }
-            close(
-                ours.clone().into_data(),
-                theirs.clone().into_data(),
-                "conv y",
+            let (xd, wd, bd) = (rand(2 * 3 * 13 * 11), rand(4 * 3 * 4 * 3), rand(4));
+            let ours = (
+                leaf(&xd, [2, 3, 13, 11], &device),
+                leaf(&wd, [4, 3, 4, 3], &device),
+                leaf(&bd, [4], &device),
             );
-            let r = Tensor::<4>::random(ours.dims(), Distribution::Uniform(-1.0, 1.0), &device);
-            let g1 = (ours * r.clone()).sum().backward();
-            let g2 = (theirs * r).sum().backward();
-            for (a, b, what) in [(&x1, &x2, "conv dx"), (&w1, &w2, "conv dW")] {
-                close(
-                    a.grad(&g1).unwrap().into_data(),
-                    b.grad(&g2).unwrap().into_data(),
-                    what,
-                );
-            }
-            close(
-                b1.grad(&g1).unwrap().into_data(),
-                b2.grad(&g2).unwrap().into_data(),
-                "conv db",
+            let theirs = (
+                leaf(&xd, [2, 3, 13, 11], &device),
+                leaf(&wd, [4, 3, 4, 3], &device),
+                leaf(&bd, [4], &device),
+            );
+            assert!(native(&ours.0), "the test must exercise drill's kernels");
+            let y1 = conv2d(ours.0.clone(), ours.1.clone(), ours.2.clone(), [3, 2], relu);
+            let opts = ConvOptions::new([3, 2], [0, 0], [1, 1], 1);
+            let (x, w, b) = (theirs.0.clone(), theirs.1.clone(), theirs.2.clone());
+            let y2 = act(burn::tensor::module::conv2d(x, w, Some(b), opts), relu);
+            same_layer(
+                (y1, y2),
+                (&ours.0, &ours.1, &ours.2),
+                (&theirs.0, &theirs.1, &theirs.2),
+                "conv",
             );
 
-            let (xd, wd, bd) = (rand(&[5, 7]), rand(&[7, 6]), rand(&[6]));
-            let leaf2 = |d: &TensorData, shape: [usize; 2]| {
-                Tensor::<1>::from_data(d.clone(), &device)
-                    .reshape(shape)
-                    .detach()
-                    .require_grad()
-            };
-            let (x1, w1) = (leaf2(&xd, [5, 7]), leaf2(&wd, [7, 6]));
-            let (x2, w2) = (leaf2(&xd, [5, 7]), leaf2(&wd, [7, 6]));
-            let b1 = Tensor::<1>::from_data(bd.clone(), &device).require_grad();
-            let b2 = Tensor::<1>::from_data(bd.clone(), &device).require_grad();
-            let ours = linear(x1.clone(), w1.clone(), b1.clone(), relu);
-            let mut theirs = x2.clone().matmul(w2.clone()) + b2.clone().unsqueeze();
-            if relu {
-                theirs = relu_op(theirs);
-            }
-            close(
-                ours.clone().into_data(),
-                theirs.clone().into_data(),
-                "linear y",
+            let (xd, wd, bd) = (rand(5 * 7), rand(7 * 6), rand(6));
+            let ours = (
+                leaf(&xd, [5, 7], &device),
+                leaf(&wd, [7, 6], &device),
+                leaf(&bd, [6], &device),
             );
-            let r = Tensor::<2>::random([5, 6], Distribution::Uniform(-1.0, 1.0), &device);
-            let g1 = (ours * r.clone()).sum().backward();
-            let g2 = (theirs * r).sum().backward();
-            for (a, b, what) in [(&x1, &x2, "linear dx"), (&w1, &w2, "linear dW")] {
-                close(
-                    a.grad(&g1).unwrap().into_data(),
-                    b.grad(&g2).unwrap().into_data(),
-                    what,
-                );
-            }
-            close(
-                b1.grad(&g1).unwrap().into_data(),
-                b2.grad(&g2).unwrap().into_data(),
-                "linear db",
+            let theirs = (
+                leaf(&xd, [5, 7], &device),
+                leaf(&wd, [7, 6], &device),
+                leaf(&bd, [6], &device),
+            );
+            let y1 = linear(ours.0.clone(), ours.1.clone(), ours.2.clone(), relu);
+            let y2 = act(
+                theirs.0.clone().matmul(theirs.1.clone()) + theirs.2.clone().unsqueeze(),
+                relu,
+            );
+            same_layer(
+                (y1, y2),
+                (&ours.0, &ours.1, &ours.2),
+                (&theirs.0, &theirs.1, &theirs.2),
+                "linear",
             );
         }
     }
