@@ -66,6 +66,15 @@ def cartpole():
     )
 
 
+def td_step(online, opt, obs, act, y):
+    """One gradient step of Q(obs, act) towards the target y: MSE, backward, Adam."""
+    q = online(obs).gather(1, act).squeeze(1)
+    loss = ((q - y) ** 2).mean()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+
+
 def nature_step(shape, bs, actions):
     online, target = nature_cnn(actions), nature_cnn(actions)
     opt = torch.optim.Adam(online.parameters(), lr=1e-4, eps=1e-8)
@@ -75,11 +84,7 @@ def nature_step(shape, bs, actions):
     def step():
         with torch.no_grad():
             y = target(obs).max(dim=1).values * 0.99 + 1.0
-        q = online(obs).gather(1, act).squeeze(1)
-        loss = ((q - y) ** 2).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        td_step(online, opt, obs, act, y)
 
     return step
 
@@ -98,11 +103,7 @@ def double_dqn_step(make, shape, bs, actions, gamma):
             a_next = online(next_obs).argmax(dim=1, keepdim=True)
             q_next = target(next_obs).gather(1, a_next).squeeze(1)
             y = rew + gamma * (1.0 - done) * q_next
-        q = online(obs).gather(1, act).squeeze(1)
-        loss = ((q - y) ** 2).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        td_step(online, opt, obs, act, y)
 
     return step
 

@@ -78,6 +78,11 @@ fn split_len(g: &Geometry) -> usize {
     g.c_in * g.h * g.sw * phase_width(g)
 }
 
+/// Per-worker scratch: one batch element's patch matrix (`K x P`), then its split input.
+fn scratch_len(g: &Geometry) -> usize {
+    g.k() * g.p() + split_len(g)
+}
+
 /// Rearrange one batch element `x` (`c_in x h x w`) so that every horizontal stride phase of a
 /// row is contiguous: `xs[c][y][r][j] = x[c][y][j * sw + r]`. Then the input under one kernel
 /// tap across a row of outputs is a contiguous run, and im2col is row copies.
@@ -252,30 +257,25 @@ pub fn forward(x: &[f32], weight: &[f32], bias: &[f32], g: &Geometry, relu: bool
     assert_eq!(weight.len(), g.c_out * k, "conv weight size");
     assert_eq!(bias.len(), g.c_out, "conv bias size");
     let mut y = vec![0f32; g.batch * g.out_len()];
-    per_batch(
-        &mut y,
-        g.out_len(),
-        k * p + split_len(g),
-        |b, yb, scratch| {
-            let (col, xs) = scratch.split_at_mut(k * p);
-            patches(x, b, g, xs, col);
-            for (row, &bv) in yb.chunks_exact_mut(p).zip(bias) {
-                row.fill(bv);
-            }
-            matmul(
-                (g.c_out, p, k),
-                yb,
-                (p, 1),
-                true,
-                View::rows(weight, k),
-                View::rows(col, p),
-                false,
-            );
-            if relu {
-                super::relu_in_place(yb);
-            }
-        },
-    );
+    per_batch(&mut y, g.out_len(), scratch_len(g), |b, yb, scratch| {
+        let (col, xs) = scratch.split_at_mut(k * p);
+        patches(x, b, g, xs, col);
+        for (row, &bv) in yb.chunks_exact_mut(p).zip(bias) {
+            row.fill(bv);
+        }
+        matmul(
+            (g.c_out, p, k),
+            yb,
+            (p, 1),
+            true,
+            View::rows(weight, k),
+            View::rows(col, p),
+            false,
+        );
+        if relu {
+            super::relu_in_place(yb);
+        }
+    });
     y
 }
 
@@ -304,20 +304,19 @@ pub fn backward_params(x: &[f32], dy: &[f32], g: &Geometry) -> (Vec<f32>, Vec<f3
             *d += row.iter().sum::<f32>();
         }
     };
+    // Worker `t` takes batch elements `t * per ..`; one worker runs on this thread.
     let threads = rayon::current_num_threads().min(g.batch).max(1);
+    let per = g.batch.div_ceil(threads);
+    let worker = |t: usize| {
+        let mut acc = vec![0f32; partial_len];
+        let mut scratch = vec![0f32; scratch_len(g)];
+        for (i, b) in (t * per..((t + 1) * per).min(g.batch)).enumerate() {
+            one(b, &mut acc, &mut scratch, i == 0);
+        }
+        acc
+    };
     let mut acc = if threads > 1 {
-        let per = g.batch.div_ceil(threads);
-        let partials: Vec<Vec<f32>> = (0..threads)
-            .into_par_iter()
-            .map(|t| {
-                let mut acc = vec![0f32; partial_len];
-                let mut scratch = vec![0f32; k * p + split_len(g)];
-                for (i, b) in (t * per..((t + 1) * per).min(g.batch)).enumerate() {
-                    one(b, &mut acc, &mut scratch, i == 0);
-                }
-                acc
-            })
-            .collect();
+        let partials: Vec<Vec<f32>> = (0..threads).into_par_iter().map(worker).collect();
         let mut it = partials.into_iter();
         let mut sum = it.next().expect("one worker at least");
         for part in it {
@@ -325,12 +324,7 @@ pub fn backward_params(x: &[f32], dy: &[f32], g: &Geometry) -> (Vec<f32>, Vec<f3
         }
         sum
     } else {
-        let mut acc = vec![0f32; partial_len];
-        let mut scratch = vec![0f32; k * p + split_len(g)];
-        for b in 0..g.batch {
-            one(b, &mut acc, &mut scratch, b == 0);
-        }
-        acc
+        worker(0)
     };
     let db = acc.split_off(co * k);
     (acc, db)
@@ -341,31 +335,26 @@ pub fn backward_input(weight: &[f32], dy: &[f32], g: &Geometry) -> Vec<f32> {
     let (k, p, co) = (g.k(), g.p(), g.c_out);
     assert_eq!(dy.len(), g.batch * g.out_len(), "conv output gradient size");
     let mut dx = vec![0f32; g.batch * g.in_len()];
-    per_batch(
-        &mut dx,
-        g.in_len(),
-        k * p + split_len(g),
-        |b, dxb, scratch| {
-            let (dcol, dxs) = scratch.split_at_mut(k * p);
-            // dcol (K x P) = W^T (K x c_out) * dy[b] (c_out x P).
-            matmul(
-                (k, p, co),
-                dcol,
-                (p, 1),
-                false,
-                View::transposed(weight, k),
-                View::rows(&dy[b * g.out_len()..(b + 1) * g.out_len()], p),
-                false,
-            );
-            if g.sw == 1 {
-                col2im_add(dcol, g, dxb);
-            } else {
-                dxs.fill(0.0);
-                col2im_add(dcol, g, dxs);
-                merge_columns(dxs, g, dxb);
-            }
-        },
-    );
+    per_batch(&mut dx, g.in_len(), scratch_len(g), |b, dxb, scratch| {
+        let (dcol, dxs) = scratch.split_at_mut(k * p);
+        // dcol (K x P) = W^T (K x c_out) * dy[b] (c_out x P).
+        matmul(
+            (k, p, co),
+            dcol,
+            (p, 1),
+            false,
+            View::transposed(weight, k),
+            View::rows(&dy[b * g.out_len()..(b + 1) * g.out_len()], p),
+            false,
+        );
+        if g.sw == 1 {
+            col2im_add(dcol, g, dxb);
+        } else {
+            dxs.fill(0.0);
+            col2im_add(dcol, g, dxs);
+            merge_columns(dxs, g, dxb);
+        }
+    });
     dx
 }
 
