@@ -20,6 +20,11 @@ fn main() {
         ("collectives_tcp", collectives_tcp),
         ("dead_peer_fails_fast", dead_peer_fails_fast),
         ("hung_peer_times_out", hung_peer_times_out),
+        ("stopped_peer_is_named_fast", stopped_peer_is_named_fast),
+        (
+            "busy_peer_is_not_taken_for_dead",
+            busy_peer_is_not_taken_for_dead,
+        ),
         ("stranger_is_refused", stranger_is_refused),
         (
             "mismatched_calls_are_explained",
@@ -120,6 +125,30 @@ fn hung_peer_times_out() {
         "{}",
         outs[0].stdout
     );
+}
+
+/// A rank that is SIGSTOPped (as a frozen host or a cut link looks to its peers) is named
+/// by every other rank within 5 s, with its host, through the heartbeats.
+fn stopped_peer_is_named_fast() {
+    let outs = spawn("stopped_peer", 3).run().unwrap();
+    for o in &outs[..2] {
+        assert!(o.success(), "rank {}: {}\n{}", o.rank, o.stdout, o.stderr);
+        assert!(
+            o.stdout.contains("named rank 2")
+                && o.stdout.contains("nothing heard from it")
+                && o.stdout.contains("on host "),
+            "rank {}: {}",
+            o.rank,
+            o.stdout
+        );
+        print!("  rank {}: {}", o.rank, o.stdout);
+    }
+}
+
+/// A rank busy for longer than the heartbeat timeout (here 5 s against 3 s) is alive: the
+/// others wait for it in a barrier and go on.
+fn busy_peer_is_not_taken_for_dead() {
+    expect_all_ok(&spawn("busy_peer", 2).run().unwrap());
 }
 
 fn stranger_is_refused() {
@@ -283,6 +312,42 @@ fn run_child(name: &str) {
             let again = pg.barrier().unwrap_err();
             assert_eq!(again.peer(), Some(2), "{again}");
             println!("named rank 2 after {dt:?}: {err}");
+        }
+        "stopped_peer" => {
+            pg.barrier().expect("first barrier");
+            if pg.rank() == 2 {
+                // Resumed 8 s later (by a helper, since nothing in a stopped process runs),
+                // so that it exits and the test ends; the helper outlives it, unwaited.
+                let pid = std::process::id();
+                #[allow(clippy::zombie_processes)]
+                std::process::Command::new("sh")
+                    .args(["-c", &format!("sleep 8; kill -CONT {pid}")])
+                    .spawn()
+                    .expect("start the helper that resumes rank 2");
+                unsafe { libc::kill(libc::getpid(), libc::SIGSTOP) };
+                return;
+            }
+            let t = Instant::now();
+            let mut buf = vec![1.0f32; 256];
+            let err = loop {
+                if let Err(e) = pg.all_reduce(&mut buf, ReduceOp::Sum) {
+                    break e;
+                }
+                assert!(t.elapsed() < Duration::from_secs(10), "no failure in 10 s");
+            };
+            let dt = t.elapsed();
+            assert_eq!(err.peer(), Some(2), "{err}");
+            assert!(dt < Duration::from_secs(5), "took {dt:?}: {err}");
+            assert!(err.to_string().contains("on host "), "{err}");
+            println!("named rank 2 after {dt:?}: {err}");
+        }
+        "busy_peer" => {
+            if pg.rank() == 1 {
+                std::thread::sleep(Duration::from_secs(5));
+            }
+            let t = Instant::now();
+            pg.barrier().expect("a busy peer is alive");
+            println!("barrier after {:?}", t.elapsed());
         }
         "hung_peer" => {
             if pg.rank() == 1 {

@@ -66,8 +66,11 @@ impl Rendezvous {
                 .map(|l| StoreServer::serve(l, &token))
                 .transpose()?,
         };
+        // Short reply slack: behind a cut link, a report or a check must fail in seconds,
+        // not hold this node's failure handling (the next request connects again).
         let store = Store::connect(&host, port, &token, cfg.timeout)?
-            .with_prefix(&format!("launch/{}", cfg.rdzv_id));
+            .with_prefix(&format!("launch/{}", cfg.rdzv_id))
+            .with_reply_slack(Duration::from_secs(2));
         Ok(Rendezvous {
             store,
             hosting: server.is_some(),
@@ -97,10 +100,16 @@ impl Rendezvous {
                 n
             }
         };
-        self.store.set(
-            &format!("{r}/nproc/{node_rank}"),
-            self.nproc.to_string().as_bytes(),
-        )?;
+        // After a failure the store may be behind a link that is still down: keep trying (the
+        // request is idempotent) for as long as a node may take to join.
+        let deadline = Instant::now() + self.timeout;
+        let key = format!("{r}/nproc/{node_rank}");
+        while let Err(e) = self.store.set(&key, self.nproc.to_string().as_bytes()) {
+            if Instant::now() >= deadline {
+                return Err(e.into());
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
         let keys: Vec<String> = (0..self.nnodes).map(|n| format!("{r}/nproc/{n}")).collect();
         let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
         self.store.wait(&refs, self.timeout).map_err(|_| {

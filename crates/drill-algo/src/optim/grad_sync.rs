@@ -33,6 +33,8 @@ impl Default for DdpOptions {
 struct Bucket {
     /// Elements of the flat gradient buffer (contiguous: buckets hold adjacent parameters).
     range: Range<usize>,
+    /// Its parameters, by slot index.
+    slots: Range<usize>,
     /// Parameters in the bucket.
     params: usize,
     /// Parameters whose gradient is not packed yet in this backward pass.
@@ -75,6 +77,7 @@ impl GradSync {
             if !open {
                 buckets.push(Bucket {
                     range: slot.offset + slot.len..slot.offset + slot.len,
+                    slots: i + 1..i + 1,
                     params: 0,
                     pending: 0,
                     buf: Vec::new(),
@@ -83,6 +86,7 @@ impl GradSync {
             }
             let b = buckets.last_mut().expect("a bucket is open");
             b.range.start = slot.offset;
+            b.slots.start = i;
             b.params += 1;
             slot_bucket[i] = buckets.len() - 1;
         }
@@ -114,6 +118,11 @@ impl GradSync {
     /// Bucket sizes in elements, in the order they are reduced.
     pub fn bucket_sizes(&self) -> Vec<usize> {
         self.buckets.iter().map(|b| b.range.len()).collect()
+    }
+
+    /// The parameters (slot indices) of each bucket, in the order they are reduced.
+    pub fn bucket_slots(&self) -> impl Iterator<Item = Range<usize>> + '_ {
+        self.buckets.iter().map(|b| b.slots.clone())
     }
 
     /// Make every rank's `params` equal to rank 0's.

@@ -1,8 +1,10 @@
 //! [`ParamLayout`]: a burn module's float parameters as one flat `f32` buffer in visit order.
 
+use std::ops::Range;
+
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
 use burn::optim::GradientsParams;
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::{Device, Tensor, TensorData};
 
 /// Where one parameter lives in the flat buffer.
 #[derive(Debug, Clone, PartialEq)]
@@ -71,22 +73,42 @@ struct Write<'a> {
     slots: &'a [ParamSlot],
     next: usize,
     src: &'a [f32],
+    /// On a GPU: `src` uploaded once, each parameter a slice of it (an upload per parameter
+    /// costs a round of driver calls each).
+    flat: Option<Tensor<1>>,
 }
 
 impl ModuleMapper for Write<'_> {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
         let slot = &self.slots[self.next];
         self.next += 1;
-        let values = self.src[slot.offset..slot.offset + slot.len].to_vec();
         let shape: [usize; D] = slot
             .shape
             .clone()
             .try_into()
             .expect("rank matches the layout");
+        let (src, flat) = (self.src, &mut self.flat);
         param.map(|t| {
-            let grad = t.is_require_grad();
-            Tensor::<D>::from_data(TensorData::new(values, shape), &t.device())
-                .set_require_grad(grad)
+            let (device, grad) = (t.device(), t.is_require_grad());
+            if device == Device::flex() {
+                let values = src[slot.offset..slot.offset + slot.len].to_vec();
+                return Tensor::from_data(TensorData::new(values, shape), &device)
+                    .set_require_grad(grad);
+            }
+            let value = flat
+                .get_or_insert_with(|| {
+                    let data = TensorData::new(src.to_vec(), [src.len()]);
+                    Tensor::from_data(data, &device.clone().inner())
+                })
+                .clone()
+                .slice(slot.offset..slot.offset + slot.len)
+                .reshape(shape);
+            let value = if t.is_autodiff() {
+                value.autodiff()
+            } else {
+                value
+            };
+            value.set_require_grad(grad)
         })
     }
 }
@@ -126,15 +148,56 @@ impl ParamLayout {
         )
     }
 
-    /// Overwrite `module`'s parameters with `src` (same layout). Parameter ids are kept.
+    /// Overwrite `module`'s parameters with `src` (same layout). Parameter ids are kept. On a
+    /// GPU `src` crosses in one transfer.
     pub fn write<M: Module>(&self, module: M, src: &[f32]) -> M {
         assert_eq!(src.len(), self.len, "flat buffer does not match the layout");
         let mut w = Write {
             slots: &self.slots,
             next: 0,
             src,
+            flat: None,
         };
         module.map(&mut w)
+    }
+
+    /// The gradients of parameters `slots` (adjacent in the flat buffer) into their place in
+    /// `out`, or added there when `add`, in one transfer from `device`: flattened and
+    /// concatenated there first, since on a GPU every read is a round trip (submit, wait, map).
+    /// Zeros where a parameter got none.
+    pub fn read_grads_fused(
+        &self,
+        slots: Range<usize>,
+        grads: &mut GradientsParams,
+        out: &mut [f32],
+        add: bool,
+        device: &Device,
+    ) {
+        let device = device.clone().inner();
+        let parts: Vec<Tensor<1>> = slots
+            .clone()
+            .map(|i| {
+                let slot = &self.slots[i];
+                let n = [slot.len];
+                match slot.shape.len() {
+                    1 => grads.remove::<1>(slot.id),
+                    2 => grads.remove::<2>(slot.id).map(|t| t.reshape(n)),
+                    3 => grads.remove::<3>(slot.id).map(|t| t.reshape(n)),
+                    4 => grads.remove::<4>(slot.id).map(|t| t.reshape(n)),
+                    r => panic!("parameters of rank {r} are not supported"),
+                }
+                .unwrap_or_else(|| Tensor::zeros(n, &device))
+            })
+            .collect();
+        let last = &self.slots[slots.end - 1];
+        let dst = &mut out[self.slots[slots.start].offset..last.offset + last.len];
+        let data = Tensor::cat(parts, 0).into_data().convert::<f32>();
+        let g = data.as_slice::<f32>().expect("f32 gradient");
+        if add {
+            dst.iter_mut().zip(g).for_each(|(a, b)| *a += b);
+        } else {
+            dst.copy_from_slice(g);
+        }
     }
 
     /// Move the gradients of `module`'s parameters into `out` (zeros where a parameter got

@@ -4,7 +4,8 @@ use super::{Adam, DdpOptions, GradSync, ParamLayout};
 use crate::error::TrainError;
 use burn::module::Module;
 use burn::optim::GradientsParams;
-use burn::tensor::Tensor;
+use burn::tensor::{Device, Tensor};
+use std::ops::Range;
 
 /// What one optimisation step measured.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -28,6 +29,12 @@ pub struct Trainer<M> {
     pub sync: Option<GradSync>,
     /// `grads` holds gradients accumulated by [`Self::backward_no_sync`].
     accumulated: bool,
+    /// The model's device when it is not the CPU: gradients then cross in one transfer per
+    /// bucket ([`ParamLayout::read_grads_fused`]).
+    gpu: Option<Device>,
+    /// What [`Self::backward`] reads back in one transfer each, in order (slot indices): the
+    /// DDP buckets, or every parameter at once.
+    reads: Vec<Range<usize>>,
 }
 
 impl<M: Module> Trainer<M> {
@@ -35,6 +42,8 @@ impl<M: Module> Trainer<M> {
     pub fn new(model: M, adam_eps: f32) -> Self {
         let (layout, params) = ParamLayout::with_values(&model);
         let n = layout.len;
+        let gpu = model.devices().into_iter().find(|d| *d != Device::flex());
+        let reads = std::iter::once(0..layout.slots.len()).collect();
         Self {
             model: Some(model),
             layout,
@@ -43,6 +52,8 @@ impl<M: Module> Trainer<M> {
             adam: Adam::new(n, adam_eps),
             sync: None,
             accumulated: false,
+            gpu,
+            reads,
         }
     }
 
@@ -58,6 +69,7 @@ impl<M: Module> Trainer<M> {
         }
         let sync = GradSync::new(pg, &self.layout, opts);
         sync.broadcast_params(&mut self.params)?;
+        self.reads = sync.bucket_slots().collect();
         self.sync_model();
         self.sync = Some(sync);
         Ok(())
@@ -79,14 +91,26 @@ impl<M: Module> Trainer<M> {
     pub fn backward(&mut self, loss: Tensor<1>) -> Result<(), TrainError> {
         let mut grads = GradientsParams::from_grads(loss.backward(), self.model());
         let add = std::mem::take(&mut self.accumulated);
-        for i in (0..self.layout.slots.len()).rev() {
-            self.layout.read_grad(i, &mut grads, &mut self.grads, add);
-            if let Some(sync) = &mut self.sync
-                && let Err(e) = sync.slot_ready(i, &mut self.grads)
-            {
-                // Collect the buckets already in flight before reporting.
-                let _ = sync.finish(&mut self.grads);
-                return Err(e);
+        for r in 0..self.reads.len() {
+            let slots = self.reads[r].clone();
+            match &self.gpu {
+                Some(device) => {
+                    let g = &mut self.grads;
+                    (self.layout).read_grads_fused(slots.clone(), &mut grads, g, add, device)
+                }
+                None => slots
+                    .clone()
+                    .rev()
+                    .for_each(|i| self.layout.read_grad(i, &mut grads, &mut self.grads, add)),
+            }
+            if let Some(sync) = &mut self.sync {
+                for i in slots.rev() {
+                    if let Err(e) = sync.slot_ready(i, &mut self.grads) {
+                        // Collect the buckets already in flight before reporting.
+                        let _ = sync.finish(&mut self.grads);
+                        return Err(e);
+                    }
+                }
             }
         }
         match &mut self.sync {
@@ -101,8 +125,12 @@ impl<M: Module> Trainer<M> {
     pub fn backward_no_sync(&mut self, loss: Tensor<1>) {
         let mut grads = GradientsParams::from_grads(loss.backward(), self.model());
         let add = std::mem::replace(&mut self.accumulated, true);
-        for i in 0..self.layout.slots.len() {
-            self.layout.read_grad(i, &mut grads, &mut self.grads, add);
+        let all = 0..self.layout.slots.len();
+        match &self.gpu {
+            Some(device) => {
+                (self.layout).read_grads_fused(all, &mut grads, &mut self.grads, add, device)
+            }
+            None => all.for_each(|i| self.layout.read_grad(i, &mut grads, &mut self.grads, add)),
         }
     }
 

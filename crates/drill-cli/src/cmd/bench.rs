@@ -31,8 +31,9 @@ pub enum Target {
     Comm,
     /// Task runtime: overhead per step of 5 no-op middlewares, with and without the StepTimer.
     Task,
-    /// DQN update on DI-engine's CartPole net alone and with DDP gradient averaging across
-    /// the job's ranks: the sync overhead. Run under `drill launch --nproc-per-node 2`.
+    /// DQN update alone and with DDP gradient averaging across the job's ranks: the sync
+    /// overhead. DI-engine's CartPole net, or its Pong net with `--case pong`. Run under
+    /// `drill launch --nproc-per-node 2`.
     Ddp,
 }
 
@@ -47,6 +48,9 @@ pub struct Args {
     /// Only the case with this name (see the table's first column).
     #[arg(long)]
     pub case: Option<String>,
+    /// learner, ddp: on the GPU that `policy.cuda = true` would pick, instead of the CPU.
+    #[arg(long)]
+    pub gpu: bool,
     /// Timed repetitions per case (default: chosen per case).
     #[arg(long)]
     pub iters: Option<usize>,
@@ -108,31 +112,48 @@ fn time_us(warmup: usize, iters: usize, mut f: impl FnMut()) -> f64 {
     )
 }
 
-/// DQN updates (DI-engine's CartPole net, batch 64) without and with DDP on this job's ranks;
-/// every rank times both in lock step, rank 0 prints the medians and the overhead.
-fn ddp_bench(report: &Report, iters: Option<usize>) -> anyhow::Result<()> {
+/// DQN updates (DI-engine's CartPole net, batch 64, or with `case` "pong" its Pong net, batch
+/// 32) on `device` without and with DDP on this job's ranks; every rank times both in lock
+/// step, rank 0 prints the medians and the overhead.
+fn ddp_bench(
+    report: &Report,
+    case: Option<&str>,
+    device: Device,
+    iters: Option<usize>,
+) -> anyhow::Result<()> {
     let pg = drill_comm::ProcessGroup::from_env()?;
-    let device = Device::flex();
     device.seed(0);
-    let policy = DqnPolicy::default();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(pg.rank() as u64);
-    let batch = random_batch(64, 4, 2, &mut rng);
-    let make = || QNet::new(4, &[128, 128, 64], 2, true, &device.clone().autodiff());
-    let mut alone = Dqn::new(make(), &policy, 4, 2, &device);
-    let mut ddp = Dqn::new(make(), &policy, 4, 2, &device);
+    let (mut alone, batch, net) = match case {
+        None | Some("cartpole") => {
+            let (learner, batch) = cartpole_learner(&device, &mut rng);
+            (learner, batch, "cartpole net, batch 64")
+        }
+        Some("pong") => {
+            let (learner, batch) = pong_learner(&device, &mut rng);
+            (learner, batch, "pong net, batch 32")
+        }
+        Some(other) => anyhow::bail!("--case {other}: bench ddp knows `cartpole` and `pong`"),
+    };
+    let mut ddp = match case {
+        Some("pong") => pong_learner(&device, &mut rng).0,
+        _ => cartpole_learner(&device, &mut rng).0,
+    };
     ddp.distribute(pg.clone(), drill_algo::ddp::DdpOptions::default())?;
-    let n = iters.unwrap_or(2000);
+    let small = case != Some("pong") && device == Device::flex();
+    let (n, warmup) = if small { (2000, 100) } else { (20, 3) };
+    let n = iters.unwrap_or(n);
     // Interleaved, so both see the same machine load (this host is shared and noisy).
     let (mut alone_us, mut ddp_us) = (Vec::with_capacity(n), Vec::with_capacity(n));
     pg.barrier()?;
-    for i in 0..n + 100 {
+    for i in 0..n + warmup {
         let t = Instant::now();
         alone.update(&batch, None).expect("one process");
         let a = t.elapsed().as_secs_f64() * 1e6;
         let t = Instant::now();
         ddp.update(&batch, None)?;
         let d = t.elapsed().as_secs_f64() * 1e6;
-        if i >= 100 {
+        if i >= warmup {
             alone_us.push(a);
             ddp_us.push(d);
         }
@@ -140,7 +161,7 @@ fn ddp_bench(report: &Report, iters: Option<usize>) -> anyhow::Result<()> {
     let (t_alone, t_ddp) = (median(alone_us), median(ddp_us));
     let params = ddp.online.params.len();
     let mut grads = vec![0.0f32; params];
-    let t_sync = time_us(100.min(n), n, || {
+    let t_sync = time_us(warmup.min(n), n, || {
         pg.all_reduce(&mut grads, drill_comm::ReduceOp::Avg)
             .expect("all_reduce");
     });
@@ -153,7 +174,7 @@ fn ddp_bench(report: &Report, iters: Option<usize>) -> anyhow::Result<()> {
             "us",
             times[0],
             n,
-            &format!("{params} params, batch 64, {w} ranks busy"),
+            &format!("{net}, {params} params, {w} ranks busy, {device:?}"),
         );
         report.row(
             "dqn-update-ddp",
@@ -219,6 +240,14 @@ fn task_bench(report: &Report, iters: Option<usize>) {
     }
 }
 
+/// The CPU, or with `gpu` the device `policy.cuda = true` selects.
+fn device(gpu: bool) -> anyhow::Result<Device> {
+    if !gpu {
+        return Ok(Device::flex());
+    }
+    drill_algo::compute::device::gpu().map_err(|why| anyhow::anyhow!("--gpu: {why}"))
+}
+
 /// Run the selected benchmarks.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let report = Report { json: args.json };
@@ -228,9 +257,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             Some(id) => return vec_env_bench(&report, id, args.num_envs, args.threads, args.iters),
             None => env_bench(&report, &want, args.iters),
         },
-        Target::Ddp => return ddp_bench(&report, args.iters),
+        Target::Ddp => {
+            return ddp_bench(&report, args.case.as_deref(), device(args.gpu)?, args.iters);
+        }
         Target::Task => task_bench(&report, args.iters),
-        Target::Learner => learner_bench(&report, &want, args.iters),
+        Target::Learner => learner_bench(&report, &want, device(args.gpu)?, args.iters),
         Target::Replay => {
             return replay_bench(
                 &report,
@@ -449,8 +480,40 @@ fn random_batch(bs: usize, obs_dim: usize, actions: u32, rng: &mut impl Rng) -> 
     }
 }
 
-fn learner_bench(report: &Report, want: &dyn Fn(&str) -> bool, iters: Option<usize>) {
-    let device = Device::flex();
+/// A DQN learner on DI-engine's CartPole net (4-128-128-64, dueling) and a batch of 64.
+fn cartpole_learner(device: &Device, rng: &mut rand_chacha::ChaCha8Rng) -> (Dqn, Batch) {
+    let net = QNet::new(4, &[128, 128, 64], 2, true, &device.clone().autodiff());
+    let learner = Dqn::new(net, &DqnPolicy::default(), 4, 2, device);
+    (learner, random_batch(64, 4, 2, rng))
+}
+
+/// A DQN learner as DI-engine's pong_dqn_config.py: ConvEncoder 128-128-512, dueling head,
+/// 3-step double DQN; a batch of 32 with u8 frames as the replay hands them over.
+fn pong_learner(device: &Device, rng: &mut rand_chacha::ChaCha8Rng) -> (Dqn, Batch) {
+    let ad = device.clone().autodiff();
+    let trunk = ConvEncoder::ding([4, 84, 84], &[128, 128, 512], &ad)
+        .expect("84x84 frames fit the encoder");
+    let net = QNet::with_trunk(trunk, 6, true, &ad);
+    let policy = DqnPolicy {
+        discount_factor: 0.99,
+        nstep: 3,
+        ..DqnPolicy::default()
+    };
+    let learner = Dqn::new(net, &policy, 4 * 84 * 84, 6, device);
+    let mut batch = random_batch(32, 1, 6, rng);
+    let mut frames = || ObsBuf::U8((0..32 * 4 * 84 * 84).map(|_| rng.random::<u8>()).collect());
+    batch.obs = frames();
+    batch.next_obs = frames();
+    batch.discounts = vec![0.99f32.powi(3); 32];
+    (learner, batch)
+}
+
+fn learner_bench(
+    report: &Report,
+    want: &dyn Fn(&str) -> bool,
+    device: Device,
+    iters: Option<usize>,
+) {
     device.seed(0);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
     let threads = rayon::current_num_threads();
@@ -501,25 +564,7 @@ fn learner_bench(report: &Report, want: &dyn Fn(&str) -> bool, iters: Option<usi
         );
     }
     if want("pong-dqn-update") {
-        // DI-engine's pong_dqn_config.py: ConvEncoder 128-128-512, dueling head, batch 32,
-        // 3-step double DQN; u8 frames as the replay hands them over.
-        let ad = device.clone().autodiff();
-        let trunk = ConvEncoder::ding([4, 84, 84], &[128, 128, 512], &ad)
-            .expect("84x84 frames fit the encoder");
-        let net = QNet::with_trunk(trunk, 6, true, &ad);
-        let policy = DqnPolicy {
-            discount_factor: 0.99,
-            nstep: 3,
-            ..DqnPolicy::default()
-        };
-        let mut learner = Dqn::new(net, &policy, 4 * 84 * 84, 6, &device);
-        let mut batch = random_batch(32, 1, 6, &mut rng);
-        let frames = |rng: &mut rand_chacha::ChaCha8Rng| {
-            ObsBuf::U8((0..32 * 4 * 84 * 84).map(|_| rng.random::<u8>()).collect())
-        };
-        batch.obs = frames(&mut rng);
-        batch.next_obs = frames(&mut rng);
-        batch.discounts = vec![0.99f32.powi(3); 32];
+        let (mut learner, batch) = pong_learner(&device, &mut rng);
         let n = iters.unwrap_or(10);
         let us = time_us(2.min(n), n, || {
             learner

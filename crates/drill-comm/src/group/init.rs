@@ -24,8 +24,27 @@ pub struct InitOptions {
     pub timeout: Option<Duration>,
     /// Shared memory between same-host ranks (default: on unless `DRILL_SHM=0`).
     pub shm: Option<bool>,
+    /// Silence after which the embedded backend counts a peer as unreachable (default:
+    /// `DRILL_HEARTBEAT_TIMEOUT` in seconds, else 3 s).
+    pub heartbeat_timeout: Option<Duration>,
     /// Coordinates (default: read from the environment, `env://`).
     pub info: Option<InitInfo>,
+}
+
+fn env_heartbeat() -> Result<Duration> {
+    match std::env::var("DRILL_HEARTBEAT_TIMEOUT") {
+        Ok(v) if !v.is_empty() => v
+            .parse::<f64>()
+            .ok()
+            .filter(|s| s.is_finite() && *s >= 0.5)
+            .map(Duration::from_secs_f64)
+            .ok_or_else(|| {
+                CommError::Env(format!(
+                    "DRILL_HEARTBEAT_TIMEOUT={v:?}: expected seconds, at least 0.5 (heartbeats go every 0.5 s)"
+                ))
+            }),
+        _ => Ok(crate::backend::embedded::health::HEARTBEAT_TIMEOUT),
+    }
 }
 
 fn env_backend() -> Result<Option<BackendKind>> {
@@ -101,6 +120,10 @@ impl ProcessGroup {
                         &EmbeddedOptions {
                             shm,
                             timeout: info.timeout,
+                            heartbeat: match opts.heartbeat_timeout {
+                                Some(t) => t,
+                                None => env_heartbeat()?,
+                            },
                         },
                     )?)
                 } else {

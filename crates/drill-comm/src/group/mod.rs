@@ -40,6 +40,11 @@ impl Drop for World {
             let failed = self.failed.load(std::sync::atomic::Ordering::Acquire);
             let host = !failed && self.server.lock().map(|s| s.is_some()).unwrap_or(false);
             let world = self.info.world_size;
+            // After a failure the store may be behind a cut link: say goodbye, but briefly.
+            let store = match failed {
+                true => store.with_reply_slack(Duration::from_secs(1)),
+                false => store.clone(),
+            };
             let _ = store.depart("finished", world, host, Duration::from_secs(5));
         }
     }

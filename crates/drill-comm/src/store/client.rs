@@ -15,13 +15,33 @@ struct Conn {
     reader: BufReader<TcpStream>,
 }
 
+impl Conn {
+    fn new(stream: TcpStream, addr: &str) -> Result<Conn> {
+        let reader = BufReader::new(
+            stream
+                .try_clone()
+                .map_err(|e| CommError::io(format!("store {addr}"), e))?,
+        );
+        Ok(Conn { stream, reader })
+    }
+}
+
+/// How long a reply may take beyond the request's own wait, unless
+/// [`Store::with_reply_slack`] says otherwise.
+pub const REPLY_SLACK: Duration = Duration::from_secs(10);
+
 /// A connection to a store server, viewed under a key prefix. Clones share the connection.
+/// A request that fails on the wire (no reply in time, a reset) drops the connection; the
+/// next request connects again, so a store behind a link that went down and came back is
+/// reachable again.
 #[derive(Clone)]
 pub struct Store {
-    conn: Arc<Mutex<Conn>>,
+    conn: Arc<Mutex<Option<Conn>>>,
     addr: String,
+    token: Token,
     prefix: String,
     timeout: Duration,
+    slack: Duration,
 }
 
 impl std::fmt::Debug for Store {
@@ -39,16 +59,13 @@ impl Store {
         loop {
             match Self::try_connect(&addr, token) {
                 Ok(stream) => {
-                    let reader = BufReader::new(
-                        stream
-                            .try_clone()
-                            .map_err(|e| CommError::io(format!("store {addr}"), e))?,
-                    );
                     return Ok(Store {
-                        conn: Arc::new(Mutex::new(Conn { stream, reader })),
+                        conn: Arc::new(Mutex::new(Some(Conn::new(stream, &addr)?))),
                         addr,
+                        token: token.clone(),
                         prefix: String::new(),
                         timeout,
+                        slack: REPLY_SLACK,
                     });
                 }
                 Err(e @ CommError::Auth { .. }) => return Err(e),
@@ -93,6 +110,15 @@ impl Store {
         s
     }
 
+    /// The same connection, with requests failing when their reply is `slack` late (beyond
+    /// what the request itself waits). Launchers use a short one: a store behind a cut link
+    /// must not hold their failure handling for long.
+    pub fn with_reply_slack(&self, slack: Duration) -> Store {
+        let mut s = self.clone();
+        s.slack = slack;
+        s
+    }
+
     /// Default timeout of blocking calls.
     pub fn timeout(&self) -> Duration {
         self.timeout
@@ -103,6 +129,7 @@ impl Store {
         self.conn
             .lock()
             .ok()?
+            .as_ref()?
             .stream
             .local_addr()
             .ok()
@@ -129,12 +156,28 @@ impl Store {
             return Err(self.err(format!("value larger than {MAX_VALUE} bytes")));
         }
         let op = req.op;
-        let mut c = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        let slack = Duration::from_millis(req.timeout_ms) + Duration::from_secs(10);
-        let io = |e: std::io::Error| self.err(format!("{op:?}: {e} (the store host exited?)"));
-        c.stream.set_read_timeout(Some(slack)).map_err(io)?;
-        c.stream.write_all(&req.encode()).map_err(io)?;
-        proto::read_response(&mut c.reader).map_err(io)
+        let mut guard = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let c = match &mut *guard {
+            Some(c) => c,
+            None => {
+                let stream = Self::try_connect(&self.addr, &self.token)
+                    .map_err(|e| self.err(format!("{op:?}: cannot reach the store again: {e}")))?;
+                guard.insert(Conn::new(stream, &self.addr)?)
+            }
+        };
+        let wait = Duration::from_millis(req.timeout_ms) + self.slack;
+        let r = c
+            .stream
+            .set_read_timeout(Some(wait))
+            .and_then(|_| c.stream.write_all(&req.encode()))
+            .and_then(|_| proto::read_response(&mut c.reader));
+        r.map_err(|e| {
+            // The reply may still come: this connection is out of step, so drop it.
+            *guard = None;
+            self.err(format!(
+                "{op:?}: {e} (no reply within {wait:?}: the store host exited, or the network to it is down)"
+            ))
+        })
     }
 
     /// Set `key` to `value`.

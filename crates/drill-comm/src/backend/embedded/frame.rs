@@ -12,6 +12,7 @@ pub const HEADER: usize = 16;
 const DATA: u8 = 0xD1;
 const ABORT: u8 = 0xA5;
 const GOODBYE: u8 = 0x6B;
+const HEARTBEAT: u8 = 0x48;
 
 /// A data frame header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,9 +81,11 @@ impl Header {
     }
 }
 
-/// Frames on the control connection (failure notices and orderly exit).
+/// Frames on the control connection (liveness, failure notices and orderly exit).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Control {
+    /// The sender is alive (sent every [`super::health::HEARTBEAT_EVERY`]).
+    Heartbeat,
     /// The sender shuts down in order.
     Goodbye,
     /// The sender gave up on `culprit` for `reason`.
@@ -104,6 +107,8 @@ pub enum AbortReason {
     Timeout = 2,
     /// The culprit sent malformed data.
     Protocol = 3,
+    /// Nothing was heard from the culprit for the heartbeat timeout.
+    Silent = 4,
 }
 
 impl AbortReason {
@@ -113,6 +118,9 @@ impl AbortReason {
             AbortReason::Lost => "its connection was lost",
             AbortReason::Timeout => "it did not answer in time",
             AbortReason::Protocol => "it sent malformed data",
+            AbortReason::Silent => {
+                "nothing heard from it for the heartbeat timeout: the network link to it is cut, its process is stopped (SIGSTOP) or its host is frozen"
+            }
         }
     }
 }
@@ -122,6 +130,7 @@ impl Control {
     pub fn encode(&self) -> [u8; HEADER] {
         let mut b = [0u8; HEADER];
         match *self {
+            Control::Heartbeat => b[0] = HEARTBEAT,
             Control::Goodbye => b[0] = GOODBYE,
             Control::Abort { culprit, reason } => {
                 b[0] = ABORT;
@@ -135,12 +144,14 @@ impl Control {
     /// Decode; anything unknown is an error.
     pub fn decode(b: &[u8; HEADER], world: usize) -> Result<Control, String> {
         match b[0] {
+            HEARTBEAT if b[1..].iter().all(|&x| x == 0) => Ok(Control::Heartbeat),
             GOODBYE if b[1..].iter().all(|&x| x == 0) => Ok(Control::Goodbye),
             ABORT => {
                 let reason = match b[1] {
                     1 => AbortReason::Lost,
                     2 => AbortReason::Timeout,
                     3 => AbortReason::Protocol,
+                    4 => AbortReason::Silent,
                     r => return Err(format!("unknown abort reason {r}")),
                 };
                 let culprit = u32::from_le_bytes(b[4..8].try_into().unwrap());
@@ -195,6 +206,9 @@ mod tests {
         };
         assert_eq!(Control::decode(&c.encode(), 4), Ok(c));
         assert!(Control::decode(&c.encode(), 3).is_err());
+        for c in [Control::Heartbeat, Control::Goodbye] {
+            assert_eq!(Control::decode(&c.encode(), 1), Ok(c));
+        }
     }
 
     proptest! {

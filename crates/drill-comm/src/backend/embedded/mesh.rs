@@ -3,12 +3,11 @@
 //! failure detector's findings into errors naming the peer.
 
 use std::io::{self, Write};
-use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::frame::{AbortReason, Control, HEADER, Header};
-use super::health::{Health, spawn_watch};
+use super::health::{Health, Watched, spawn_watch};
 use super::link::{Link, Peer};
 use crate::dtype::{DType, ReduceOp, reduce_bytes};
 use crate::error::{CommError, Result};
@@ -96,8 +95,14 @@ pub struct Mesh {
 }
 
 impl Mesh {
-    /// Wrap established connections and start the failure detector.
-    pub fn new(rank: usize, peers: Vec<Option<Peer>>) -> Result<Mesh> {
+    /// Wrap established connections and start the failure detector, which declares a peer
+    /// silent for `heartbeat` unreachable; `places` says where each rank runs (for messages).
+    pub fn new(
+        rank: usize,
+        peers: Vec<Option<Peer>>,
+        places: &[String],
+        heartbeat: Duration,
+    ) -> Result<Mesh> {
         let health = Arc::new(Health::new(peers.len()));
         for p in peers.iter().flatten() {
             if let Link::Tcp(s) = &p.link {
@@ -106,13 +111,19 @@ impl Mesh {
                 s.set_nodelay(true).ok();
             }
         }
-        let watched: Vec<(usize, TcpStream)> = peers
+        let watched: Vec<Watched> = peers
             .iter()
             .enumerate()
-            .filter_map(|(r, p)| Some((r, p.as_ref()?.ctrl.try_clone().ok()?)))
+            .filter_map(|(r, p)| {
+                Some(Watched {
+                    rank: r,
+                    place: places.get(r).cloned().unwrap_or_default(),
+                    conn: p.as_ref()?.ctrl.try_clone().ok()?,
+                })
+            })
             .collect();
         if !watched.is_empty() {
-            spawn_watch(watched, health.clone(), peers.len(), rank)?;
+            spawn_watch(watched, health.clone(), peers.len(), rank, heartbeat)?;
         }
         Ok(Mesh {
             rank,
@@ -161,6 +172,7 @@ impl Mesh {
             let reason = match e {
                 CommError::Timeout { .. } => AbortReason::Timeout,
                 CommError::Protocol { .. } => AbortReason::Protocol,
+                _ if self.health.silent() => AbortReason::Silent,
                 _ => AbortReason::Lost,
             };
             if let Some(rank) = e.peer() {

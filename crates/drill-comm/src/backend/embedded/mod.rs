@@ -34,6 +34,8 @@ pub struct EmbeddedOptions {
     pub shm: bool,
     /// Longest wait without progress.
     pub timeout: Duration,
+    /// Silence after which a peer counts as unreachable ([`health`]).
+    pub heartbeat: Duration,
 }
 
 /// One group on the embedded backend: a view of the process's mesh.
@@ -51,6 +53,15 @@ impl Drop for Mesh {
     fn drop(&mut self) {
         self.goodbye();
     }
+}
+
+/// This host's name (its UTS namespace's), for messages.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().replace(char::is_whitespace, "_"))
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unnamed".into())
 }
 
 fn host_id() -> String {
@@ -90,9 +101,10 @@ impl Embedded {
         };
         store.set(
             &format!("addr/{rank}"),
-            format!("{ip}:{port} {me_host}").as_bytes(),
+            format!("{ip}:{port} {me_host} {}", host_name()).as_bytes(),
         )?;
         let mut addrs = Vec::with_capacity(world);
+        let mut places = Vec::with_capacity(world);
         for r in 0..world {
             let v = store
                 .get_timeout(&format!("addr/{r}"), timeout)
@@ -102,10 +114,13 @@ impl Embedded {
                 })?;
             let v = String::from_utf8(v)
                 .map_err(|_| CommError::Env(format!("rank {r} published a bad address")))?;
-            let (a, h) = v
-                .split_once(' ')
-                .ok_or_else(|| CommError::Env(format!("rank {r} published {v:?}")))?;
+            let mut fields = v.splitn(3, ' ');
+            let (Some(a), Some(h), Some(name)) = (fields.next(), fields.next(), fields.next())
+            else {
+                return Err(CommError::Env(format!("rank {r} published {v:?}")));
+            };
             addrs.push((a.to_string(), h.to_string()));
+            places.push(format!("host {name} ({a})"));
         }
         let same_host = |r: usize| addrs[r].1 == me_host && !me_host.starts_with("no-shm");
 
@@ -218,7 +233,14 @@ impl Embedded {
             };
             peers[j] = Some(Peer::new(link, ctrl));
         }
-        let mesh = Mesh::new(rank, peers)?;
+        let (shm_ranks, tcp_ranks): (Vec<usize>, Vec<usize>) = (0..world)
+            .filter(|&j| j != rank)
+            .partition(|&j| peers[j].as_ref().is_some_and(|p| p.link.is_shm()));
+        tracing::info!(
+            "rank {rank} on {}: shared memory with ranks {shm_ranks:?}, TCP with ranks {tcp_ranks:?}",
+            places[rank]
+        );
+        let mesh = Mesh::new(rank, peers, &places, opts.heartbeat)?;
         store.barrier("connected", world, timeout)?;
         Ok(Embedded {
             mesh: Arc::new(Mutex::new(mesh)),
@@ -234,7 +256,12 @@ impl Embedded {
     /// A world of one process (no connections).
     pub fn single(timeout: Duration) -> Result<Embedded> {
         Ok(Embedded {
-            mesh: Arc::new(Mutex::new(Mesh::new(0, vec![None])?)),
+            mesh: Arc::new(Mutex::new(Mesh::new(
+                0,
+                vec![None],
+                &[],
+                health::HEARTBEAT_TIMEOUT,
+            )?)),
             ranks: vec![0],
             rank: 0,
             id: 0,

@@ -1,0 +1,279 @@
+//! Multi-node training across hosts made of Linux namespaces (`scripts/netns_hosts.sh`: own
+//! network, /dev/shm and hostname each, joined by a bridge): DDP to the stop value with shared
+//! memory inside a host and TCP between hosts, and a cut link named within 5 s with the
+//! launchers gone within 10 s. Needs root; `cargo test --release -p drill-cli --features
+//! netns --test multinode`. Every test removes the hosts it made, also when it fails.
+#![cfg(feature = "netns")]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/netns_hosts.sh")
+}
+
+/// A set of namespace hosts, removed on drop.
+struct Hosts {
+    set: String,
+}
+
+impl Hosts {
+    fn up(n: usize, tag: &str) -> Hosts {
+        let hosts = Hosts {
+            set: format!("d{tag}{}", std::process::id() % 10000),
+        };
+        let out = hosts
+            .script()
+            .args(["up", &n.to_string()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "netns_hosts.sh up: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        hosts
+    }
+
+    fn script(&self) -> Command {
+        let mut c = Command::new(script());
+        c.env("DRILL_NETNS_SET", &self.set);
+        c
+    }
+
+    fn link(&self, host: usize, how: &str) {
+        let out = self
+            .script()
+            .args([how, &host.to_string()])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{how} {host}: {out:?}");
+    }
+
+    /// `drill launch` on `host` (node rank `host`, the store on host 0) training `args`.
+    fn launch(&self, host: usize, nodes: usize, nproc: usize, extra: &[&str], dir: &Path) -> Node {
+        let mut c = self.script();
+        c.args([
+            "exec",
+            &host.to_string(),
+            env!("CARGO_BIN_EXE_drill"),
+            "launch",
+        ])
+        .args([
+            "--nnodes",
+            &nodes.to_string(),
+            "--node-rank",
+            &host.to_string(),
+        ])
+        .args(["--nproc-per-node", &nproc.to_string()])
+        .args(["--master-addr", "10.77.0.1", "--master-port", "29517"])
+        .args(extra)
+        .current_dir(dir)
+        .env("DRILL_JOB_TOKEN", "netns-test")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        Node::start(c)
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        let _ = self.script().arg("down").status();
+    }
+}
+
+/// A running launcher whose output lines are collected with the time they arrived.
+struct Node {
+    child: Child,
+    lines: Arc<Mutex<Vec<(Instant, String)>>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Node {
+    fn start(mut c: Command) -> Node {
+        let mut child = c.spawn().unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let mut readers = Vec::new();
+        let out: Box<dyn std::io::Read + Send> = Box::new(child.stdout.take().unwrap());
+        let err: Box<dyn std::io::Read + Send> = Box::new(child.stderr.take().unwrap());
+        for pipe in [out, err] {
+            let lines = lines.clone();
+            readers.push(std::thread::spawn(move || {
+                for l in BufReader::new(pipe).lines().map_while(Result::ok) {
+                    lines.lock().unwrap().push((Instant::now(), l));
+                }
+            }));
+        }
+        Node {
+            child,
+            lines,
+            readers,
+        }
+    }
+
+    /// The first line containing `what` and when it came.
+    fn line(&self, what: &str) -> Option<(Instant, String)> {
+        let lines = self.lines.lock().unwrap();
+        lines.iter().find(|(_, l)| l.contains(what)).cloned()
+    }
+
+    fn text(&self) -> String {
+        let lines = self.lines.lock().unwrap();
+        lines.iter().map(|(_, l)| format!("{l}\n")).collect()
+    }
+
+    /// Wait up to `limit` for the launcher to exit: its status and when it exited.
+    fn wait(&mut self, limit: Duration) -> Option<(std::process::ExitStatus, Instant)> {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                let at = Instant::now();
+                for r in self.readers.drain(..) {
+                    let _ = r.join();
+                }
+                return Some((s, at));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn config() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../configs/cartpole_dqn_ddp.toml")
+        .display()
+        .to_string()
+}
+
+#[test]
+fn two_hosts_of_two_ranks_train_to_the_stop_value_over_shm_inside_and_tcp_between() {
+    let hosts = Hosts::up(2, "t");
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config();
+    let train = [
+        "--",
+        env!("CARGO_BIN_EXE_drill"),
+        "train",
+        &cfg,
+        "--exp-dir",
+        "nn",
+    ];
+    let t = Instant::now();
+    let mut nodes: Vec<Node> = (0..2)
+        .map(|h| hosts.launch(h, 2, 2, &train, tmp.path()))
+        .collect();
+    for (h, n) in nodes.iter_mut().enumerate() {
+        let (status, _) = n
+            .wait(Duration::from_secs(120))
+            .unwrap_or_else(|| panic!("host {h} did not finish in 120 s:\n{}", n.text()));
+        assert!(status.success(), "host {h}: {status}\n{}", n.text());
+    }
+    println!(
+        "2 hosts x 2 ranks: stop value in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    let set = &hosts.set;
+    let all = format!("{}{}", nodes[0].text(), nodes[1].text());
+    for (rank, shm, tcp) in [
+        (0, "[1]", "[2, 3]"),
+        (1, "[0]", "[2, 3]"),
+        (2, "[3]", "[0, 1]"),
+        (3, "[2]", "[0, 1]"),
+    ] {
+        let host = format!("{set}-h{}", rank / 2);
+        let want = format!("rank {rank} on host {host} (10.77.0.{}:", rank / 2 + 1);
+        let line = all
+            .lines()
+            .find(|l| l.contains(&want))
+            .unwrap_or_else(|| panic!("no connection line for rank {rank}:\n{all}"));
+        assert!(
+            line.contains(&format!(
+                "shared memory with ranks {shm}, TCP with ranks {tcp}"
+            )),
+            "{line}"
+        );
+    }
+    let listing: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    let result = std::fs::read_to_string(tmp.path().join("nn/result.json"))
+        .unwrap_or_else(|e| panic!("nn/result.json: {e}; the folder holds {listing:?}\n{all}"));
+    let result: serde_json::Value = serde_json::from_str(&result).unwrap();
+    assert_eq!(result["stop_reached"], true, "{result}");
+}
+
+#[test]
+fn a_cut_link_is_named_within_5_s_and_every_launcher_exits_within_10_s() {
+    let hosts = Hosts::up(2, "c");
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config();
+    // A stop value that cannot be reached: the job runs until the cut.
+    let train = [
+        "--",
+        env!("CARGO_BIN_EXE_drill"),
+        "train",
+        &cfg,
+        "--exp-dir",
+        "cut",
+        "--set",
+        "env.stop_value=1000000",
+        "--set",
+        "max_env_step=1000000000",
+    ];
+    let mut nodes: Vec<Node> = (0..2)
+        .map(|h| hosts.launch(h, 2, 1, &train, tmp.path()))
+        .collect();
+    let start = Instant::now();
+    while nodes.iter().any(|n| n.line("TCP with ranks").is_none()) {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the job did not start:\n{}\n{}",
+            nodes[0].text(),
+            nodes[1].text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    hosts.link(1, "cut");
+    let cut = Instant::now();
+    for (h, n) in nodes.iter_mut().enumerate() {
+        let other = 1 - h;
+        let (status, exited) = n
+            .wait(Duration::from_secs(30))
+            .unwrap_or_else(|| panic!("host {h} still runs 30 s after the cut:\n{}", n.text()));
+        let text = n.text();
+        assert!(!status.success(), "host {h}: {text}");
+        let (named, line) = n
+            .line("nothing heard from it")
+            .unwrap_or_else(|| panic!("host {h} never named the silent rank:\n{text}"));
+        assert!(
+            line.contains(&format!("rank {other} is gone"))
+                && line.contains(&format!("on host {}-h{other}", hosts.set)),
+            "host {h}: {line}"
+        );
+        let (named, exited) = (named - cut, exited - cut);
+        println!(
+            "host {h}: named rank {other} {named:?} after the cut, launcher exited after {exited:?}"
+        );
+        assert!(
+            named < Duration::from_secs(5),
+            "host {h}: named after {named:?}\n{text}"
+        );
+        assert!(
+            exited < Duration::from_secs(10),
+            "host {h}: exited after {exited:?}\n{text}"
+        );
+    }
+}

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Hosts made of Linux namespaces on one machine, for multi-node tests (needs root, iproute2,
+# util-linux). Each host is a network namespace with its own mount and UTS namespaces (its
+# own /dev/shm and hostname), joined to the others through a bridge that lives in a namespace
+# of its own, so nothing is added to the machine's own network: host K is 10.77.0.(K+1)/24.
+#
+#   netns_hosts.sh up N          make hosts 0..N-1 (fails if the set exists)
+#   netns_hosts.sh exec K CMD…   run CMD on host K (its network, /dev/shm and hostname)
+#   netns_hosts.sh cut K         take host K's link down (a pulled cable)
+#   netns_hosts.sh restore K     bring it back up
+#   netns_hosts.sh netem K ARGS  shape host K's outgoing traffic (`tc netem` ARGS, e.g.
+#                                "delay 5ms loss 1%"); `netem K off` removes it
+#   netns_hosts.sh down          remove everything `up` made (also after a failed test)
+#
+# DRILL_NETNS_SET (default "drillh") names the set, so tests can run side by side; its state
+# (the pids holding each host's namespaces) is kept in /run/drill-netns/SET.
+set -euo pipefail
+
+set_name=${DRILL_NETNS_SET:-drillh}
+state=/run/drill-netns/$set_name
+sw=$set_name-sw
+
+die() {
+  echo "netns_hosts.sh: $*" >&2
+  exit 1
+}
+
+host_ns() { echo "$set_name-h$1"; }
+
+holder_pid() {
+  [[ -f $state/h$1.pid ]] || die "host $1 of set $set_name does not exist (run: netns_hosts.sh up N)"
+  cat "$state/h$1.pid"
+}
+
+up() {
+  local n=$1
+  [[ $n =~ ^[0-9]+$ && $n -ge 1 && $n -le 200 ]] || die "up N: N must be 1..200, got '$n'"
+  [[ ! -e $state ]] || die "set $set_name exists already ($state); run: netns_hosts.sh down"
+  mkdir -p "$state"
+  # Whatever fails from here on, leave nothing behind.
+  trap 'down >/dev/null 2>&1 || true' ERR
+  ip netns add "$sw"
+  ip -n "$sw" link add br0 type bridge
+  ip -n "$sw" link set br0 up
+  ip -n "$sw" link set lo up
+  for ((k = 0; k < n; k++)); do
+    local ns
+    ns=$(host_ns "$k")
+    ip netns add "$ns"
+    ip link add "p$k" netns "$sw" type veth peer name eth0 netns "$ns"
+    ip -n "$sw" link set "p$k" master br0 up
+    ip -n "$ns" link set lo up
+    ip -n "$ns" addr add "10.77.0.$((k + 1))/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    # A process holding a private mount namespace (own /dev/shm) and UTS namespace (own
+    # hostname) inside the host's network namespace; `exec` enters all three through it.
+    ip netns exec "$ns" unshare --mount --uts --propagation private \
+      sh -c "mount -t tmpfs -o size=512m tmpfs /dev/shm && hostname $set_name-h$k && exec sleep infinity" \
+      </dev/null >/dev/null 2>&1 &
+    echo $! >"$state/h$k.pid"
+  done
+  echo "$n" >"$state/n"
+  # Wait until every holder has its namespaces set up.
+  for ((k = 0; k < n; k++)); do
+    local pid
+    pid=$(cat "$state/h$k.pid")
+    for _ in $(seq 100); do
+      [[ $(nsenter -t "$pid" -u hostname 2>/dev/null) == "$set_name-h$k" ]] && break
+      sleep 0.05
+    done
+    [[ $(nsenter -t "$pid" -u hostname 2>/dev/null) == "$set_name-h$k" ]] ||
+      die "host $k did not come up"
+  done
+  trap - ERR
+}
+
+down() {
+  if [[ -d $state ]]; then
+    for f in "$state"/h*.pid; do
+      [[ -f $f ]] || continue
+      local pid
+      pid=$(cat "$f")
+      # Everything started on the host, then the holder itself.
+      for p in $(ps -e -o pid= ); do
+        [[ $p != "$pid" && $(readlink "/proc/$p/ns/mnt" 2>/dev/null) == "$(readlink "/proc/$pid/ns/mnt" 2>/dev/null)" ]] &&
+          kill -9 "$p" 2>/dev/null || true
+      done
+      kill -9 "$pid" 2>/dev/null || true
+    done
+  fi
+  for ns in $(ip netns list | awk '{print $1}' | grep -E "^$set_name-(h[0-9]+|sw)$" || true); do
+    ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+    ip netns delete "$ns"
+  done
+  rm -rf "$state"
+}
+
+run_on() {
+  local k=$1
+  shift
+  local pid
+  pid=$(holder_pid "$k")
+  # In the same working directory (entering a mount namespace would start at its root).
+  exec nsenter -t "$pid" -n -m -u --wd="$PWD" -- "$@"
+}
+
+link() {
+  holder_pid "$1" >/dev/null
+  ip -n "$sw" link set "p$1" "$2"
+}
+
+netem() {
+  local k=$1
+  shift
+  local ns
+  holder_pid "$k" >/dev/null
+  ns=$(host_ns "$k")
+  if [[ ${1:-} == off ]]; then
+    ip netns exec "$ns" tc qdisc del dev eth0 root 2>/dev/null || true
+  else
+    ip netns exec "$ns" tc qdisc replace dev eth0 root netem "$@" ||
+      die "tc netem failed: this kernel may lack netem (CONFIG_NET_SCH_NETEM; $(uname -r))"
+  fi
+}
+
+cmd=${1:-}
+shift || true
+case $cmd in
+up) up "${1:?up N}" ;;
+down) down ;;
+exec) run_on "${1:?exec K CMD...}" "${@:2}" ;;
+cut) link "${1:?cut K}" down ;;
+restore) link "${1:?restore K}" up ;;
+netem) netem "${1:?netem K ARGS}" "${@:2}" ;;
+*) die "usage: netns_hosts.sh up N | exec K CMD... | cut K | restore K | netem K ARGS|off | down" ;;
+esac
