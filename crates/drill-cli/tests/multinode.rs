@@ -1,7 +1,8 @@
 //! Multi-node training across hosts made of Linux namespaces (`scripts/netns_hosts.sh`: own
 //! network, /dev/shm and hostname each, joined by a bridge): DDP to the stop value with shared
-//! memory inside a host and TCP between hosts, and a cut link named within 5 s with the
-//! launchers gone within 10 s. Needs root; `cargo test --release -p drill-cli --features
+//! memory inside a host and TCP between hosts; a cut link named within 5 s with the
+//! launchers gone within 10 s; a cut link restored, the group restarted (`--max-restarts 1`)
+//! from its newest checkpoint and trained to the stop value. Needs root; `cargo test --release -p drill-cli --features
 //! netns --test multinode`. Every test removes the hosts it made, also when it fails.
 #![cfg(feature = "netns")]
 
@@ -276,4 +277,55 @@ fn a_cut_link_is_named_within_5_s_and_every_launcher_exits_within_10_s() {
             "host {h}: exited after {exited:?}\n{text}"
         );
     }
+}
+
+#[test]
+fn a_job_whose_link_is_cut_and_restored_restarts_and_reaches_the_stop_value() {
+    let hosts = Hosts::up(2, "r");
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config();
+    let train = [
+        "--max-restarts",
+        "1",
+        "--",
+        env!("CARGO_BIN_EXE_drill"),
+        "train",
+        &cfg,
+        "--exp-dir",
+        "rs",
+    ];
+    let mut nodes: Vec<Node> = (0..2)
+        .map(|h| hosts.launch(h, 2, 1, &train, tmp.path()))
+        .collect();
+    let start = Instant::now();
+    while nodes.iter().any(|n| n.line("TCP with ranks").is_none()) {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the job did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    hosts.link(1, "cut");
+    std::thread::sleep(Duration::from_secs(5));
+    hosts.link(1, "restore");
+    let restored = Instant::now();
+    for (h, n) in nodes.iter_mut().enumerate() {
+        let (status, _) = n
+            .wait(Duration::from_secs(120))
+            .unwrap_or_else(|| panic!("host {h} did not finish:\n{}", n.text()));
+        let text = n.text();
+        assert!(status.success(), "host {h}: {status}\n{text}");
+        assert!(
+            text.contains("restarting the group (attempt 1 of 1)"),
+            "host {h}:\n{text}"
+        );
+    }
+    println!(
+        "cut for 5 s, restarted, stop value {:.1} s after the link came back",
+        restored.elapsed().as_secs_f64()
+    );
+    let result: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tmp.path().join("rs/result.json")).unwrap())
+            .unwrap();
+    assert_eq!(result["stop_reached"], true, "{result}");
 }
