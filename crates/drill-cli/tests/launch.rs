@@ -215,3 +215,41 @@ fn multi_node_without_a_shared_token_is_refused() {
     assert!(!out.status.success());
     assert!(text(&out).1.contains("DRILL_JOB_TOKEN"), "{}", text(&out).1);
 }
+
+#[test]
+fn bench_comm_runs_every_collective_at_any_world_size() {
+    for n in ["1", "2", "3"] {
+        let out = drill()
+            .args(["launch", "--standalone", "--nproc-per-node", n, "--"])
+            .args([env!("CARGO_BIN_EXE_drill"), "bench", "comm", "--ops", "all"])
+            .args(["--sizes", "4K,96K", "--iters", "2"])
+            .output()
+            .unwrap();
+        let (so, se) = text(&out);
+        assert!(out.status.success(), "{n} ranks: {so}\n{se}");
+        for op in drill_cli_ops(n != "1") {
+            assert!(
+                so.lines().any(|l| l.contains(&format!("] {op} "))),
+                "{n} ranks: no {op} row:\n{so}"
+            );
+        }
+    }
+}
+
+/// The collectives `--ops all` covers (the pairwise ones need two ranks).
+fn drill_cli_ops(pairs: bool) -> Vec<&'static str> {
+    let mut ops = vec![
+        "all_reduce",
+        "broadcast",
+        "reduce",
+        "all_gather",
+        "gather",
+        "scatter",
+        "reduce_scatter",
+        "barrier",
+    ];
+    if pairs {
+        ops.extend(["send_recv", "tcp_stream"]);
+    }
+    ops
+}

@@ -66,8 +66,9 @@ pub struct Args {
     /// comm: backend (tcp, mpi, nccl; default DRILL_BACKEND or tcp).
     #[arg(long)]
     pub backend: Option<String>,
-    /// comm: operations, comma-separated, or `all` (all_reduce, broadcast, all_gather,
-    /// reduce_scatter, barrier, tcp_stream = single-stream loopback TCP between ranks 0 and 1).
+    /// comm: operations, comma-separated, or `all` (all_reduce, broadcast, reduce, all_gather,
+    /// gather, scatter, reduce_scatter, send_recv = ranks 0 and 1, barrier, tcp_stream = one
+    /// plain TCP stream between ranks 0 and 1, on the network that reaches the store).
     #[arg(long)]
     pub ops: Option<String>,
     /// comm: message sizes in bytes, comma-separated (K/M/G suffixes), default 1K,64K,1M,16M,64M.

@@ -9,11 +9,15 @@ use anyhow::{Context, bail};
 use drill_comm::{BackendKind, InitOptions, ProcessGroup, ReduceOp};
 
 /// Operations the benchmark knows.
-pub const OPS: [&str; 6] = [
+pub const OPS: [&str; 10] = [
     "all_reduce",
     "broadcast",
+    "reduce",
     "all_gather",
+    "gather",
+    "scatter",
     "reduce_scatter",
+    "send_recv",
     "barrier",
     "tcp_stream",
 ];
@@ -61,6 +65,8 @@ fn bench_one(
     let mut out = vec![0f32; count * n];
     let mut part = vec![0f32; count / n.max(1)];
     let full: Vec<f32> = (0..part.len() * n).map(|i| val(r, i)).collect();
+    let scattered: Vec<f32> = (0..part.len() * n).map(|i| val(0, i)).collect();
+    let mut ack = [0f32; 1];
     let mut run = |verify: bool| -> anyhow::Result<()> {
         match op {
             "all_reduce" => {
@@ -115,16 +121,70 @@ fn bench_one(
                     }
                 }
             }
+            "reduce" => {
+                if verify {
+                    buf.iter_mut().enumerate().for_each(|(i, x)| *x = val(r, i));
+                }
+                pg.reduce(&mut buf, ReduceOp::Sum, 0)?;
+                if verify && r == 0 {
+                    for (i, &x) in buf.iter().enumerate() {
+                        let want: f32 = (0..n).map(|q| val(q, i)).sum();
+                        if x != want {
+                            bail!("reduce {size} B: element {i} is {x}, expected {want}");
+                        }
+                    }
+                }
+            }
+            "gather" => {
+                pg.gather(&buf, (r == 0).then_some(&mut out[..]), 0)?;
+                if verify
+                    && r == 0
+                    && let Some(i) =
+                        (0..count * n).find(|&i| out[i] != val(i / count.max(1), i % count.max(1)))
+                {
+                    bail!("gather {size} B: element {i} is wrong");
+                }
+            }
+            "scatter" => {
+                // Block q of rank 0's buffer is rank q's.
+                pg.scatter((r == 0).then_some(&scattered[..]), &mut part, 0)?;
+                if verify
+                    && let Some(j) =
+                        (0..part.len()).find(|&j| part[j] != val(0, r * part.len() + j))
+                {
+                    bail!("scatter {size} B: rank {r} element {j} is wrong");
+                }
+            }
+            "send_recv" => {
+                // Ranks 0 and 1 (the others wait): a message there and an ack back.
+                if r == 0 {
+                    pg.send(&buf, 1, 7)?;
+                    pg.recv(&mut ack, 1, 8)?;
+                } else if r == 1 {
+                    if verify {
+                        buf.iter_mut().for_each(|x| *x = -1.0);
+                    }
+                    pg.recv(&mut buf, 0, 7)?;
+                    pg.send(&ack, 0, 8)?;
+                    if verify && let Some(i) = (0..count).find(|&i| buf[i] != val(0, i)) {
+                        bail!("send_recv {size} B: element {i} is wrong");
+                    }
+                }
+            }
             "barrier" => pg.barrier()?,
             "tcp_stream" => {
-                let s = tcp.as_mut().context("tcp_stream needs 2 ranks")?;
                 let bytes: &mut [u8] = bytemuck_bytes(&mut buf);
-                if r == 0 {
-                    s.write_all(bytes)?;
-                    s.read_exact(&mut [0u8; 1])?;
-                } else if r == 1 {
-                    s.read_exact(bytes)?;
-                    s.write_all(&[1])?;
+                match (r, tcp.as_mut()) {
+                    (0, Some(s)) => {
+                        s.write_all(bytes)?;
+                        s.read_exact(&mut [0u8; 1])?;
+                    }
+                    (1, Some(s)) => {
+                        s.read_exact(bytes)?;
+                        s.write_all(&[1])?;
+                    }
+                    (0 | 1, None) => bail!("tcp_stream: no stream between ranks 0 and 1"),
+                    _ => {}
                 }
             }
             other => bail!("unknown op {other:?}; known: {}", OPS.join(", ")),
@@ -172,7 +232,7 @@ pub fn run(
     let ops: Vec<String> = match ops {
         None | Some("all") => OPS
             .iter()
-            .filter(|o| **o != "tcp_stream" || pg.world_size() >= 2)
+            .filter(|o| !matches!(**o, "tcp_stream" | "send_recv") || pg.world_size() >= 2)
             .map(|s| s.to_string())
             .collect(),
         Some(list) => list.split(',').map(|s| s.trim().to_string()).collect(),
@@ -189,15 +249,21 @@ pub fn run(
     let (n, r) = (pg.world_size(), pg.rank());
     let mut tcp = None;
     if ops.iter().any(|o| o == "tcp_stream") && n >= 2 {
-        // A plain loopback TCP stream between ranks 0 and 1: the single-stream limit.
+        // A plain TCP stream between ranks 0 and 1 (the single-stream limit), on the address
+        // rank 0 reaches the store from: loopback on one host, the network between hosts.
         if r == 0 {
-            let l = TcpListener::bind("127.0.0.1:0")?;
-            pg.broadcast_object(Some(&l.local_addr()?.port()), 0)?;
+            let ip = pg
+                .store()
+                .and_then(|s| s.local_ip())
+                .filter(|ip| !ip.is_unspecified())
+                .map_or_else(|| "127.0.0.1".to_string(), |ip| ip.to_string());
+            let l = TcpListener::bind((ip.as_str(), 0))?;
+            pg.broadcast_object(Some(&(ip, l.local_addr()?.port())), 0)?;
             tcp = Some(l.accept()?.0);
         } else {
-            let port: u16 = pg.broadcast_object(None, 0)?;
+            let (ip, port): (String, u16) = pg.broadcast_object(None, 0)?;
             if r == 1 {
-                tcp = Some(TcpStream::connect(("127.0.0.1", port))?);
+                tcp = Some(TcpStream::connect((ip.as_str(), port))?);
             }
         }
         if let Some(s) = &tcp {
