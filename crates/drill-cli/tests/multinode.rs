@@ -150,30 +150,61 @@ impl Drop for Node {
     }
 }
 
-fn config() -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../configs/cartpole_dqn_ddp.toml")
-        .display()
-        .to_string()
+/// `drill train configs/cartpole_dqn_ddp.toml` into `dir/exp` under a launcher on each of the
+/// 2 hosts: `nproc` ranks each, `launch` options first, `--set` overrides `sets`.
+fn train(
+    hosts: &Hosts,
+    nproc: usize,
+    launch: &[&str],
+    dir: &Path,
+    exp: &str,
+    sets: &[&str],
+) -> Vec<Node> {
+    let cfg = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/cartpole_dqn_ddp.toml");
+    let cfg = cfg.display().to_string();
+    let mut args: Vec<&str> = launch.to_vec();
+    args.extend([
+        "--",
+        env!("CARGO_BIN_EXE_drill"),
+        "train",
+        &cfg,
+        "--exp-dir",
+        exp,
+    ]);
+    for s in sets {
+        args.extend(["--set", s]);
+    }
+    (0..2)
+        .map(|h| hosts.launch(h, 2, nproc, &args, dir))
+        .collect()
+}
+
+/// Wait until every launcher printed its ranks' connection lines.
+fn wait_connected(nodes: &[Node]) {
+    let start = Instant::now();
+    while nodes.iter().any(|n| n.line("TCP with ranks").is_none()) {
+        let all: String = nodes.iter().map(Node::text).collect();
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the job did not start:\n{all}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The result.json of the run in `dir`.
+fn result(dir: &Path) -> serde_json::Value {
+    let path = dir.join("result.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
 }
 
 #[test]
 fn two_hosts_of_two_ranks_train_to_the_stop_value_over_shm_inside_and_tcp_between() {
     let hosts = Hosts::up(2, "t");
     let tmp = tempfile::tempdir().unwrap();
-    let cfg = config();
-    let train = [
-        "--",
-        env!("CARGO_BIN_EXE_drill"),
-        "train",
-        &cfg,
-        "--exp-dir",
-        "nn",
-    ];
     let t = Instant::now();
-    let mut nodes: Vec<Node> = (0..2)
-        .map(|h| hosts.launch(h, 2, 2, &train, tmp.path()))
-        .collect();
+    let mut nodes = train(&hosts, 2, &[], tmp.path(), "nn", &[]);
     for (h, n) in nodes.iter_mut().enumerate() {
         let (status, _) = n
             .wait(Duration::from_secs(120))
@@ -205,13 +236,7 @@ fn two_hosts_of_two_ranks_train_to_the_stop_value_over_shm_inside_and_tcp_betwee
             "{line}"
         );
     }
-    let listing: Vec<_> = std::fs::read_dir(tmp.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    let result = std::fs::read_to_string(tmp.path().join("nn/result.json"))
-        .unwrap_or_else(|e| panic!("nn/result.json: {e}; the folder holds {listing:?}\n{all}"));
-    let result: serde_json::Value = serde_json::from_str(&result).unwrap();
+    let result = result(&tmp.path().join("nn"));
     assert_eq!(result["stop_reached"], true, "{result}");
 }
 
@@ -219,33 +244,10 @@ fn two_hosts_of_two_ranks_train_to_the_stop_value_over_shm_inside_and_tcp_betwee
 fn a_cut_link_is_named_within_5_s_and_every_launcher_exits_within_10_s() {
     let hosts = Hosts::up(2, "c");
     let tmp = tempfile::tempdir().unwrap();
-    let cfg = config();
     // A stop value that cannot be reached: the job runs until the cut.
-    let train = [
-        "--",
-        env!("CARGO_BIN_EXE_drill"),
-        "train",
-        &cfg,
-        "--exp-dir",
-        "cut",
-        "--set",
-        "env.stop_value=1000000",
-        "--set",
-        "max_env_step=1000000000",
-    ];
-    let mut nodes: Vec<Node> = (0..2)
-        .map(|h| hosts.launch(h, 2, 1, &train, tmp.path()))
-        .collect();
-    let start = Instant::now();
-    while nodes.iter().any(|n| n.line("TCP with ranks").is_none()) {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "the job did not start:\n{}\n{}",
-            nodes[0].text(),
-            nodes[1].text()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let sets = ["env.stop_value=1000000", "max_env_step=1000000000"];
+    let mut nodes = train(&hosts, 1, &[], tmp.path(), "cut", &sets);
+    wait_connected(&nodes);
     std::thread::sleep(Duration::from_secs(2));
     hosts.link(1, "cut");
     let cut = Instant::now();
@@ -283,28 +285,8 @@ fn a_cut_link_is_named_within_5_s_and_every_launcher_exits_within_10_s() {
 fn a_job_whose_link_is_cut_and_restored_restarts_and_reaches_the_stop_value() {
     let hosts = Hosts::up(2, "r");
     let tmp = tempfile::tempdir().unwrap();
-    let cfg = config();
-    let train = [
-        "--max-restarts",
-        "1",
-        "--",
-        env!("CARGO_BIN_EXE_drill"),
-        "train",
-        &cfg,
-        "--exp-dir",
-        "rs",
-    ];
-    let mut nodes: Vec<Node> = (0..2)
-        .map(|h| hosts.launch(h, 2, 1, &train, tmp.path()))
-        .collect();
-    let start = Instant::now();
-    while nodes.iter().any(|n| n.line("TCP with ranks").is_none()) {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "the job did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut nodes = train(&hosts, 1, &["--max-restarts", "1"], tmp.path(), "rs", &[]);
+    wait_connected(&nodes);
     hosts.link(1, "cut");
     std::thread::sleep(Duration::from_secs(5));
     hosts.link(1, "restore");
@@ -324,8 +306,6 @@ fn a_job_whose_link_is_cut_and_restored_restarts_and_reaches_the_stop_value() {
         "cut for 5 s, restarted, stop value {:.1} s after the link came back",
         restored.elapsed().as_secs_f64()
     );
-    let result: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(tmp.path().join("rs/result.json")).unwrap())
-            .unwrap();
+    let result = result(&tmp.path().join("rs"));
     assert_eq!(result["stop_reached"], true, "{result}");
 }
