@@ -54,8 +54,23 @@ impl Hosts {
         assert!(out.status.success(), "{how} {host}: {out:?}");
     }
 
-    /// `drill launch` on `host` (node rank `host`, the store on host 0) training `args`.
-    fn launch(&self, host: usize, nodes: usize, nproc: usize, extra: &[&str], dir: &Path) -> Node {
+    /// `drill launch` on `host` (node rank `host`, the store on host 0) with `args`.
+    fn launch(&self, host: usize, nodes: usize, nproc: usize, args: &[&str], dir: &Path) -> Node {
+        let rank = host.to_string();
+        let rendezvous = ["--node-rank", &rank, "--master-addr", "10.77.0.1"];
+        self.launch_with(host, nodes, nproc, &rendezvous, args, dir)
+    }
+
+    /// `drill launch` on `host` with `rendezvous` options, then `args`.
+    fn launch_with(
+        &self,
+        host: usize,
+        nodes: usize,
+        nproc: usize,
+        rendezvous: &[&str],
+        args: &[&str],
+        dir: &Path,
+    ) -> Node {
         let mut c = self.script();
         c.args([
             "exec",
@@ -63,15 +78,11 @@ impl Hosts {
             env!("CARGO_BIN_EXE_drill"),
             "launch",
         ])
-        .args([
-            "--nnodes",
-            &nodes.to_string(),
-            "--node-rank",
-            &host.to_string(),
-        ])
+        .args(["--nnodes", &nodes.to_string()])
         .args(["--nproc-per-node", &nproc.to_string()])
-        .args(["--master-addr", "10.77.0.1", "--master-port", "29517"])
-        .args(extra)
+        .args(["--master-port", "29517"])
+        .args(rendezvous)
+        .args(args)
         .current_dir(dir)
         .env("DRILL_JOB_TOKEN", "netns-test")
         .stdout(Stdio::piped())
@@ -307,5 +318,33 @@ fn a_job_whose_link_is_cut_and_restored_restarts_and_reaches_the_stop_value() {
         restored.elapsed().as_secs_f64()
     );
     let result = result(&tmp.path().join("rs"));
+    assert_eq!(result["stop_reached"], true, "{result}");
+}
+
+#[test]
+fn a_host_that_starts_10_s_late_joins_through_the_rendezvous_endpoint() {
+    let hosts = Hosts::up(2, "l");
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/cartpole_dqn_ddp.toml");
+    let cfg = cfg.display().to_string();
+    let args = [
+        "--",
+        env!("CARGO_BIN_EXE_drill"),
+        "train",
+        &cfg,
+        "--exp-dir",
+        "late",
+    ];
+    let rendezvous = ["--rdzv-endpoint", "10.77.0.1:29518", "--rdzv-id", "late"];
+    let mut first = hosts.launch_with(0, 2, 1, &rendezvous, &args, tmp.path());
+    std::thread::sleep(Duration::from_secs(10));
+    let mut late = hosts.launch_with(1, 2, 1, &rendezvous, &args, tmp.path());
+    for (h, n) in [&mut first, &mut late].into_iter().enumerate() {
+        let (status, _) = n
+            .wait(Duration::from_secs(120))
+            .unwrap_or_else(|| panic!("host {h} did not finish:\n{}", n.text()));
+        assert!(status.success(), "host {h}: {status}\n{}", n.text());
+    }
+    let result = result(&tmp.path().join("late"));
     assert_eq!(result["stop_reached"], true, "{result}");
 }
