@@ -2,7 +2,8 @@
 //! network, /dev/shm and hostname each, joined by a bridge): DDP to the stop value with shared
 //! memory inside a host and TCP between hosts; a cut link named within 5 s with the
 //! launchers gone within 10 s; a cut link restored, the group restarted (`--max-restarts 1`)
-//! from its newest checkpoint and trained to the stop value. Needs root; `cargo test --release -p drill-cli --features
+//! from its newest checkpoint and trained to the stop value; a host 10 s late joining
+//! through `--rdzv-endpoint`. Needs root; `cargo test --release -p drill-cli --features
 //! netns --test multinode`. Every test removes the hosts it made, also when it fails.
 #![cfg(feature = "netns")]
 
