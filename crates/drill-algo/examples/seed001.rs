@@ -64,7 +64,9 @@ fn evaluate<'a>(
     p: &DqnPolicy,
     agent: &'a RefCell<Dqn>,
 ) -> InteractionEvaluator<'a, Dqn> {
-    let evaluator: Evaluator = session::evaluator(cfg, 1).unwrap();
+    let evaluator: Evaluator = session::evaluator(cfg, 1, 0, 1)
+        .unwrap()
+        .expect("one rank holds every evaluator copy");
     InteractionEvaluator::new(
         Some(evaluator),
         p.eval.evaluator.eval_freq,

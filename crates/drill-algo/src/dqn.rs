@@ -446,9 +446,7 @@ pub fn train_roles(
     }
     if roles.evaluator {
         // Evaluate greedily every eval_freq train iterations (and before training).
-        let evaluator = (rank == 0)
-            .then(|| session::evaluator(cfg, world.max(slots)))
-            .transpose()?;
+        let evaluator = session::evaluator(cfg, world.max(slots), ranks.rank(), ranks.world())?;
         task.use_mw(
             InteractionEvaluator::new(
                 evaluator,

@@ -137,7 +137,7 @@ pub fn evaluate(
         config.env.env_threads,
         &session::atari_options(config).eval(),
     )?;
-    let mut evaluator = eval::Evaluator::with_envs(venv, episodes.max(1));
+    let mut evaluator = eval::Evaluator::with_envs(venv, episodes.max(1), seed);
     let alone = ddp::Ranks::alone();
     match &config.policy {
         drill_config::Policy::Dqn(p) => {

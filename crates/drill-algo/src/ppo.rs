@@ -374,9 +374,7 @@ pub fn train(
     task.ctx_mut().train_iter = ppo.borrow().iters;
 
     // ALGO: evaluate deterministically every eval_freq train iterations (and before training).
-    let evaluator = (rank == 0)
-        .then(|| session::evaluator(cfg, world))
-        .transpose()?;
+    let evaluator = session::evaluator(cfg, world, ranks.rank(), ranks.world())?;
     task.use_mw(InteractionEvaluator::new(
         evaluator,
         p.eval.evaluator.eval_freq,

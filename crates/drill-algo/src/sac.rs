@@ -393,9 +393,7 @@ pub fn train(
     task.ctx_mut().train_iter = sac.borrow().iters;
 
     // ALGO: the same off-policy pipeline as DQN, without epsilon (SAC explores by sampling).
-    let evaluator = (rank == 0)
-        .then(|| session::evaluator(cfg, world))
-        .transpose()?;
+    let evaluator = session::evaluator(cfg, world, ranks.rank(), ranks.world())?;
     task.use_mw(InteractionEvaluator::new(
         evaluator,
         eval_freq,

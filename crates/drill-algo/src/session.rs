@@ -109,16 +109,36 @@ pub fn collector_envs(cfg: &Config, rank: usize) -> Result<Box<dyn DynVecEnv>, T
     Ok(venv)
 }
 
-/// The evaluator (seeded after every rank's collector copies).
-pub fn evaluator(cfg: &Config, world: usize) -> Result<Evaluator, TrainError> {
+/// This rank's share of the evaluator: of `env.evaluator_env_num` copies (seeded after the
+/// collector copies of `seeded_ranks` ranks), the block of rank `rank` of `ranks`; `None` when
+/// there are more ranks than copies and this one gets none. The shares together evaluate
+/// exactly as one process would ([`Evaluator`]).
+pub fn evaluator(
+    cfg: &Config,
+    seeded_ranks: usize,
+    rank: usize,
+    ranks: usize,
+) -> Result<Option<Evaluator>, TrainError> {
+    let total = cfg.env.evaluator_env_num;
+    let (lo, hi) = (total * rank / ranks, total * (rank + 1) / ranks);
+    if lo == hi {
+        return Ok(None);
+    }
+    let seed = cfg.seed + (seeded_ranks * cfg.env.collector_env_num) as u64;
     let venv = make_vec_with(
         &cfg.env.id,
-        cfg.env.evaluator_env_num,
-        cfg.seed + (world * cfg.env.collector_env_num) as u64,
+        hi - lo,
+        seed + lo as u64,
         cfg.env.env_threads,
         &atari_options(cfg).eval(),
     )?;
-    Ok(Evaluator::with_envs(venv, cfg.env.n_evaluator_episode))
+    Ok(Some(Evaluator::share(
+        venv,
+        cfg.env.n_evaluator_episode,
+        total,
+        lo,
+        seed,
+    )))
 }
 
 /// The run's result from the task's last context.

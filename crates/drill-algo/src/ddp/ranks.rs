@@ -63,14 +63,14 @@ impl Ranks {
         Ok(v[0] == 1)
     }
 
-    /// Rank 0's value on every rank (`value` is `Some` on rank 0).
-    pub fn from_rank0<T: Serialize + DeserializeOwned>(
+    /// Every rank's `mine`, on every rank, in rank order.
+    pub fn all_gather<T: Serialize + DeserializeOwned>(
         &self,
-        value: Option<T>,
-    ) -> Result<T, TrainError> {
+        mine: T,
+    ) -> Result<Vec<T>, TrainError> {
         Ok(match &self.0 {
-            Some(pg) => pg.broadcast_object(value.as_ref(), 0)?,
-            None => value.expect("rank 0 provides the value"),
+            Some(pg) => pg.all_gather_object(&mine)?,
+            None => vec![mine],
         })
     }
 

@@ -7,12 +7,14 @@ use drill_task::{Middleware, OnlineRLContext, TaskError, TaskHandle};
 
 use super::{EvalOutput, LastEval, task_err};
 use crate::ddp::Ranks;
-use crate::eval::Evaluator;
+use crate::eval::{EvalResult, Evaluator};
 use crate::policy::Policy;
 
 /// Evaluates the policy's eval side when none has been evaluated yet or `eval_freq` train
 /// iterations passed since the last evaluation; finishes the task when the mean return
-/// reaches `stop_value`. Under DDP rank 0 evaluates and every rank gets its result.
+/// reaches `stop_value`. Under DDP every rank runs its share of the episodes
+/// ([`crate::session::evaluator`]) and every rank gets the whole result, the same as one
+/// process evaluating alone would get.
 pub struct InteractionEvaluator<'a, P> {
     evaluator: Option<Evaluator>,
     eval_freq: u64,
@@ -23,7 +25,7 @@ pub struct InteractionEvaluator<'a, P> {
 }
 
 impl<'a, P: Policy> InteractionEvaluator<'a, P> {
-    /// `evaluator` is `Some` on rank 0 (`None` elsewhere).
+    /// `evaluator` is this rank's share (`None`: a rank with no evaluator copy).
     pub fn new(
         evaluator: Option<Evaluator>,
         eval_freq: u64,
@@ -61,11 +63,12 @@ impl<P: Policy> Middleware<OnlineRLContext> for InteractionEvaluator<'_, P> {
         if task.finished() || !due {
             return Ok(());
         }
-        let local = self.evaluator.as_mut().map(|e| {
+        let mine = self.evaluator.as_mut().map_or_else(Vec::new, |e| {
             let mut policy = self.policy.borrow_mut();
-            e.run(|obs, out| policy.eval(obs, out))
+            e.run_episodes(|obs, out| policy.eval(obs, out))
         });
-        let result = self.ranks.from_rank0(local).map_err(task_err)?;
+        let episodes = self.ranks.all_gather(mine).map_err(task_err)?;
+        let result = EvalResult::from_episodes(episodes.into_iter().flatten().collect());
         let stop = self.stop_value.is_some_and(|v| result.mean >= v);
         ctx.eval_value = Some(result.mean);
         ctx.last_eval_iter = Some(ctx.train_iter);
