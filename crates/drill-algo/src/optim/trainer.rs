@@ -93,16 +93,7 @@ impl<M: Module> Trainer<M> {
         let add = std::mem::take(&mut self.accumulated);
         for r in 0..self.reads.len() {
             let slots = self.reads[r].clone();
-            match &self.gpu {
-                Some(device) => {
-                    let g = &mut self.grads;
-                    (self.layout).read_grads_fused(slots.clone(), &mut grads, g, add, device)
-                }
-                None => slots
-                    .clone()
-                    .rev()
-                    .for_each(|i| self.layout.read_grad(i, &mut grads, &mut self.grads, add)),
-            }
+            self.read_grads(slots.clone(), &mut grads, add);
             if let Some(sync) = &mut self.sync {
                 for i in slots.rev() {
                     if let Err(e) = sync.slot_ready(i, &mut self.grads) {
@@ -125,12 +116,18 @@ impl<M: Module> Trainer<M> {
     pub fn backward_no_sync(&mut self, loss: Tensor<1>) {
         let mut grads = GradientsParams::from_grads(loss.backward(), self.model());
         let add = std::mem::replace(&mut self.accumulated, true);
-        let all = 0..self.layout.slots.len();
+        self.read_grads(0..self.layout.slots.len(), &mut grads, add);
+    }
+
+    /// The gradients of parameters `slots` into [`Self::grads`] (added when `add`): one
+    /// transfer on a GPU, each parameter's buffer handed over on the CPU.
+    fn read_grads(&mut self, slots: Range<usize>, grads: &mut GradientsParams, add: bool) {
+        let out = &mut self.grads;
         match &self.gpu {
-            Some(device) => {
-                (self.layout).read_grads_fused(all, &mut grads, &mut self.grads, add, device)
-            }
-            None => all.for_each(|i| self.layout.read_grad(i, &mut grads, &mut self.grads, add)),
+            Some(device) => self.layout.read_grads_fused(slots, grads, out, add, device),
+            None => slots
+                .rev()
+                .for_each(|i| self.layout.read_grad(i, grads, out, add)),
         }
     }
 

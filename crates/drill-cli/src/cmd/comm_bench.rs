@@ -50,6 +50,25 @@ fn bus_factor(op: &str, n: usize) -> f64 {
     }
 }
 
+/// `Err` naming the first element of rank `r`'s reduced `buf` that is not the sum over the
+/// `n` ranks of their `val(rank, element)`.
+fn check_sums(
+    op: &str,
+    size: usize,
+    r: usize,
+    n: usize,
+    buf: &[f32],
+    val: impl Fn(usize, usize) -> f32,
+) -> anyhow::Result<()> {
+    for (i, &x) in buf.iter().enumerate() {
+        let want: f32 = (0..n).map(|q| val(q, i)).sum();
+        if x != want {
+            bail!("{op} {size} B: rank {r} element {i} is {x}, expected {want}");
+        }
+    }
+    Ok(())
+}
+
 /// One measured operation: verify, then time `iters` runs (the slowest rank's time counts).
 fn bench_one(
     pg: &ProcessGroup,
@@ -75,14 +94,7 @@ fn bench_one(
                 }
                 pg.all_reduce(&mut buf, ReduceOp::Sum)?;
                 if verify {
-                    for (i, &x) in buf.iter().enumerate() {
-                        let want: f32 = (0..n).map(|q| val(q, i)).sum();
-                        if x != want {
-                            bail!(
-                                "all_reduce {size} B: rank {r} element {i} is {x}, expected {want}"
-                            );
-                        }
-                    }
+                    check_sums("all_reduce", size, r, n, &buf, val)?;
                 }
             }
             "broadcast" => {
@@ -127,12 +139,7 @@ fn bench_one(
                 }
                 pg.reduce(&mut buf, ReduceOp::Sum, 0)?;
                 if verify && r == 0 {
-                    for (i, &x) in buf.iter().enumerate() {
-                        let want: f32 = (0..n).map(|q| val(q, i)).sum();
-                        if x != want {
-                            bail!("reduce {size} B: element {i} is {x}, expected {want}");
-                        }
-                    }
+                    check_sums("reduce", size, r, n, &buf, val)?;
                 }
             }
             "gather" => {

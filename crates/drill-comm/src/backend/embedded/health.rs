@@ -57,21 +57,12 @@ impl Health {
 
     /// Record that the job is broken because of `rank` (the first cause wins).
     pub fn set_broken(&self, rank: usize, detail: String) {
-        let mut w = self.why.lock().unwrap_or_else(|p| p.into_inner());
-        if w.is_none() {
-            *w = Some((rank, detail));
-        }
-        self.broken.store(true, Ordering::Release);
+        self.record(rank, detail, None);
     }
 
     /// Record that the job is broken because `rank` fell silent (the first cause wins).
     pub fn set_silent(&self, rank: usize, detail: String) {
-        let mut w = self.why.lock().unwrap_or_else(|p| p.into_inner());
-        if w.is_none() {
-            *w = Some((rank, detail));
-            self.silent.store(true, Ordering::Release);
-        }
-        self.broken.store(true, Ordering::Release);
+        self.record(rank, detail, Some(&self.silent));
     }
 
     /// Whether the cause is a peer that fell silent.
@@ -83,10 +74,18 @@ impl Health {
     /// Record that peer `by` gave up on this rank because its data did not match (the first
     /// cause wins): this rank's calls then fail with a protocol error naming `by`.
     pub fn set_rejected(&self, by: usize, detail: String) {
+        self.record(by, detail, Some(&self.rejected));
+    }
+
+    /// Mark the job broken; if this is the first cause, keep `rank` and `detail` and raise
+    /// `kind` (the flag saying what sort of cause it is).
+    fn record(&self, rank: usize, detail: String, kind: Option<&AtomicBool>) {
         let mut w = self.why.lock().unwrap_or_else(|p| p.into_inner());
         if w.is_none() {
-            *w = Some((by, detail));
-            self.rejected.store(true, Ordering::Release);
+            *w = Some((rank, detail));
+            if let Some(kind) = kind {
+                kind.store(true, Ordering::Release);
+            }
         }
         self.broken.store(true, Ordering::Release);
     }
