@@ -190,7 +190,7 @@ pub fn check_data_parallel(config: &Config, how: &str) -> Result<(), TrainError>
 /// Join the data-parallel job the environment describes (RANK/WORLD_SIZE/..., Slurm or
 /// OpenMPI variables), on the backend the config asks for: NCCL when `policy.cuda` on CUDA (a
 /// Vulkan GPU's gradients go through the embedded backend), MPI when
-/// started by mpirun/srun in a build with MPI (unless `DRILL_BACKEND` says otherwise), else
+/// started by mpirun or `srun --mpi=pmix|pmi2` in a build with MPI (unless `DRILL_BACKEND` says otherwise), else
 /// the embedded one. `None` alone; a config without `policy.multi_gpu` started as several
 /// ranks is refused, naming the key.
 pub fn join(config: &Config) -> Result<Option<ProcessGroup>, TrainError> {
@@ -220,7 +220,7 @@ pub fn join(config: &Config) -> Result<Option<ProcessGroup>, TrainError> {
         Some(BackendKind::Nccl)
     } else if std::env::var_os("DRILL_BACKEND").is_none()
         && BackendKind::Mpi.built()
-        && (info.source.starts_with("OpenMPI") || info.source.starts_with("PMI"))
+        && info.mpi
     {
         Some(BackendKind::Mpi)
     } else {
@@ -230,5 +230,12 @@ pub fn join(config: &Config) -> Result<Option<ProcessGroup>, TrainError> {
         backend,
         ..InitOptions::default()
     })?;
+    tracing::info!(
+        "rank {} of {} (from {}), {} backend",
+        info.rank,
+        info.world_size,
+        info.source,
+        pg.backend_name()
+    );
     Ok(Some(pg))
 }

@@ -37,6 +37,9 @@ pub struct InitInfo {
     pub timeout: Duration,
     /// Where these values came from (for messages).
     pub source: &'static str,
+    /// Whether an MPI launcher started the job (`mpirun`, or `srun --mpi=pmix|pmi2`): an MPI
+    /// build then uses the MPI backend.
+    pub mpi: bool,
 }
 
 impl InitInfo {
@@ -60,6 +63,7 @@ impl InitInfo {
             run_id: "0".into(),
             timeout: DEFAULT_TIMEOUT,
             source: "explicit",
+            mpi: false,
         }
     }
 
@@ -87,14 +91,8 @@ impl InitInfo {
                 ))
             })?,
         };
-        let port = match get("MASTER_PORT") {
-            None => DEFAULT_MASTER_PORT,
-            Some(v) => v
-                .trim()
-                .parse::<u16>()
-                .map_err(|_| CommError::Env(format!("MASTER_PORT={v:?} is not a port number")))?,
-        };
         let addr = get("MASTER_ADDR");
+        let mut mpi = false;
         let (source, rank, world, local, local_world, node): (&'static str, _, _, _, _, _) =
             if let (Some(r), Some(w)) = (num("RANK")?, num("WORLD_SIZE")?) {
                 let local = num("LOCAL_RANK")?.unwrap_or(r);
@@ -109,6 +107,7 @@ impl InitInfo {
                 let node = num("OMPI_COMM_WORLD_NODE_RANK")?
                     .map(|_| r / lw.max(1))
                     .unwrap_or(r / lw.max(1));
+                mpi = true;
                 ("OpenMPI (OMPI_COMM_WORLD_*)", r, w, local, lw, node)
             } else if let (Some(r), Some(w)) = (num("SLURM_PROCID")?, num("SLURM_NTASKS")?) {
                 let local = num("SLURM_LOCALID")?.unwrap_or(0);
@@ -117,10 +116,13 @@ impl InitInfo {
                     None => w / num("SLURM_NNODES")?.unwrap_or(1).max(1),
                 };
                 let node = num("SLURM_NODEID")?.unwrap_or(0);
+                // srun --mpi=pmix|pmi2 starts MPI processes; --mpi=none plain ones.
+                mpi = get("SLURM_MPI_TYPE").is_some_and(|t| !t.is_empty() && t != "none");
                 ("Slurm (SLURM_*)", r, w, local, lw, node)
             } else if let (Some(r), Some(w)) = (num("PMI_RANK")?, num("PMI_SIZE")?) {
                 let local = num("MPI_LOCALRANKID")?.unwrap_or(r);
                 let lw = num("MPI_LOCALNRANKS")?.unwrap_or(w);
+                mpi = true;
                 ("PMI (PMI_RANK/PMI_SIZE)", r, w, local, lw, 0)
             } else {
                 ("no launcher variables: single process", 0, 1, 0, 1, 0)
@@ -135,6 +137,18 @@ impl InitInfo {
                 "local rank {local} is not below local world size {local_world} (from {source})"
             )));
         }
+        let port = match get("MASTER_PORT") {
+            Some(v) => v
+                .trim()
+                .parse::<u16>()
+                .map_err(|_| CommError::Env(format!("MASTER_PORT={v:?} is not a port number")))?,
+            // Under Slurm, jobs sharing a node must not meet on one port: derive it from the
+            // job id (as PyTorch Lightning does), 15000..=24999.
+            None => match num("SLURM_JOB_ID")? {
+                Some(job) if source.starts_with("Slurm") => slurm_port(job),
+                _ => DEFAULT_MASTER_PORT,
+            },
+        };
         let master_addr = match addr {
             Some(a) => a,
             None => match get("SLURM_STEP_NODELIST")
@@ -166,6 +180,7 @@ impl InitInfo {
                 .unwrap_or_else(|| "0".into()),
             timeout,
             source,
+            mpi,
         })
     }
 
@@ -179,6 +194,11 @@ impl InitInfo {
 pub fn parse_duration(v: &str) -> Option<Duration> {
     let s: f64 = v.trim().trim_end_matches('s').parse().ok()?;
     (s.is_finite() && s > 0.0).then(|| Duration::from_secs_f64(s))
+}
+
+/// The store's port for Slurm job `job` when `MASTER_PORT` is not set.
+pub fn slurm_port(job: usize) -> u16 {
+    15000 + (job % 10000) as u16
 }
 
 /// First count of a Slurm tasks-per-node value such as `4(x2),3`.
@@ -283,6 +303,24 @@ mod tests {
             (5, 8, 1, 2, 2)
         );
         assert_eq!(s.master_addr, "gpu07");
+        assert_eq!((s.master_port, s.mpi), (DEFAULT_MASTER_PORT, false));
+        let j = info(&[
+            ("SLURM_PROCID", "0"),
+            ("SLURM_NTASKS", "2"),
+            ("SLURM_JOB_ID", "123456"),
+            ("SLURM_MPI_TYPE", "pmix"),
+        ])
+        .unwrap();
+        assert_eq!((j.master_port, j.mpi), (18456, true));
+        let k = info(&[
+            ("SLURM_PROCID", "0"),
+            ("SLURM_NTASKS", "2"),
+            ("SLURM_JOB_ID", "123456"),
+            ("SLURM_MPI_TYPE", "none"),
+            ("MASTER_PORT", "4000"),
+        ])
+        .unwrap();
+        assert_eq!((k.master_port, k.mpi), (4000, false));
         let o = info(&[
             ("OMPI_COMM_WORLD_RANK", "1"),
             ("OMPI_COMM_WORLD_SIZE", "2"),
@@ -290,7 +328,7 @@ mod tests {
             ("OMPI_COMM_WORLD_LOCAL_SIZE", "2"),
         ])
         .unwrap();
-        assert_eq!((o.rank, o.world_size, o.local_rank), (1, 2, 1));
+        assert_eq!((o.rank, o.world_size, o.local_rank, o.mpi), (1, 2, 1, true));
         let p = info(&[("PMI_RANK", "2"), ("PMI_SIZE", "3")]).unwrap();
         assert_eq!((p.rank, p.world_size), (2, 3));
         let n = info(&[]).unwrap();

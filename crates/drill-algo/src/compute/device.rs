@@ -23,7 +23,8 @@ pub fn select_device(config: &drill_config::Config) -> Result<Device, TrainError
 
 /// The GPU this process computes on: CUDA (`--features cuda`, whose build downloads LLVM) if
 /// the binary has it, else burn's wgpu backend (`--features gpu`: WGSL kernels, run through
-/// Vulkan on Linux), the adapter `LOCAL_RANK` modulo the adapters found. The error says why
+/// Vulkan on Linux), the adapter of this rank's local rank (`LOCAL_RANK`, Slurm's
+/// `SLURM_LOCALID`, Open MPI's local rank) modulo the adapters found. The error says why
 /// there is none and what to install or rebuild.
 ///
 /// Why WGSL and not burn's `vulkan` feature (SPIR-V kernels): Mesa 22.3's lavapipe, the
@@ -45,10 +46,9 @@ fn vulkan() -> Result<Device, String> {
     if devices.is_empty() {
         return Err("no GPU adapter was found (wgpu, through Vulkan): install the GPU's Vulkan driver and loader (NVIDIA: the driver's libnvidia-gl and libvulkan1; no GPU: Mesa's software device, `apt install mesa-vulkan-drivers libvulkan1`)".into());
     }
-    let local_rank: usize = std::env::var("LOCAL_RANK")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+    let local_rank = drill_comm::InitInfo::from_env()
+        .map(|i| i.local_rank)
+        .map_err(|e| e.to_string())?;
     let device = devices[local_rank % devices.len()].clone();
     let name = device
         .identity()

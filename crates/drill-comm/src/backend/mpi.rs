@@ -40,6 +40,20 @@ fn op_of(op: ReduceOp) -> SystemOperation {
 impl Mpi {
     /// Initialise MPI (once per process) and take MPI_COMM_WORLD.
     pub fn init() -> Result<Mpi> {
+        // Open MPI built against an external PMIx (Debian's) cannot start under Slurm's PMI-2
+        // and aborts inside MPI_Init: say so before, with the flag that works.
+        if std::env::var("SLURM_MPI_TYPE").is_ok_and(|t| t == "pmi2") {
+            let lib = mpi::environment::library_version().unwrap_or_default();
+            if lib.contains("Open MPI") {
+                return Err(CommError::Backend {
+                    backend: "mpi",
+                    detail: format!(
+                        "started by `srun --mpi=pmi2`, but this build's MPI ({}) reaches Slurm through PMIx only: use `srun --mpi=pmix` (or DRILL_BACKEND=tcp for the embedded backend)",
+                        lib.split(',').next().unwrap_or("Open MPI").trim()
+                    ),
+                });
+            }
+        }
         let (universe, level) =
             mpi::initialize_with_threading(Threading::Serialized).ok_or_else(|| {
                 CommError::Backend {
