@@ -10,6 +10,8 @@
 #   netns_hosts.sh restore K     bring it back up
 #   netns_hosts.sh netem K ARGS  shape host K's outgoing traffic (`tc netem` ARGS, e.g.
 #                                "delay 5ms loss 1%"); `netem K off` removes it
+#   netns_hosts.sh loss K PCT    drop PCT % of host K's outgoing packets at random (nftables,
+#                                for kernels without netem); `loss K off` removes it
 #   netns_hosts.sh down          remove everything `up` made (also after a failed test)
 #
 # DRILL_NETNS_SET (default "drillh") names the set, so tests can run side by side; its state
@@ -123,6 +125,26 @@ netem() {
   fi
 }
 
+loss() {
+  local k=$1 pct=$2 ns per10k
+  holder_pid "$k" >/dev/null
+  ns=$(host_ns "$k")
+  command -v nft >/dev/null || die "loss needs nftables (apt-get install nftables)"
+  # The table lives in the host's network namespace and goes with it.
+  ip netns exec "$ns" nft delete table inet drill_loss 2>/dev/null || true
+  [[ $pct == off ]] && return
+  per10k=$(awk -v p="$pct" 'BEGIN { if (p !~ /^[0-9]+(\.[0-9]+)?$/ || p > 100) exit 1; printf "%d", p * 100 + 0.5 }') ||
+    die "loss K PCT: PCT must be a percentage 0..100, got '$pct'"
+  ip netns exec "$ns" nft -f - <<EOF_NFT
+table inet drill_loss {
+  chain out {
+    type filter hook output priority 0; policy accept;
+    numgen random mod 10000 < $per10k counter drop
+  }
+}
+EOF_NFT
+}
+
 cmd=${1:-}
 shift || true
 case $cmd in
@@ -132,5 +154,6 @@ exec) run_on "${1:?exec K CMD...}" "${@:2}" ;;
 cut) link "${1:?cut K}" down ;;
 restore) link "${1:?restore K}" up ;;
 netem) netem "${1:?netem K ARGS}" "${@:2}" ;;
-*) die "usage: netns_hosts.sh up N | exec K CMD... | cut K | restore K | netem K ARGS|off | down" ;;
+loss) loss "${1:?loss K PCT}" "${2:?loss K PCT|off}" ;;
+*) die "usage: netns_hosts.sh up N | exec K CMD... | cut K | restore K | netem K ARGS|off | loss K PCT|off | down" ;;
 esac

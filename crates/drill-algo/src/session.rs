@@ -218,10 +218,7 @@ pub fn join(config: &Config) -> Result<Option<ProcessGroup>, TrainError> {
     // exchanged (one copy per bucket, see `optim`), so the embedded backend carries them.
     let backend = if config.policy.cuda() && (cfg!(feature = "cuda") || !cfg!(feature = "gpu")) {
         Some(BackendKind::Nccl)
-    } else if std::env::var_os("DRILL_BACKEND").is_none()
-        && BackendKind::Mpi.built()
-        && info.mpi
-    {
+    } else if std::env::var_os("DRILL_BACKEND").is_none() && BackendKind::Mpi.built() && info.mpi {
         Some(BackendKind::Mpi)
     } else {
         None

@@ -3,8 +3,10 @@
 //! memory inside a host and TCP between hosts; a cut link named within 5 s with the
 //! launchers gone within 10 s; a cut link restored, the group restarted (`--max-restarts 1`)
 //! from its newest checkpoint and trained to the stop value; a host 10 s late joining
-//! through `--rdzv-endpoint`. Needs root; `cargo test --release -p drill-cli --features
-//! netns --test multinode`. Every test removes the hosts it made, also when it fails.
+//! through `--rdzv-endpoint`; training to the stop value while each host drops 1 % of its
+//! packets (nftables; the kernel here has no netem for delay). Needs root and nftables;
+//! `cargo test --release -p drill-cli --features netns --test multinode`. Every test removes
+//! the hosts it made, also when it fails.
 #![cfg(feature = "netns")]
 
 use std::io::{BufRead, BufReader};
@@ -53,6 +55,16 @@ impl Hosts {
             .output()
             .unwrap();
         assert!(out.status.success(), "{how} {host}: {out:?}");
+    }
+
+    /// Drop `pct` % of `host`'s outgoing packets (nftables).
+    fn loss(&self, host: usize, pct: &str) {
+        let out = self
+            .script()
+            .args(["loss", &host.to_string(), pct])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "loss {host} {pct}: {out:?}");
     }
 
     /// `drill launch` on `host` (node rank `host`, the store on host 0) with `args`.
@@ -249,6 +261,28 @@ fn two_hosts_of_two_ranks_train_to_the_stop_value_over_shm_inside_and_tcp_betwee
         );
     }
     let result = result(&tmp.path().join("nn"));
+    assert_eq!(result["stop_reached"], true, "{result}");
+}
+
+#[test]
+fn two_hosts_dropping_1_percent_of_their_packets_still_reach_the_stop_value() {
+    let hosts = Hosts::up(2, "p");
+    hosts.loss(0, "1");
+    hosts.loss(1, "1");
+    let tmp = tempfile::tempdir().unwrap();
+    let t = Instant::now();
+    let mut nodes = train(&hosts, 1, &[], tmp.path(), "loss", &[]);
+    for (h, n) in nodes.iter_mut().enumerate() {
+        let (status, _) = n
+            .wait(Duration::from_secs(120))
+            .unwrap_or_else(|| panic!("host {h} did not finish in 120 s:\n{}", n.text()));
+        assert!(status.success(), "host {h}: {status}\n{}", n.text());
+    }
+    println!(
+        "2 hosts, 1 % loss each way: stop value in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    let result = result(&tmp.path().join("loss"));
     assert_eq!(result["stop_reached"], true, "{result}");
 }
 

@@ -2,7 +2,8 @@
 //! slurmctld and slurmd from Debian's slurm-wlm, 2 CPUs, everything in a temporary folder)
 //! per test. `srun -n2 drill train` trains data-parallel with ranks from SLURM_*; a stopped
 //! rank is named within 5 s and `srun --kill-on-bad-exit` ends the step; the `sbatch` example
-//! in `examples/slurm/` runs to the stop value; with the MPI build, `srun --mpi=pmix` carries
+//! in `examples/slurm/` runs to the stop value; `--parallel-workers 2 --platform slurm`
+//! splits the pipeline over the tasks; with the MPI build, `srun --mpi=pmix` carries
 //! the gradients through MPI and `--mpi=pmi2` is refused with advice. Needs root;
 //! `cargo test --release -p drill-cli --features slurm --test slurm` (add `,mpi` for the MPI
 //! cases). Every test stops its cluster, also when it fails.
@@ -223,7 +224,10 @@ fn a_stopped_rank_is_named_within_5_s_and_srun_ends_the_step_within_10_s() {
     let Some((status, ended)) = status else {
         let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
         let _ = srun.kill();
-        panic!("srun still runs 30 s after rank 1 stopped:\n{}", all(&lines));
+        panic!(
+            "srun still runs 30 s after rank 1 stopped:\n{}",
+            all(&lines)
+        );
     };
     reader.join().unwrap();
     let text = all(&lines);
@@ -236,7 +240,10 @@ fn a_stopped_rank_is_named_within_5_s_and_srun_ends_the_step_within_10_s() {
         .map(|(at, _)| *at - stopped)
         .unwrap_or_else(|| panic!("rank 0 never named rank 1:\n{text}"));
     println!("rank 1 stopped: named by rank 0 after {named:?}, srun ended after {ended:?}");
-    assert!(named < Duration::from_secs(5), "named after {named:?}\n{text}");
+    assert!(
+        named < Duration::from_secs(5),
+        "named after {named:?}\n{text}"
+    );
     assert!(
         ended < Duration::from_secs(10),
         "srun ended after {ended:?}\n{text}"
@@ -262,6 +269,33 @@ fn the_sbatch_example_trains_to_the_stop_value() {
     let result = result(&work.path().join("sb"));
     assert_eq!(result["stop_reached"], true, "{result}");
     assert_eq!(result["world_size"], 2, "{result}");
+}
+
+#[test]
+fn srun_runs_a_pipeline_split_with_platform_slurm() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = Cluster::up();
+    let work = tempfile::tempdir().unwrap();
+    let cfg = repo().join("configs/cartpole_dqn_dist.toml");
+    let out = cluster
+        .client("timeout", work.path())
+        .args([
+            "120",
+            "srun",
+            "-n2",
+            "--kill-on-bad-exit=1",
+            "drill",
+            "train",
+        ])
+        .arg(&cfg)
+        .args(["--parallel-workers", "2", "--platform", "slurm"])
+        .args(["--exp-dir", "split"])
+        .output()
+        .unwrap();
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    let result = result(&work.path().join("split"));
+    assert_eq!(result["stop_reached"], true, "{result}");
 }
 
 #[cfg(feature = "mpi")]

@@ -53,7 +53,7 @@ pub enum Platform {
     Local,
     /// Slurm started them (`srun -n N program ...`): each process is a worker, its node id
     /// `SLURM_PROCID`, node 0's host (first of the node list) hosts the rendezvous store
-    /// on `MASTER_PORT` (default 29500).
+    /// on `MASTER_PORT` (default: 15000 + the Slurm job id modulo 10000).
     Slurm,
 }
 
