@@ -12,6 +12,8 @@
 #                                "delay 5ms loss 1%"); `netem K off` removes it
 #   netns_hosts.sh loss K PCT    drop PCT % of host K's outgoing packets at random (nftables,
 #                                for kernels without netem); `loss K off` removes it
+#   netns_hosts.sh freeze K      stop every process on host K (SIGSTOP: a frozen machine)
+#   netns_hosts.sh thaw K        continue them
 #   netns_hosts.sh down          remove everything `up` made (also after a failed test)
 #
 # DRILL_NETNS_SET (default "drillh") names the set, so tests can run side by side; its state
@@ -76,6 +78,23 @@ up() {
   trap - ERR
 }
 
+# The processes started on the host whose holder is $1 (same mount namespace), holder excluded.
+on_host() {
+  local holder=$1 mnt p
+  mnt=$(readlink "/proc/$holder/ns/mnt" 2>/dev/null) || return 0
+  for p in $(ps -e -o pid=); do
+    [[ $p != "$holder" && $(readlink "/proc/$p/ns/mnt" 2>/dev/null) == "$mnt" ]] && echo "$p"
+  done
+  return 0
+}
+
+# Stop (or continue) every process on host K: a frozen machine, as far as its peers can tell.
+freeze() {
+  local pid
+  pid=$(holder_pid "$1")
+  on_host "$pid" | xargs -r kill "-$2" 2>/dev/null || true
+}
+
 down() {
   if [[ -d $state ]]; then
     for f in "$state"/h*.pid; do
@@ -83,10 +102,7 @@ down() {
       local pid
       pid=$(cat "$f")
       # Everything started on the host, then the holder itself.
-      for p in $(ps -e -o pid= ); do
-        [[ $p != "$pid" && $(readlink "/proc/$p/ns/mnt" 2>/dev/null) == "$(readlink "/proc/$pid/ns/mnt" 2>/dev/null)" ]] &&
-          kill -9 "$p" 2>/dev/null || true
-      done
+      on_host "$pid" | xargs -r kill -9 2>/dev/null || true
       kill -9 "$pid" 2>/dev/null || true
     done
   fi
@@ -155,5 +171,7 @@ cut) link "${1:?cut K}" down ;;
 restore) link "${1:?restore K}" up ;;
 netem) netem "${1:?netem K ARGS}" "${@:2}" ;;
 loss) loss "${1:?loss K PCT}" "${2:?loss K PCT|off}" ;;
-*) die "usage: netns_hosts.sh up N | exec K CMD... | cut K | restore K | netem K ARGS|off | loss K PCT|off | down" ;;
+freeze) freeze "${1:?freeze K}" STOP ;;
+thaw) freeze "${1:?thaw K}" CONT ;;
+*) die "usage: netns_hosts.sh up N | exec K CMD... | cut K | restore K | netem K ARGS|off | loss K PCT|off | freeze K | thaw K | down" ;;
 esac

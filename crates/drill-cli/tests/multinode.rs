@@ -1,7 +1,7 @@
 //! Multi-node training across hosts made of Linux namespaces (`scripts/netns_hosts.sh`: own
 //! network, /dev/shm and hostname each, joined by a bridge): DDP to the stop value with shared
-//! memory inside a host and TCP between hosts; a cut link named within 5 s with the
-//! launchers gone within 10 s; a cut link restored, the group restarted (`--max-restarts 1`)
+//! memory inside a host and TCP between hosts; a cut link or a frozen host (every process
+//! stopped) named within 5 s with the launchers gone within 10 s; a cut link restored, the group restarted (`--max-restarts 1`)
 //! from its newest checkpoint and trained to the stop value; a host 10 s late joining
 //! through `--rdzv-endpoint`; training to the stop value while each host drops 1 % of its
 //! packets (nftables; the kernel here has no netem for delay). Needs root and nftables;
@@ -325,6 +325,51 @@ fn a_cut_link_is_named_within_5_s_and_every_launcher_exits_within_10_s() {
             "host {h}: exited after {exited:?}\n{text}"
         );
     }
+}
+
+#[test]
+fn a_frozen_host_is_named_within_5_s_and_the_other_launcher_exits_within_10_s() {
+    let hosts = Hosts::up(2, "f");
+    let tmp = tempfile::tempdir().unwrap();
+    let sets = ["env.stop_value=1000000", "max_env_step=1000000000"];
+    let mut nodes = train(&hosts, 1, &[], tmp.path(), "frozen", &sets);
+    wait_connected(&nodes);
+    std::thread::sleep(Duration::from_secs(2));
+    // Every process of host 1 (launcher and rank) stops: a hung machine.
+    hosts.link(1, "freeze");
+    let frozen = Instant::now();
+    let n = &mut nodes[0];
+    let (status, exited) = n
+        .wait(Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("host 0 still runs 30 s after host 1 froze:\n{}", n.text()));
+    let text = n.text();
+    assert!(!status.success(), "{text}");
+    let (named, line) = n
+        .line("nothing heard from it")
+        .unwrap_or_else(|| panic!("host 0 never named the frozen rank:\n{text}"));
+    assert!(
+        line.contains("rank 1 is gone") && line.contains(&format!("on host {}-h1", hosts.set)),
+        "{line}"
+    );
+    let (named, exited) = (named - frozen, exited - frozen);
+    println!(
+        "host 1 frozen: host 0 named rank 1 after {named:?}, its launcher exited after {exited:?}"
+    );
+    assert!(
+        named < Duration::from_secs(5),
+        "named after {named:?}\n{text}"
+    );
+    assert!(
+        exited < Duration::from_secs(10),
+        "exited after {exited:?}\n{text}"
+    );
+    // Thawed, host 1 finds its peer gone and exits too.
+    hosts.link(1, "thaw");
+    let n = &mut nodes[1];
+    let (status, _) = n
+        .wait(Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("host 1 still runs 30 s after the thaw:\n{}", n.text()));
+    assert!(!status.success(), "{}", n.text());
 }
 
 #[test]
