@@ -2,7 +2,8 @@
 # Hosts made of Linux namespaces on one machine, for multi-node tests (needs root, iproute2,
 # util-linux). Each host is a network namespace with its own mount and UTS namespaces (its
 # own /dev/shm and hostname), joined to the others through a bridge that lives in a namespace
-# of its own, so nothing is added to the machine's own network: host K is 10.77.0.(K+1)/24.
+# of its own, so nothing is added to the machine's own network: host K is 10.77.0.(K+1)/24,
+# named SET-hK, and every host resolves every host's name (its own /etc/hosts).
 #
 #   netns_hosts.sh up N          make hosts 0..N-1 (fails if the set exists)
 #   netns_hosts.sh exec K CMD…   run CMD on host K (its network, /dev/shm and hostname)
@@ -41,8 +42,14 @@ up() {
   [[ $n =~ ^[0-9]+$ && $n -ge 1 && $n -le 200 ]] || die "up N: N must be 1..200, got '$n'"
   [[ ! -e $state ]] || die "set $set_name exists already ($state); run: netns_hosts.sh down"
   mkdir -p "$state"
-  # Whatever fails from here on, leave nothing behind.
-  trap 'down >/dev/null 2>&1 || true' ERR
+  # Whatever fails from here on (an error or `die`), leave nothing behind.
+  trap 'down >/dev/null 2>&1 || true' EXIT
+  # Every host resolves every host's name (its own /etc/hosts, bind-mounted in its mount
+  # namespace), as machines of a cluster do.
+  {
+    echo "127.0.0.1 localhost"
+    for ((k = 0; k < n; k++)); do echo "10.77.0.$((k + 1)) $set_name-h$k"; done
+  } >"$state/hosts"
   ip netns add "$sw"
   ip -n "$sw" link add br0 type bridge
   ip -n "$sw" link set br0 up
@@ -56,10 +63,12 @@ up() {
     ip -n "$ns" link set lo up
     ip -n "$ns" addr add "10.77.0.$((k + 1))/24" dev eth0
     ip -n "$ns" link set eth0 up
-    # A process holding a private mount namespace (own /dev/shm) and UTS namespace (own
-    # hostname) inside the host's network namespace; `exec` enters all three through it.
-    ip netns exec "$ns" unshare --mount --uts --propagation private \
-      sh -c "mount -t tmpfs -o size=512m tmpfs /dev/shm && hostname $set_name-h$k && exec sleep infinity" \
+    # A process holding a private mount namespace (own /dev/shm and /etc/hosts) and UTS
+    # namespace (own hostname) inside the host's network namespace; `exec` enters all three
+    # through it. nsenter, not `ip netns exec`: that one mounts a fresh /sys, without the
+    # machine's cgroup hierarchy that daemons such as slurmd need.
+    nsenter --net="/run/netns/$ns" unshare --mount --uts --propagation private \
+      sh -c "mount -t tmpfs -o size=512m tmpfs /dev/shm && mount --bind $state/hosts /etc/hosts && hostname $set_name-h$k && exec sleep infinity" \
       </dev/null >/dev/null 2>&1 &
     echo $! >"$state/h$k.pid"
   done
@@ -75,7 +84,7 @@ up() {
     [[ $(nsenter -t "$pid" -u hostname 2>/dev/null) == "$set_name-h$k" ]] ||
       die "host $k did not come up"
   done
-  trap - ERR
+  trap - EXIT
 }
 
 # The processes started on the host whose holder is $1 (same mount namespace), holder excluded.

@@ -1,72 +1,26 @@
 //! Multi-node training across hosts made of Linux namespaces (`scripts/netns_hosts.sh`: own
 //! network, /dev/shm and hostname each, joined by a bridge): DDP to the stop value with shared
 //! memory inside a host and TCP between hosts; a cut link or a frozen host (every process
-//! stopped) named within 5 s with the launchers gone within 10 s; a cut link restored, the group restarted (`--max-restarts 1`)
-//! from its newest checkpoint and trained to the stop value; a host 10 s late joining
-//! through `--rdzv-endpoint`; training to the stop value while each host drops 1 % of its
+//! stopped) named within 5 s with the launchers gone within 10 s; a cut link restored, the
+//! group restarted (`--max-restarts 1`) from its newest checkpoint and trained to the stop
+//! value; a host 10 s late joining through `--rdzv-endpoint`; training to the stop value while each host drops 1 % of its
 //! packets (nftables; the kernel here has no netem for delay). Needs root and nftables;
 //! `cargo test --release -p drill-cli --features netns --test multinode`. Every test removes
 //! the hosts it made, also when it fails.
 #![cfg(feature = "netns")]
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/netns_hosts.sh")
-}
+mod common;
 
-/// A set of namespace hosts, removed on drop.
-struct Hosts {
-    set: String,
-}
+use common::netns::Hosts;
+use common::result;
 
 impl Hosts {
-    fn up(n: usize, tag: &str) -> Hosts {
-        let hosts = Hosts {
-            set: format!("d{tag}{}", std::process::id() % 10000),
-        };
-        let out = hosts
-            .script()
-            .args(["up", &n.to_string()])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "netns_hosts.sh up: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        hosts
-    }
-
-    fn script(&self) -> Command {
-        let mut c = Command::new(script());
-        c.env("DRILL_NETNS_SET", &self.set);
-        c
-    }
-
-    fn link(&self, host: usize, how: &str) {
-        let out = self
-            .script()
-            .args([how, &host.to_string()])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{how} {host}: {out:?}");
-    }
-
-    /// Drop `pct` % of `host`'s outgoing packets (nftables).
-    fn loss(&self, host: usize, pct: &str) {
-        let out = self
-            .script()
-            .args(["loss", &host.to_string(), pct])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "loss {host} {pct}: {out:?}");
-    }
-
     /// `drill launch` on `host` (node rank `host`, the store on host 0) with `args`.
     fn launch(&self, host: usize, nodes: usize, nproc: usize, args: &[&str], dir: &Path) -> Node {
         let rank = host.to_string();
@@ -84,29 +38,18 @@ impl Hosts {
         args: &[&str],
         dir: &Path,
     ) -> Node {
-        let mut c = self.script();
-        c.args([
-            "exec",
-            &host.to_string(),
-            env!("CARGO_BIN_EXE_drill"),
-            "launch",
-        ])
-        .args(["--nnodes", &nodes.to_string()])
-        .args(["--nproc-per-node", &nproc.to_string()])
-        .args(["--master-port", "29517"])
-        .args(rendezvous)
-        .args(args)
-        .current_dir(dir)
-        .env("DRILL_JOB_TOKEN", "netns-test")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        let mut c = self.on(host, env!("CARGO_BIN_EXE_drill"));
+        c.arg("launch")
+            .args(["--nnodes", &nodes.to_string()])
+            .args(["--nproc-per-node", &nproc.to_string()])
+            .args(["--master-port", "29517"])
+            .args(rendezvous)
+            .args(args)
+            .current_dir(dir)
+            .env("DRILL_JOB_TOKEN", "netns-test")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         Node::start(c)
-    }
-}
-
-impl Drop for Hosts {
-    fn drop(&mut self) {
-        let _ = self.script().arg("down").status();
     }
 }
 
@@ -216,13 +159,6 @@ fn wait_connected(nodes: &[Node]) {
     }
 }
 
-/// The result.json of the run in `dir`.
-fn result(dir: &Path) -> serde_json::Value {
-    let path = dir.join("result.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap()
-}
-
 #[test]
 fn two_hosts_of_two_ranks_train_to_the_stop_value_over_shm_inside_and_tcp_between() {
     let hosts = Hosts::up(2, "t");
@@ -267,8 +203,8 @@ fn two_hosts_of_two_ranks_train_to_the_stop_value_over_shm_inside_and_tcp_betwee
 #[test]
 fn two_hosts_dropping_1_percent_of_their_packets_still_reach_the_stop_value() {
     let hosts = Hosts::up(2, "p");
-    hosts.loss(0, "1");
-    hosts.loss(1, "1");
+    hosts.link(0, "loss", &["1"]);
+    hosts.link(1, "loss", &["1"]);
     let tmp = tempfile::tempdir().unwrap();
     let t = Instant::now();
     let mut nodes = train(&hosts, 1, &[], tmp.path(), "loss", &[]);
@@ -295,7 +231,7 @@ fn a_cut_link_is_named_within_5_s_and_every_launcher_exits_within_10_s() {
     let mut nodes = train(&hosts, 1, &[], tmp.path(), "cut", &sets);
     wait_connected(&nodes);
     std::thread::sleep(Duration::from_secs(2));
-    hosts.link(1, "cut");
+    hosts.link(1, "cut", &[]);
     let cut = Instant::now();
     for (h, n) in nodes.iter_mut().enumerate() {
         let other = 1 - h;
@@ -336,7 +272,7 @@ fn a_frozen_host_is_named_within_5_s_and_the_other_launcher_exits_within_10_s() 
     wait_connected(&nodes);
     std::thread::sleep(Duration::from_secs(2));
     // Every process of host 1 (launcher and rank) stops: a hung machine.
-    hosts.link(1, "freeze");
+    hosts.link(1, "freeze", &[]);
     let frozen = Instant::now();
     let n = &mut nodes[0];
     let (status, exited) = n
@@ -364,7 +300,7 @@ fn a_frozen_host_is_named_within_5_s_and_the_other_launcher_exits_within_10_s() 
         "exited after {exited:?}\n{text}"
     );
     // Thawed, host 1 finds its peer gone and exits too.
-    hosts.link(1, "thaw");
+    hosts.link(1, "thaw", &[]);
     let n = &mut nodes[1];
     let (status, _) = n
         .wait(Duration::from_secs(30))
@@ -378,9 +314,9 @@ fn a_job_whose_link_is_cut_and_restored_restarts_and_reaches_the_stop_value() {
     let tmp = tempfile::tempdir().unwrap();
     let mut nodes = train(&hosts, 1, &["--max-restarts", "1"], tmp.path(), "rs", &[]);
     wait_connected(&nodes);
-    hosts.link(1, "cut");
+    hosts.link(1, "cut", &[]);
     std::thread::sleep(Duration::from_secs(5));
-    hosts.link(1, "restore");
+    hosts.link(1, "restore", &[]);
     let restored = Instant::now();
     for (h, n) in nodes.iter_mut().enumerate() {
         let (status, _) = n

@@ -6,7 +6,8 @@
 //! splits the pipeline over the tasks; with the MPI build, `srun --mpi=pmix` carries
 //! the gradients through MPI and `--mpi=pmi2` is refused with advice. Needs root;
 //! `cargo test --release -p drill-cli --features slurm --test slurm` (add `,mpi` for the MPI
-//! cases). Every test stops its cluster, also when it fails.
+//! cases, `,netns` for a two-node cluster on namespace hosts: `srun -N2` with shared memory
+//! inside a host and TCP between). Every test stops its cluster, also when it fails.
 #![cfg(feature = "slurm")]
 
 use std::path::{Path, PathBuf};
@@ -14,13 +15,13 @@ use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::{repo, result, text};
+
 /// One cluster at a time: each uses both CPUs of a 2-core machine, and the timing checks
 /// must not share them.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 fn config() -> String {
     repo()
@@ -29,26 +30,36 @@ fn config() -> String {
         .to_string()
 }
 
-/// A one-node Slurm cluster, stopped (daemons, jobs, files) on drop.
+/// A Slurm cluster (one node on this machine, or one per namespace host), stopped (daemons,
+/// jobs, files) on drop.
 struct Cluster {
     dir: tempfile::TempDir,
+    /// The namespace host set the nodes run on; client commands run on its host 0.
+    hosts: Option<String>,
 }
 
 impl Cluster {
+    /// One node, this machine.
     fn up() -> Cluster {
+        Cluster::start(None)
+    }
+
+    /// One node per host of `hosts`, the controller on host 0.
+    #[cfg(feature = "netns")]
+    fn on_hosts(hosts: &common::netns::Hosts) -> Cluster {
+        Cluster::start(Some(hosts.set.clone()))
+    }
+
+    fn start(hosts: Option<String>) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
-        let cluster = Cluster { dir };
-        let out = Command::new(repo().join("scripts/slurm_cluster.sh"))
-            .arg("up")
-            .arg(cluster.state())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "slurm_cluster.sh up: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let cluster = Cluster { dir, hosts };
+        let mut up = Command::new(repo().join("scripts/slurm_cluster.sh"));
+        match &cluster.hosts {
+            None => up.arg("up"),
+            Some(set) => up.env("DRILL_NETNS_SET", set).arg("up-hosts"),
+        };
+        let out = up.arg(cluster.state()).output().unwrap();
+        assert!(out.status.success(), "slurm_cluster.sh up: {}", text(&out));
         cluster
     }
 
@@ -65,7 +76,14 @@ impl Cluster {
             bin.display(),
             std::env::var("PATH").unwrap_or_default()
         );
-        let mut c = Command::new(cmd);
+        let mut c = match &self.hosts {
+            None => Command::new(cmd),
+            Some(set) => {
+                let mut c = Command::new(repo().join("scripts/netns_hosts.sh"));
+                c.env("DRILL_NETNS_SET", set).args(["exec", "0", cmd]);
+                c
+            }
+        };
         c.env("SLURM_CONF", self.state().join("slurm.conf"))
             .env("PATH", path)
             .current_dir(work);
@@ -80,21 +98,6 @@ impl Drop for Cluster {
             .arg(self.state())
             .status();
     }
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-/// The result.json of the run in `dir`.
-fn result(dir: &Path) -> serde_json::Value {
-    let path = dir.join("result.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap()
 }
 
 /// `srun ARGS drill train cartpole_dqn_ddp.toml --exp-dir EXP`, bounded by 120 s.
@@ -296,6 +299,54 @@ fn srun_runs_a_pipeline_split_with_platform_slurm() {
     assert!(out.status.success(), "{all}");
     let result = result(&work.path().join("split"));
     assert_eq!(result["stop_reached"], true, "{result}");
+}
+
+#[cfg(feature = "netns")]
+#[test]
+fn srun_over_two_namespace_hosts_trains_with_shm_inside_and_tcp_between() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let hosts = common::netns::Hosts::up(2, "s");
+    let cluster = Cluster::on_hosts(&hosts);
+    let work = tempfile::tempdir().unwrap();
+    let t = Instant::now();
+    let out = srun_train(
+        &cluster,
+        work.path(),
+        &["-N2", "--ntasks-per-node=2"],
+        "two",
+    );
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    println!(
+        "srun -N2 --ntasks-per-node=2 over 2 namespace hosts: stop value, srun done in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    let set = &hosts.set;
+    for (rank, shm, tcp) in [
+        (0, "[1]", "[2, 3]"),
+        (1, "[0]", "[2, 3]"),
+        (2, "[3]", "[0, 1]"),
+        (3, "[2]", "[0, 1]"),
+    ] {
+        let want = format!(
+            "rank {rank} on host {set}-h{} (10.77.0.{}:",
+            rank / 2,
+            rank / 2 + 1
+        );
+        let line = all
+            .lines()
+            .find(|l| l.contains(&want))
+            .unwrap_or_else(|| panic!("no connection line for rank {rank}:\n{all}"));
+        assert!(
+            line.contains(&format!(
+                "shared memory with ranks {shm}, TCP with ranks {tcp}"
+            )),
+            "{line}"
+        );
+    }
+    let result = result(&work.path().join("two"));
+    assert_eq!(result["stop_reached"], true, "{result}");
+    assert_eq!(result["world_size"], 4, "{result}");
 }
 
 #[cfg(feature = "mpi")]

@@ -1,6 +1,8 @@
 //! Helpers shared by the end-to-end tests: the built `drill`, the repository, outputs.
 #![allow(dead_code)]
 
+pub mod netns;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};

@@ -1,0 +1,62 @@
+//! Hosts made of Linux namespaces (`scripts/netns_hosts.sh`), removed on drop.
+
+use std::process::Command;
+
+use super::repo;
+
+/// A set of namespace hosts: host K is `SET-hK` at 10.77.0.(K+1).
+pub struct Hosts {
+    /// The set's name (`DRILL_NETNS_SET`).
+    pub set: String,
+}
+
+impl Hosts {
+    /// `n` hosts in a set named after `tag` and this process.
+    pub fn up(n: usize, tag: &str) -> Hosts {
+        let hosts = Hosts {
+            set: format!("d{tag}{}", std::process::id() % 10000),
+        };
+        let out = hosts
+            .script()
+            .args(["up", &n.to_string()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "netns_hosts.sh up: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        hosts
+    }
+
+    /// `netns_hosts.sh` for this set.
+    pub fn script(&self) -> Command {
+        let mut c = Command::new(repo().join("scripts/netns_hosts.sh"));
+        c.env("DRILL_NETNS_SET", &self.set);
+        c
+    }
+
+    /// `netns_hosts.sh HOW HOST [ARGS]` (cut, restore, freeze, thaw, loss), which must succeed.
+    pub fn link(&self, host: usize, how: &str, args: &[&str]) {
+        let out = self
+            .script()
+            .args([how, &host.to_string()])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{how} {host}: {out:?}");
+    }
+
+    /// A command run on `host` (its network, /dev/shm, /etc/hosts and hostname).
+    pub fn on(&self, host: usize, program: &str) -> Command {
+        let mut c = self.script();
+        c.args(["exec", &host.to_string(), program]);
+        c
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        let _ = self.script().arg("down").status();
+    }
+}
