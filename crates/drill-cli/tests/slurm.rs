@@ -150,8 +150,8 @@ fn rank_pid(exp: &str, rank: usize) -> Option<u32> {
         };
         let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
         let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-        let is_rank = args.first().is_some_and(|a| a.ends_with(b"drill"))
-            && args.iter().any(|a| *a == exp.as_bytes());
+        let is_rank =
+            args.first().is_some_and(|a| a.ends_with(b"drill")) && args.contains(&exp.as_bytes());
         if !is_rank {
             continue;
         }
@@ -227,6 +227,7 @@ fn a_stopped_rank_is_named_within_5_s_and_srun_ends_the_step_within_10_s() {
     let Some((status, ended)) = status else {
         let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
         let _ = srun.kill();
+        let _ = srun.wait();
         panic!(
             "srun still runs 30 s after rank 1 stopped:\n{}",
             all(&lines)
