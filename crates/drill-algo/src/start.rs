@@ -19,7 +19,8 @@ const EXP_DIR_KEY: &str = "drill-train/exp_dir";
 pub struct StartOptions {
     /// Experiment folder (default: the config's `exp_name`).
     pub exp_dir: Option<PathBuf>,
-    /// Checkpoint to continue from, unless a restart resumes from a newer one.
+    /// Checkpoint file to start from, or an experiment folder to continue in (unless a
+    /// restart resumes from a newer checkpoint).
     pub resume: Option<PathBuf>,
     /// No progress bar.
     pub quiet: bool,
@@ -44,8 +45,8 @@ pub fn restart_count() -> u32 {
 
 /// The run's experiment folder and the checkpoint to start from: `previous` (a folder this
 /// run already owns) is reopened — after restart `restarts` > 0 resuming from its newest
-/// checkpoint — else a new folder is made at [`StartOptions::exp_dir`]; without a checkpoint
-/// from a restart, `resume`'s.
+/// checkpoint; `resume` naming a folder continues that run in it; else a new folder is made
+/// at [`StartOptions::exp_dir`], starting from `resume`'s checkpoint file if any.
 pub fn open(
     config: &Config,
     opts: &StartOptions,
@@ -62,6 +63,11 @@ pub fn open(
                 .map_err(|e| TrainError::io(format!("cannot reopen {}", dir.display()), e))?
         }
         None => {
+            if let Some(dir) = opts.resume.as_deref().filter(|p| p.is_dir()) {
+                return continue_in(dir, config, opts);
+            }
+            // Loaded before the folder is made: a bad checkpoint leaves nothing behind.
+            resume = opts.resume.as_deref().map(Checkpoint::load).transpose()?;
             let dir = opts.exp_dir(config);
             Experiment::create(&dir, config, opts.quiet).map_err(|e| {
                 TrainError::io(
@@ -75,6 +81,34 @@ pub fn open(
         resume = opts.resume.as_deref().map(Checkpoint::load).transpose()?;
     }
     Ok((exp, resume))
+}
+
+/// `--resume EXP_DIR`: the run goes on in `dir` from its newest checkpoint (config.toml is
+/// rewritten with the config in use, overrides included; metrics are appended).
+fn continue_in(
+    dir: &Path,
+    config: &Config,
+    opts: &StartOptions,
+) -> Result<(Experiment, Option<Checkpoint>), TrainError> {
+    let ck = Checkpoint::newest_in(dir).ok_or_else(|| {
+        TrainError::io(
+            format!("--resume {}", dir.display()),
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "no checkpoint in its ckpt/ folder (the run saved none)",
+            ),
+        )
+    })?;
+    tracing::info!(
+        "continuing {} from {} (train iteration {}, env step {})",
+        dir.display(),
+        ck.path.display(),
+        ck.counter("train_iters").unwrap_or(0),
+        ck.counter("env_steps").unwrap_or(0)
+    );
+    let exp = Experiment::reopen(dir, config, opts.quiet)
+        .map_err(|e| TrainError::io(format!("cannot reopen {}", dir.display()), e))?;
+    Ok((exp, Some(ck)))
 }
 
 /// Where one rank starts.

@@ -216,7 +216,8 @@ impl<P: Default> Default for Raw<P> {
 /// A validated experiment configuration with every default filled in.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
-    /// Experiment name; the default experiment folder.
+    /// Experiment name; the default experiment folder. When an override (`--seed`, `--set
+    /// seed=`) changes the seed and not this name, the name's `_seedN` follows the seed.
     pub exp_name: String,
     /// Base seed: collector copy `i` gets `seed + i`, evaluator copies follow.
     pub seed: u64,
@@ -232,6 +233,29 @@ pub struct Config {
     pub task: TaskConfig,
     /// Where it was read from, for error messages.
     pub source: String,
+}
+
+/// When an override changed the seed but not `exp_name`, the experiment folder follows the
+/// seed: a trailing `_seedN` of `exp_name` becomes the new seed (`cartpole_seed0` with
+/// `--seed 1` is `cartpole_seed1`), and a name without one gets `_seed<seed>` appended.
+fn follow_seed(table: &mut toml::Table, before: (Option<toml::Value>, Option<toml::Value>)) {
+    let (seed_before, name_before) = before;
+    let Some(toml::Value::Integer(seed)) = table.get("seed").cloned() else {
+        return;
+    };
+    if table.get("seed") == seed_before.as_ref() || table.get("exp_name") != name_before.as_ref() {
+        return;
+    }
+    let name = match table.get("exp_name") {
+        Some(toml::Value::String(n)) => n.clone(),
+        _ => "drill_exp".to_string(),
+    };
+    let stem = match name.rsplit_once("_seed") {
+        Some((stem, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => stem,
+        _ => name.as_str(),
+    };
+    let renamed = format!("{stem}_seed{seed}");
+    table.insert("exp_name".into(), toml::Value::String(renamed));
 }
 
 impl Config {
@@ -251,9 +275,11 @@ impl Config {
             file: source.to_string(),
             message: e.to_string(),
         })?;
+        let before = (table.get("seed").cloned(), table.get("exp_name").cloned());
         for arg in overrides {
             apply_override(&mut table, arg)?;
         }
+        follow_seed(&mut table, before);
         let kind = match table.get("policy").and_then(|p| p.get("type")) {
             None => "dqn".to_string(),
             Some(toml::Value::String(s)) => s.clone(),
@@ -719,6 +745,22 @@ batch_size = 64
     fn err(text: &str, overrides: &[&str]) -> String {
         let o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
         Config::parse(text, "t.toml", &o).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn the_experiment_name_follows_an_overridden_seed() {
+        let name = |text: &str, o: &[&str]| {
+            let o: Vec<String> = o.iter().map(|s| s.to_string()).collect();
+            Config::parse(text, "t.toml", &o).unwrap().exp_name
+        };
+        let seeded = DQN.replace("exp_name = \"t\"", "exp_name = \"cp_seed0\"");
+        assert_eq!(name(&seeded, &[]), "cp_seed0");
+        assert_eq!(name(&seeded, &["seed=1"]), "cp_seed1");
+        assert_eq!(name(&seeded, &["seed=0"]), "cp_seed0");
+        assert_eq!(name(DQN, &["seed=7"]), "t_seed7");
+        assert_eq!(name(&seeded, &["seed=3", "exp_name=mine"]), "mine");
+        let odd = DQN.replace("exp_name = \"t\"", "exp_name = \"a_seedling\"");
+        assert_eq!(name(&odd, &["seed=2"]), "a_seedling_seed2");
     }
 
     #[test]

@@ -13,8 +13,10 @@ use std::path::PathBuf;
 /// Arguments of `drill train`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Experiment config (TOML, DI-engine's tree: env / policy.learn / policy.collect / …).
-    pub config: String,
+    /// Experiment config (TOML, DI-engine's tree: env / policy.learn / policy.collect / …);
+    /// omitted with `--resume EXP_DIR`, which continues with the config that folder holds.
+    #[arg(required_unless_present = "resume")]
+    pub config: Option<String>,
     /// Override the config's seed.
     #[arg(long)]
     pub seed: Option<u64>,
@@ -25,8 +27,10 @@ pub struct Args {
     /// overwritten: a suffixed sibling is used instead.
     #[arg(long)]
     pub exp_dir: Option<PathBuf>,
-    /// Continue from a checkpoint (model, optimizer and counters).
-    #[arg(long)]
+    /// Continue a run: an experiment folder (its newest checkpoint, in that folder, with the
+    /// config.toml it holds; `--set` still applies and is written there), or a checkpoint
+    /// file (model, optimizer and counters) to start a new run from.
+    #[arg(long, value_name = "EXP_DIR|CHECKPOINT")]
     pub resume: Option<PathBuf>,
     /// No progress bar.
     #[arg(long, short)]
@@ -112,12 +116,56 @@ pub(crate) fn load_config(args: &Args) -> anyhow::Result<Config> {
     if let Some(seed) = args.seed {
         overrides.push(format!("seed={seed}"));
     }
-    let config = Config::load(&args.config, &overrides)?;
+    let config = Config::load(&args.config_path()?, &overrides)?;
     drill_algo::validate(&config)?;
     Ok(config)
 }
 
 impl Args {
+    /// The config to load: CONFIG, or with `--resume EXP_DIR` the folder's config.toml. A
+    /// `--resume` path that does not exist is refused here, before anything is written.
+    fn config_path(&self) -> anyhow::Result<String> {
+        let folder = match &self.resume {
+            Some(p) if !p.exists() => anyhow::bail!(
+                "--resume {}: no such experiment folder or checkpoint file",
+                p.display()
+            ),
+            Some(p) if p.is_dir() => Some(p),
+            _ => None,
+        };
+        if let (Some(dir), Some(other)) = (folder, &self.exp_dir) {
+            anyhow::bail!(
+                "--resume {} continues the run in that folder; drop --exp-dir {}",
+                dir.display(),
+                other.display()
+            );
+        }
+        match (&self.config, folder) {
+            (Some(c), None) => Ok(c.clone()),
+            (None, Some(dir)) => {
+                let path = dir.join("config.toml");
+                if !path.is_file() {
+                    anyhow::bail!(
+                        "--resume {}: not an experiment folder (it has no config.toml)",
+                        dir.display()
+                    );
+                }
+                Ok(path.display().to_string())
+            }
+            (Some(c), Some(dir)) => anyhow::bail!(
+                "--resume {} continues that folder's run with the config it holds: drop CONFIG ({c}), or give --resume a checkpoint file to start a new run from",
+                dir.display()
+            ),
+            (None, None) => anyhow::bail!(
+                "--resume {}: a checkpoint file needs a CONFIG for the new run (or give an experiment folder)",
+                self.resume
+                    .as_deref()
+                    .unwrap_or(std::path::Path::new(""))
+                    .display()
+            ),
+        }
+    }
+
     /// What the user asked of the experiment folder and the starting checkpoint.
     fn start_options(&self) -> drill_algo::start::StartOptions {
         drill_algo::start::StartOptions {

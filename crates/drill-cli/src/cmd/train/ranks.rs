@@ -19,7 +19,8 @@ pub(super) fn launch_ranks(args: &Args, config: &Config, n: usize) -> anyhow::Re
         bail!("--nproc-per-node must be at least 1");
     }
     drill_algo::session::check_data_parallel(config, "--nproc-per-node")?;
-    let mut child = vec!["train".to_string(), args.config.clone()];
+    let mut child = vec!["train".to_string()];
+    child.extend(args.config.clone());
     if let Some(s) = args.seed {
         child.extend(["--seed".into(), s.to_string()]);
     }

@@ -1,0 +1,156 @@
+//! Everyday use of `drill train`: the folder follows the seed, `--resume EXP_DIR` continues a
+//! run in its folder to the same counters as one uninterrupted run, and a start that fails
+//! leaves nothing behind.
+
+use std::path::Path;
+use std::process::Output;
+
+mod common;
+
+use common::{drill, repo, result, text};
+
+fn train(args: &[&str], cwd: &Path) -> Output {
+    drill()
+        .arg("train")
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .unwrap()
+}
+
+fn config(name: &str) -> String {
+    repo().join("configs").join(name).display().to_string()
+}
+
+/// The names in `dir`.
+fn entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn the_default_folder_follows_the_seed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config("cartpole_v1_ppo.toml");
+    let out = train(
+        &[&cfg, "--seed", "1", "--quiet", "--set", "max_env_step=64"],
+        tmp.path(),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(entries(tmp.path()), ["cartpole_v1_ppo_seed1"]);
+    let out = train(
+        &[
+            &cfg,
+            "--quiet",
+            "--set",
+            "seed=2",
+            "--set",
+            "max_env_step=64",
+        ],
+        tmp.path(),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        entries(tmp.path()),
+        ["cartpole_v1_ppo_seed1", "cartpole_v1_ppo_seed2"]
+    );
+}
+
+#[test]
+fn resuming_a_folder_reaches_the_counters_of_one_uninterrupted_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config("cartpole_v1_ppo.toml");
+    let whole = ["--quiet", "--set", "env.stop_value=1000"];
+    let out = train(
+        &[
+            &[&cfg[..], "--exp-dir", "one"][..],
+            &whole,
+            &["--set", "max_env_step=4096"],
+        ]
+        .concat(),
+        tmp.path(),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let out = train(
+        &[
+            &[&cfg[..], "--exp-dir", "two"][..],
+            &whole,
+            &["--set", "max_env_step=2048"],
+        ]
+        .concat(),
+        tmp.path(),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let half = result(&tmp.path().join("two"));
+    let out = train(
+        &["--resume", "two", "--quiet", "--set", "max_env_step=4096"],
+        tmp.path(),
+    );
+    let log = text(&out);
+    assert!(out.status.success(), "{log}");
+    assert!(
+        log.contains("continuing two from two/ckpt/final.safetensors"),
+        "{log}"
+    );
+    let (one, two) = (
+        result(&tmp.path().join("one")),
+        result(&tmp.path().join("two")),
+    );
+    assert!(half["env_steps"].as_u64() < two["env_steps"].as_u64());
+    assert_eq!(one["env_steps"], two["env_steps"], "{one}\n{two}");
+    assert_eq!(one["train_iters"], two["train_iters"], "{one}\n{two}");
+    // The override is written down, the metrics of both parts kept, no other folder made.
+    let written = std::fs::read_to_string(tmp.path().join("two/config.toml")).unwrap();
+    assert!(written.contains("max_env_step = 4096"), "{written}");
+    let metrics = std::fs::read_to_string(tmp.path().join("two/metrics.jsonl")).unwrap();
+    let first = metrics.lines().next().unwrap();
+    assert!(
+        metrics.lines().count() > 1 && first.contains("\"step\""),
+        "{metrics}"
+    );
+    assert_eq!(entries(tmp.path()), ["one", "two"]);
+}
+
+#[test]
+fn a_start_that_fails_leaves_nothing_behind_and_says_why_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config("pendulum_ppo.toml");
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &[&cfg, "--resume", "/no/such/dir"],
+            "--resume /no/such/dir: no such experiment folder or checkpoint file",
+        ),
+        (
+            &[&cfg, "--resume", "junk.safetensors"],
+            "not a safetensors file",
+        ),
+        (
+            &["--resume", "."],
+            "not an experiment folder (it has no config.toml)",
+        ),
+        (
+            &[&cfg, "--set", "policy.learn.batchsize=3"],
+            "unknown key `policy.learn.batchsize`",
+        ),
+        (&["no/such.toml"], "no/such.toml"),
+    ];
+    std::fs::write(tmp.path().join("junk.safetensors"), b"not a checkpoint").unwrap();
+    for (args, want) in cases {
+        let out = train(args, tmp.path());
+        let err = text(&out);
+        assert!(!out.status.success(), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        let first = err.lines().find(|l| l.starts_with("error: ")).unwrap();
+        let cause = first.rsplit(": ").next().unwrap();
+        assert_eq!(
+            first.matches(cause).count(),
+            1,
+            "{args:?}: the cause is said twice: {first}"
+        );
+        assert_eq!(entries(tmp.path()), ["junk.safetensors"], "{args:?}");
+    }
+}
