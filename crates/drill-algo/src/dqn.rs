@@ -509,9 +509,15 @@ pub fn train_roles(
     }
     handle.barrier()?;
     let ctx = task.run(None)?;
-    Ok(roles
-        .learner
-        .then(|| session::result(&ctx, start.elapsed().as_secs_f64(), world, run.restarts)))
+    Ok(roles.learner.then(|| {
+        session::result(
+            &ctx,
+            env_step,
+            start.elapsed().as_secs_f64(),
+            world,
+            run.restarts,
+        )
+    }))
 }
 
 #[cfg(test)]

@@ -12,7 +12,8 @@
 //!   a restarted rank) starts from.
 //! - [`ddp`]: data-parallel training (gradient averaging, the ranks as the pipeline sees
 //!   them, distributed sampler).
-//! - [`error`]: [`TrainError`] and [`checkpoint::CheckpointError`], below everything else.
+//! - [`error`]: [`TrainError`] and [`checkpoint::CheckpointError`], below everything else;
+//!   [`interrupt`]: Ctrl-C / SIGTERM asking a run to stop after its step.
 //! - [`run`]: what a run reports ([`run::Reporter`]) and returns ([`run::TrainResult`]);
 //!   [`train()`] picks the algorithm from the config.
 //!
@@ -27,6 +28,7 @@ pub mod dqn;
 pub mod error;
 pub mod eval;
 pub mod explore;
+pub mod interrupt;
 pub mod middleware;
 pub mod nets;
 pub mod optim;

@@ -407,6 +407,7 @@ pub fn train(
     let ctx = task.run(None)?;
     Ok(session::result(
         &ctx,
+        env_step,
         start.elapsed().as_secs_f64(),
         world,
         run.restarts,

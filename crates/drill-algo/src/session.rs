@@ -141,9 +141,11 @@ pub fn evaluator(
     )))
 }
 
-/// The run's result from the task's last context.
+/// The run's result from the task's last context; `from_env_step` is where it started (a
+/// resumed run's checkpoint), so the rate counts this run's steps only.
 pub fn result(
     ctx: &drill_task::OnlineRLContext,
+    from_env_step: u64,
     seconds: f64,
     world_size: usize,
     restarts: u32,
@@ -154,12 +156,13 @@ pub fn result(
         env_steps: ctx.env_step,
         train_iters: ctx.train_iter,
         wall_seconds: seconds,
-        env_steps_per_sec: ctx.env_step as f64 / seconds,
+        env_steps_per_sec: ctx.env_step.saturating_sub(from_env_step) as f64 / seconds,
         eval_reward_mean: last.map_or(f64::NAN, |e| e.result.mean),
         eval_reward_std: last.map_or(f64::NAN, |e| e.result.std),
         eval_episodes: last.map_or(0, |e| e.result.returns.len()),
         world_size,
         restarts,
+        interrupted: ctx.ext.get::<crate::middleware::Interrupted>().is_some(),
     }
 }
 

@@ -1,6 +1,7 @@
 //! Everyday use of `drill train`: the folder follows the seed, `--resume EXP_DIR` continues a
-//! run in its folder to the same counters as one uninterrupted run, and a start that fails
-//! leaves nothing behind.
+//! run in its folder to the same counters as one uninterrupted run, a start that fails
+//! leaves nothing behind, and Ctrl-C (alone or under `--nproc-per-node`) stops after the
+//! step with `final` and `result.json` written and the command that continues it said.
 
 use std::path::Path;
 use std::process::Output;
@@ -153,4 +154,114 @@ fn a_start_that_fails_leaves_nothing_behind_and_says_why_once() {
         );
         assert_eq!(entries(tmp.path()), ["junk.safetensors"], "{args:?}");
     }
+}
+
+/// Start `drill train ARGS` in `cwd` with piped output, wait until `exp` has its first
+/// checkpoint (training is under way), send SIGINT to it and return its output.
+fn interrupt(args: &[&str], cwd: &Path, exp: &str) -> (Output, std::time::Duration) {
+    let child = drill()
+        .arg("train")
+        .args(args)
+        .current_dir(cwd)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while !cwd.join(exp).join("ckpt/best.safetensors").is_file() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let sent = std::time::Instant::now();
+    let out = child.wait_with_output().unwrap();
+    (out, sent.elapsed())
+}
+
+/// An interrupted run: exit 130, `final` and `result.json` written (`interrupted`), one line
+/// saying where it stopped and how to continue; continuing it goes on from there.
+fn check_interrupted(out: &Output, took: std::time::Duration, cwd: &Path, exp: &str, ranks: &str) {
+    let log = text(out);
+    assert_eq!(out.status.code(), Some(130), "{log}");
+    assert!(
+        took < std::time::Duration::from_secs(10),
+        "took {took:?}\n{log}"
+    );
+    let r = result(&cwd.join(exp));
+    assert_eq!(r["interrupted"], true, "{r}");
+    assert!(cwd.join(exp).join("ckpt/final.safetensors").is_file());
+    let line = format!(
+        "env step {}, train iteration {}",
+        r["env_steps"], r["train_iters"]
+    );
+    let said = log
+        .lines()
+        .find(|l| l.contains("interrupted at"))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(said.contains(&line), "{said}");
+    assert!(
+        said.contains(&format!("continue with: drill train --resume {exp}{ranks}")),
+        "{said}"
+    );
+    let more = r["env_steps"].as_u64().unwrap() + 2048;
+    let limit = format!("max_env_step={more}");
+    let mut args = vec!["--resume", exp, "--quiet", "--set", &limit];
+    if !ranks.is_empty() {
+        args.extend(ranks.split_whitespace());
+    }
+    let out = train(&args, cwd);
+    assert!(out.status.success(), "{}", text(&out));
+    let after = result(&cwd.join(exp));
+    assert_eq!(after["interrupted"], false, "{after}");
+    assert!(after["env_steps"].as_u64().unwrap() >= more, "{after}");
+}
+
+#[test]
+fn ctrl_c_stops_after_the_step_saves_and_says_how_to_continue() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config("pendulum_ppo.toml");
+    let args = [
+        &cfg[..],
+        "--quiet",
+        "--set",
+        "env.stop_value=1000",
+        "--set",
+        "max_env_step=100000000",
+    ];
+    let (out, took) = interrupt(&args, tmp.path(), "pendulum_ppo_seed0");
+    check_interrupted(&out, took, tmp.path(), "pendulum_ppo_seed0", "");
+}
+
+#[test]
+fn ctrl_c_stops_every_rank_at_the_same_step_and_the_launcher_exits_130() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config("pendulum_ppo_ddp.toml");
+    let args = [
+        &cfg[..],
+        "--nproc-per-node",
+        "2",
+        "--quiet",
+        "--set",
+        "env.stop_value=1000",
+        "--set",
+        "max_env_step=100000000",
+    ];
+    let (out, took) = interrupt(&args, tmp.path(), "pendulum_ppo_ddp_seed0");
+    let log = text(&out);
+    assert!(log.contains("drill launch: got SIGINT"), "{log}");
+    check_interrupted(
+        &out,
+        took,
+        tmp.path(),
+        "pendulum_ppo_ddp_seed0",
+        " --nproc-per-node 2",
+    );
+    assert_eq!(
+        result(&tmp.path().join("pendulum_ppo_ddp_seed0"))["world_size"],
+        2
+    );
 }

@@ -62,7 +62,7 @@ pub struct TrainResult {
     pub train_iters: u64,
     /// Wall-clock seconds of the run.
     pub wall_seconds: f64,
-    /// `env_steps / wall_seconds`.
+    /// Env steps collected by this run (after a resume: since its checkpoint) / `wall_seconds`.
     pub env_steps_per_sec: f64,
     /// Mean return of the last evaluation.
     pub eval_reward_mean: f64,
@@ -74,4 +74,7 @@ pub struct TrainResult {
     pub world_size: usize,
     /// Times the group was restarted.
     pub restarts: u32,
+    /// The run stopped on SIGINT/SIGTERM (its `final` checkpoint continues it).
+    #[serde(default)]
+    pub interrupted: bool,
 }

@@ -9,7 +9,6 @@ mod workers;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 pub use rendezvous::Placement;
@@ -128,7 +127,7 @@ pub fn launch(cfg: &LaunchConfig) -> Result<Outcome, LaunchError> {
         }
         _ => drill_comm::Token::generate(),
     };
-    let signal = Arc::new(AtomicUsize::new(0));
+    let signal = Arc::new(workers::Signals::default());
     for sig in [
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGTERM,
@@ -137,11 +136,12 @@ pub fn launch(cfg: &LaunchConfig) -> Result<Outcome, LaunchError> {
         let s = signal.clone();
         // Record the signal; the monitor loop forwards it to the workers.
         unsafe {
-            signal_hook::low_level::register(sig, move || s.store(sig as usize, Ordering::SeqCst))
-                .map_err(|e| LaunchError::Io {
+            signal_hook::low_level::register(sig, move || s.record(sig)).map_err(|e| {
+                LaunchError::Io {
                     context: "install signal handlers".into(),
                     source: e,
-                })?;
+                }
+            })?;
         }
     }
     if std::env::var_os("OMP_NUM_THREADS").is_none() {

@@ -90,6 +90,29 @@ fn io(context: String) -> impl FnOnce(std::io::Error) -> LaunchError {
     move |source| LaunchError::Io { context, source }
 }
 
+/// The signals the launcher got: how many, and the last one (set from a signal handler).
+#[derive(Default)]
+pub struct Signals {
+    count: AtomicUsize,
+    last: AtomicUsize,
+}
+
+impl Signals {
+    /// Note `sig` (async-signal-safe: two atomic stores).
+    pub fn record(&self, sig: i32) {
+        self.last.store(sig as usize, Ordering::SeqCst);
+        self.count.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn get(&self) -> (usize, i32) {
+        let count = self.count.load(Ordering::SeqCst);
+        (count, self.last.load(Ordering::SeqCst) as i32)
+    }
+}
+
+/// A rank's exit status after it stopped on an interrupt (128 + SIGINT, as shells report).
+const INTERRUPTED: i32 = 130;
+
 /// Start, watch and end one attempt.
 pub fn run_round(
     cfg: &LaunchConfig,
@@ -97,7 +120,7 @@ pub fn run_round(
     token: &str,
     restart: usize,
     rdzv: &Rendezvous,
-    signal: &AtomicUsize,
+    signals: &Signals,
 ) -> Result<RoundEnd, LaunchError> {
     let dir = match &cfg.log_dir {
         Some(d) => {
@@ -190,13 +213,42 @@ pub fn run_round(
         .monitor_interval
         .clamp(Duration::from_millis(5), Duration::from_secs(5));
     let mut last_remote_check = Instant::now();
+    // The first signal is passed on and the ranks finish their step, save and exit (drill
+    // train's interrupt); the launcher waits for them. A second one stops them at once.
+    let mut interrupt: Option<i32> = None;
+    let mut seen = 0;
     loop {
-        let sig = signal.load(Ordering::SeqCst);
-        if sig != 0 {
-            eprintln!("drill launch: got signal {sig}; passing it to every rank");
-            stop_all(&mut workers, sig as i32, cfg.grace);
-            join_pumps(&mut workers);
-            return Ok(RoundEnd::Interrupted(sig as i32));
+        let (count, sig) = signals.get();
+        if count > seen {
+            seen = count;
+            if interrupt.is_some() {
+                eprintln!(
+                    "drill launch: got {} again; stopping every rank now",
+                    signal_name(sig)
+                );
+                stop_all(&mut workers, sig, cfg.grace);
+                join_pumps(&mut workers);
+                return Ok(RoundEnd::Interrupted(sig));
+            }
+            eprintln!(
+                "drill launch: got {}; passing it to every rank (drill train stops after its current step and saves; send it again to stop at once)",
+                signal_name(sig)
+            );
+            signal_all(&mut workers, sig);
+            interrupt = Some(sig);
+        }
+        if let Some(sig) = interrupt {
+            for w in workers.iter_mut().filter(|w| w.status.is_none()) {
+                if let Ok(Some(s)) = w.child.try_wait() {
+                    w.status = Some(s);
+                }
+            }
+            if workers.iter().all(|w| w.status.is_some()) {
+                join_pumps(&mut workers);
+                return Ok(RoundEnd::Interrupted(sig));
+            }
+            std::thread::sleep(tick.min(Duration::from_millis(20)));
+            continue;
         }
         // A rank killed by a signal is the cause; ranks that exited with an error in the same
         // pass are usually reporting it (their peer is gone), so the signal wins.
@@ -204,6 +256,16 @@ pub fn run_round(
         for w in workers.iter_mut().filter(|w| w.status.is_none()) {
             if let Ok(Some(s)) = w.child.try_wait() {
                 w.status = Some(s);
+                if s.code() == Some(INTERRUPTED) && interrupt.is_none() {
+                    // Interrupted elsewhere (another node's launcher got the signal): every
+                    // rank stops at the same step; wait for the others, do not restart.
+                    eprintln!(
+                        "drill launch: rank {} stopped on an interrupt; waiting for the others",
+                        w.rank
+                    );
+                    interrupt = Some(libc::SIGINT);
+                    continue;
+                }
                 let killed = s.signal().is_some();
                 let better = match &failure {
                     None => true,
@@ -220,6 +282,9 @@ pub fn run_round(
                     });
                 }
             }
+        }
+        if interrupt.is_some() {
+            continue;
         }
         if let Some(f) = failure {
             rdzv.report_failure(restart, &f.to_string());
@@ -250,13 +315,28 @@ pub fn run_round(
     }
 }
 
-/// Send `sig` to every live worker, wait up to `grace`, then SIGKILL what is left.
-fn stop_all(workers: &mut [Worker], sig: i32, grace: Duration) {
+/// `SIGINT` for 2, and so on.
+fn signal_name(sig: i32) -> String {
+    match sig {
+        libc::SIGINT => "SIGINT".into(),
+        libc::SIGTERM => "SIGTERM".into(),
+        libc::SIGHUP => "SIGHUP".into(),
+        s => format!("signal {s}"),
+    }
+}
+
+/// Send `sig` to every live worker.
+fn signal_all(workers: &mut [Worker], sig: i32) {
     for w in workers.iter_mut() {
         if w.status.is_none() && matches!(w.child.try_wait(), Ok(None)) {
             unsafe { libc::kill(-(w.child.id() as i32), sig) };
         }
     }
+}
+
+/// Send `sig` to every live worker, wait up to `grace`, then SIGKILL what is left.
+fn stop_all(workers: &mut [Worker], sig: i32, grace: Duration) {
+    signal_all(workers, sig);
     let deadline = Instant::now() + grace;
     while Instant::now() < deadline
         && workers

@@ -63,6 +63,19 @@ impl Ranks {
         Ok(v[0] == 1)
     }
 
+    /// Whether to stop, the same on every rank: rank 0's `reached` (its limits) or an
+    /// `interrupted` on any rank; and whether it was an interrupt. One collective.
+    pub fn stop(&self, reached: bool, interrupted: bool) -> Result<(bool, bool), TrainError> {
+        let mut v = [
+            i64::from(reached && self.rank() == 0),
+            i64::from(interrupted),
+        ];
+        if let Some(pg) = &self.0 {
+            pg.all_reduce(&mut v, ReduceOp::Max)?;
+        }
+        Ok((v[0] == 1 || v[1] == 1, v[1] == 1))
+    }
+
     /// Every rank's `mine`, on every rank, in rank order.
     pub fn all_gather<T: Serialize + DeserializeOwned>(
         &self,

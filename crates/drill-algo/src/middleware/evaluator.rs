@@ -1,5 +1,6 @@
 //! [`InteractionEvaluator`] (evaluate every `eval_freq` train iterations, finish at the stop
-//! value) and [`TerminationChecker`] (finish at `max_env_step` / `max_train_iter`).
+//! value) and [`TerminationChecker`] (finish at `max_env_step` / `max_train_iter`, or when a
+//! signal asks).
 
 use std::cell::RefCell;
 
@@ -8,6 +9,7 @@ use drill_task::{Middleware, OnlineRLContext, TaskError, TaskHandle};
 use super::{EvalOutput, LastEval, task_err};
 use crate::ddp::Ranks;
 use crate::eval::{EvalResult, Evaluator};
+use crate::interrupt;
 use crate::policy::Policy;
 
 /// Evaluates the policy's eval side when none has been evaluated yet or `eval_freq` train
@@ -88,8 +90,13 @@ impl<P: Policy> Middleware<OnlineRLContext> for InteractionEvaluator<'_, P> {
     }
 }
 
+/// In the context once a signal stopped the run ([`crate::interrupt`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Interrupted;
+
 /// Finishes the task once `max_env_step` env steps were collected or `max_train_iter`
-/// updates done (rank 0 decides under DDP).
+/// updates done (rank 0 decides under DDP), or a signal asked any rank to stop
+/// ([`crate::interrupt`]; [`Interrupted`] is then put in the context).
 pub struct TerminationChecker {
     max_env_step: Option<u64>,
     max_train_iter: Option<u64>,
@@ -118,7 +125,14 @@ impl Middleware<OnlineRLContext> for TerminationChecker {
         }
         let reached = self.max_env_step.is_some_and(|m| ctx.env_step >= m)
             || self.max_train_iter.is_some_and(|m| ctx.train_iter >= m);
-        if self.ranks.rank0_decides(reached).map_err(task_err)? {
+        let (stop, interrupted) = self
+            .ranks
+            .stop(reached, interrupt::requested())
+            .map_err(task_err)?;
+        if interrupted {
+            ctx.ext.insert(Interrupted);
+        }
+        if stop {
             task.finish();
         }
         Ok(())

@@ -40,7 +40,7 @@ mod roles;
 
 pub use ckpt::CkptSaver;
 pub use collector::{DataPusher, EpsGreedyHandler, NStepRewardEnhancer, StepCollector};
-pub use evaluator::{InteractionEvaluator, TerminationChecker};
+pub use evaluator::{InteractionEvaluator, Interrupted, TerminationChecker};
 pub use exchange::{ContextExchanger, FinishSync, ModelExchanger, ModelUpdate};
 pub use learner::OffPolicyLearner;
 pub use logger::{OnlineLogger, Outputs};

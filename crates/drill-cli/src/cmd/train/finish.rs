@@ -1,5 +1,6 @@
 //! The end of a `drill train` run, for every way it runs: `result.json` written, the outcome
-//! logged, the file's path printed.
+//! logged (after an interrupt: where it stopped and the command that continues it), the
+//! file's path printed.
 
 use anyhow::Context;
 use drill_algo::TrainResult;
@@ -9,21 +10,36 @@ use drill_exp::Experiment;
 pub(crate) fn finish_experiment(mut exp: Experiment, result: &TrainResult) -> anyhow::Result<()> {
     exp.finish(result)
         .with_context(|| format!("cannot write {}/result.json", exp.dir().display()))?;
-    let stop = if result.stop_reached {
-        "stop value reached"
+    if result.interrupted {
+        let ranks = match result.world_size {
+            1 => String::new(),
+            n => format!(" --nproc-per-node {n}"),
+        };
+        tracing::info!(
+            "interrupted at env step {}, train iteration {} (last eval {:.1} ± {:.1}), `final` checkpoint written; continue with: drill train --resume {}{ranks}",
+            result.env_steps,
+            result.train_iters,
+            result.eval_reward_mean,
+            result.eval_reward_std,
+            exp.dir().display()
+        );
     } else {
-        "stopped at the step limit"
-    };
-    tracing::info!(
-        "{stop}: eval {:.1} ± {:.1} over {} episodes, {} env steps, {} iters, {:.2} s ({:.0} env steps/s)",
-        result.eval_reward_mean,
-        result.eval_reward_std,
-        result.eval_episodes,
-        result.env_steps,
-        result.train_iters,
-        result.wall_seconds,
-        result.env_steps_per_sec
-    );
+        let stop = if result.stop_reached {
+            "stop value reached"
+        } else {
+            "stopped at the step limit"
+        };
+        tracing::info!(
+            "{stop}: eval {:.1} ± {:.1} over {} episodes, {} env steps, {} iters, {:.2} s ({:.0} env steps/s)",
+            result.eval_reward_mean,
+            result.eval_reward_std,
+            result.eval_episodes,
+            result.env_steps,
+            result.train_iters,
+            result.wall_seconds,
+            result.env_steps_per_sec
+        );
+    }
     println!("{}", exp.dir().join("result.json").display());
     Ok(())
 }

@@ -194,6 +194,5 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     if let Some(n) = args.nproc_per_node {
         return ranks::launch_ranks(&args, &config, n);
     }
-    ranks::train_rank(&args, config)?;
-    Ok(0)
+    ranks::train_rank(&args, config)
 }

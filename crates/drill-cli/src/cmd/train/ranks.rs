@@ -66,8 +66,9 @@ pub(super) fn launch_ranks(args: &Args, config: &Config, n: usize) -> anyhow::Re
 }
 
 /// Train as one process or one rank; rank 0 owns the experiment folder.
-pub(super) fn train_rank(args: &Args, config: Config) -> anyhow::Result<()> {
+pub(super) fn train_rank(args: &Args, config: Config) -> anyhow::Result<i32> {
     let device = select_device(&config)?;
+    drill_algo::interrupt::install().context("cannot install the Ctrl-C handler")?;
     let dist = drill_algo::session::join(&config).context("cannot join the data-parallel job")?;
     let rank = dist.as_ref().map_or(0, ProcessGroup::rank);
     let world = dist.as_ref().map_or(1, ProcessGroup::world_size);
@@ -110,8 +111,10 @@ pub(super) fn train_rank(args: &Args, config: Config) -> anyhow::Result<()> {
         },
     )
     .map_err(whose)?;
+    let code = if result.interrupted { 130 } else { 0 };
     let Some(exp) = exp else {
-        return Ok(());
+        return Ok(code);
     };
-    finish_experiment(exp, &result)
+    finish_experiment(exp, &result)?;
+    Ok(code)
 }
