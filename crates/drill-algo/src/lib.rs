@@ -13,7 +13,8 @@
 //! - [`ddp`]: data-parallel training (gradient averaging, the ranks as the pipeline sees
 //!   them, distributed sampler).
 //! - [`error`]: [`TrainError`] and [`checkpoint::CheckpointError`], below everything else;
-//!   [`interrupt`]: Ctrl-C / SIGTERM asking a run to stop after its step.
+//!   [`interrupt`]: Ctrl-C / SIGTERM asking a run to stop after its step; [`memory`]: what a
+//!   config will allocate, checked against the machine before anything is built.
 //! - [`run`]: what a run reports ([`run::Reporter`]) and returns ([`run::TrainResult`]);
 //!   [`train()`] picks the algorithm from the config.
 //!
@@ -29,6 +30,7 @@ pub mod error;
 pub mod eval;
 pub mod explore;
 pub mod interrupt;
+pub mod memory;
 pub mod middleware;
 pub mod nets;
 pub mod optim;

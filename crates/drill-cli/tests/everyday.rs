@@ -1,6 +1,7 @@
 //! Everyday use of `drill train`: the folder follows the seed, `--resume EXP_DIR` continues a
-//! run in its folder to the same counters as one uninterrupted run, a start that fails
-//! leaves nothing behind, and Ctrl-C (alone or under `--nproc-per-node`) stops after the
+//! run in its folder to the same counters as one uninterrupted run, a start that fails (bad
+//! resume path or checkpoint, bad key, absurd size, more memory than the machine has) leaves
+//! nothing behind, and Ctrl-C (alone or under `--nproc-per-node`) stops after the
 //! step with `final` and `result.json` written and the command that continues it said.
 
 use std::path::Path;
@@ -120,7 +121,8 @@ fn resuming_a_folder_reaches_the_counters_of_one_uninterrupted_run() {
 fn a_start_that_fails_leaves_nothing_behind_and_says_why_once() {
     let tmp = tempfile::tempdir().unwrap();
     let cfg = config("pendulum_ppo.toml");
-    let cases: [(&[&str], &str); 5] = [
+    let dqn = config("cartpole_dqn.toml");
+    let cases: [(&[&str], &str); 8] = [
         (
             &[&cfg, "--resume", "/no/such/dir"],
             "--resume /no/such/dir: no such experiment folder or checkpoint file",
@@ -138,6 +140,26 @@ fn a_start_that_fails_leaves_nothing_behind_and_says_why_once() {
             "unknown key `policy.learn.batchsize`",
         ),
         (&["no/such.toml"], "no/such.toml"),
+        (
+            &[&cfg, "--set", "env.collector_env_num=100000000"],
+            "`env.collector_env_num`: must be 1..=65536, got 100000000",
+        ),
+        (
+            &[
+                &cfg,
+                "--set",
+                "policy.model.encoder_hidden_size_list=[65536, 65536, 65536]",
+            ],
+            "`policy.model.encoder_hidden_size_list`: needs about",
+        ),
+        (
+            &[
+                &dqn,
+                "--set",
+                "policy.other.replay_buffer.replay_buffer_size=10000000000",
+            ],
+            "`policy.other.replay_buffer.replay_buffer_size`: needs about 640.0 GB",
+        ),
     ];
     std::fs::write(tmp.path().join("junk.safetensors"), b"not a checkpoint").unwrap();
     for (args, want) in cases {

@@ -363,12 +363,24 @@ impl Config {
         };
         let e = &self.env;
         c.check(!e.id.is_empty(), "env.id", "must name an environment");
-        c.at_least_1("env.collector_env_num", e.collector_env_num as u64);
-        c.at_least_1("env.evaluator_env_num", e.evaluator_env_num as u64);
-        c.at_least_1("env.n_evaluator_episode", e.n_evaluator_episode as u64);
-        c.at_least_1("env.env_threads", e.env_threads as u64);
-        c.at_least_1("env.frame_stack", e.frame_stack as u64);
-        c.at_least_1("env.frame_skip", u64::from(e.frame_skip));
+        c.size(
+            "env.collector_env_num",
+            e.collector_env_num as u64,
+            MAX_ENVS,
+        );
+        c.size(
+            "env.evaluator_env_num",
+            e.evaluator_env_num as u64,
+            MAX_ENVS,
+        );
+        c.size(
+            "env.n_evaluator_episode",
+            e.n_evaluator_episode as u64,
+            1_000_000,
+        );
+        c.size("env.env_threads", e.env_threads as u64, 1024);
+        c.size("env.frame_stack", e.frame_stack as u64, 64);
+        c.size("env.frame_skip", u64::from(e.frame_skip), 64);
         c.check(
             (1..=160).contains(&e.screen_size),
             "env.screen_size",
@@ -392,15 +404,20 @@ impl Config {
         match &self.policy {
             Policy::Dqn(p) => {
                 c.unit("policy.discount_factor", p.discount_factor);
-                c.at_least_1("policy.nstep", p.nstep as u64);
+                c.size("policy.nstep", p.nstep as u64, 1000);
                 c.hidden(
                     "policy.model.encoder_hidden_size_list",
                     &p.model.encoder_hidden_size_list,
                 );
-                c.at_least_1("policy.learn.batch_size", p.learn.batch_size as u64);
-                c.at_least_1(
+                c.size(
+                    "policy.learn.batch_size",
+                    p.learn.batch_size as u64,
+                    MAX_BATCH,
+                );
+                c.size(
                     "policy.learn.update_per_collect",
                     p.learn.update_per_collect as u64,
+                    1 << 20,
                 );
                 c.positive("policy.learn.learning_rate", p.learn.learning_rate);
                 c.at_least_1(
@@ -410,7 +427,11 @@ impl Config {
                 if let Some(theta) = p.learn.target_theta {
                     c.unit("policy.learn.target_theta", theta);
                 }
-                c.at_least_1("policy.collect.n_sample", p.collect.n_sample as u64);
+                c.size(
+                    "policy.collect.n_sample",
+                    p.collect.n_sample as u64,
+                    1 << 30,
+                );
                 c.check(
                     p.collect.unroll_len == 1,
                     "policy.collect.unroll_len",
@@ -449,20 +470,28 @@ impl Config {
                 // Empty is allowed: the heads read the observations (or an image trunk's
                 // features) directly, as CleanRL's ppo_atari.
                 c.check(
-                    p.model.encoder_hidden_size_list.iter().all(|&s| s >= 1),
+                    p.model
+                        .encoder_hidden_size_list
+                        .iter()
+                        .all(|&s| (1..=MAX_WIDTH as usize).contains(&s)),
                     "policy.model.encoder_hidden_size_list",
-                    "layer sizes must be >= 1",
+                    &format!("layer sizes must be 1..={MAX_WIDTH}"),
                 );
                 c.check(
                     p.model.init_log_std.is_finite(),
                     "policy.model.init_log_std",
                     "must be finite",
                 );
-                c.at_least_1(
+                c.size(
                     "policy.learn.epoch_per_collect",
                     p.learn.epoch_per_collect as u64,
+                    1 << 20,
                 );
-                c.at_least_1("policy.learn.batch_size", p.learn.batch_size as u64);
+                c.size(
+                    "policy.learn.batch_size",
+                    p.learn.batch_size as u64,
+                    MAX_BATCH,
+                );
                 c.positive("policy.learn.learning_rate", p.learn.learning_rate);
                 c.check(
                     p.learn.value_weight >= 0.0,
@@ -515,18 +544,25 @@ impl Config {
                 );
             }
             Policy::Sac(p) => {
-                c.at_least_1(
+                c.size(
                     "policy.model.actor_head_hidden_size",
                     p.model.actor_head_hidden_size as u64,
+                    MAX_WIDTH,
                 );
-                c.at_least_1(
+                c.size(
                     "policy.model.critic_head_hidden_size",
                     p.model.critic_head_hidden_size as u64,
+                    MAX_WIDTH,
                 );
-                c.at_least_1("policy.learn.batch_size", p.learn.batch_size as u64);
-                c.at_least_1(
+                c.size(
+                    "policy.learn.batch_size",
+                    p.learn.batch_size as u64,
+                    MAX_BATCH,
+                );
+                c.size(
                     "policy.learn.update_per_collect",
                     p.learn.update_per_collect as u64,
+                    1 << 20,
                 );
                 c.positive("policy.learn.learning_rate_q", p.learn.learning_rate_q);
                 c.positive(
@@ -540,7 +576,11 @@ impl Config {
                 c.unit("policy.learn.target_theta", p.learn.target_theta);
                 c.unit("policy.learn.discount_factor", p.learn.discount_factor);
                 c.positive("policy.learn.init_alpha", p.learn.init_alpha);
-                c.at_least_1("policy.collect.n_sample", p.collect.n_sample as u64);
+                c.size(
+                    "policy.collect.n_sample",
+                    p.collect.n_sample as u64,
+                    1 << 30,
+                );
                 let rb = &p.other.replay_buffer;
                 c.check(
                     !rb.priority,
@@ -591,6 +631,13 @@ impl Config {
     }
 }
 
+/// Most environment copies of one kind in one process.
+const MAX_ENVS: u64 = 65_536;
+/// Largest batch.
+const MAX_BATCH: u64 = 1 << 20;
+/// Widest layer.
+const MAX_WIDTH: u64 = 1 << 16;
+
 struct Checker<'a> {
     source: &'a str,
     first: Option<ConfigError>,
@@ -604,6 +651,14 @@ impl Checker<'_> {
     }
     fn at_least_1(&mut self, path: &str, v: u64) {
         self.check(v >= 1, path, "must be at least 1");
+    }
+    /// A count or size: 1..=`max` (more is surely a typo, and would fail to allocate).
+    fn size(&mut self, path: &str, v: u64, max: u64) {
+        self.check(
+            (1..=max).contains(&v),
+            path,
+            &format!("must be 1..={max}, got {v}"),
+        );
     }
     fn positive(&mut self, path: &str, v: f64) {
         self.check(
@@ -621,9 +676,9 @@ impl Checker<'_> {
     }
     fn hidden(&mut self, path: &str, sizes: &[usize]) {
         self.check(
-            !sizes.is_empty() && sizes.iter().all(|&s| s >= 1),
+            !sizes.is_empty() && sizes.iter().all(|&s| (1..=MAX_WIDTH as usize).contains(&s)),
             path,
-            "must list at least one layer size, each >= 1",
+            &format!("must list at least one layer size, each 1..={MAX_WIDTH}, got {sizes:?}"),
         );
     }
 }

@@ -46,6 +46,16 @@ pub enum Dtype {
     U8,
 }
 
+impl Dtype {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            Dtype::F32 => 4,
+            Dtype::U8 => 1,
+        }
+    }
+}
+
 /// The observation space: a shape (e.g. `[4]`, or `[4, 84, 84]` for stacked frames) and an
 /// element type. Observations travel flat, row-major.
 #[derive(Debug, Clone, PartialEq)]

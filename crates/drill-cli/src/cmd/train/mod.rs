@@ -117,6 +117,9 @@ pub(crate) fn load_config(args: &Args) -> anyhow::Result<Config> {
         overrides.push(format!("seed={seed}"));
     }
     let config = Config::load(&args.config_path()?, &overrides)?;
+    // Before validate, which builds the networks: a size that cannot fit is named, not hit.
+    let processes = args.nproc_per_node.or(args.parallel_workers).unwrap_or(1);
+    drill_algo::memory::check(&config, processes)?;
     drill_algo::validate(&config)?;
     Ok(config)
 }
