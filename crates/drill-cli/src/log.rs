@@ -21,7 +21,8 @@ impl Write for TeeWriter {
             // A full disk must not stop training; stderr still has the line.
             let _ = f.write_all(buf);
         }
-        std::io::stderr().write_all(buf)?;
+        // Around the progress bar, so a log line never lands in the middle of it.
+        drill_exp::suspend_bar(|| std::io::stderr().write_all(buf))?;
         Ok(buf.len())
     }
 

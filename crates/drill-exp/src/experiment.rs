@@ -10,12 +10,26 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// The progress bar on screen, if any: log lines are written around it ([`suspend_bar`]).
+static BAR: std::sync::Mutex<Option<ProgressBar>> = std::sync::Mutex::new(None);
+
+/// Run `f` (which writes to the terminal, e.g. a log line) with the progress bar cleared
+/// and redrawn after it, so the two never garble each other.
+pub fn suspend_bar<R>(f: impl FnOnce() -> R) -> R {
+    let bar = BAR.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    match bar {
+        Some(bar) => bar.suspend(f),
+        None => f(),
+    }
+}
+
 /// One run's folder (see the crate docs for its layout).
 pub struct Experiment {
     dir: PathBuf,
     tb: EventWriter,
     metrics: BufWriter<File>,
     bar: Option<ProgressBar>,
+    first_draw: bool,
     last_draw: Instant,
     start: Instant,
     epoch: f64,
@@ -86,15 +100,22 @@ impl Experiment {
             .truncate(!append)
             .open(chosen.join("metrics.jsonl"))?;
         let bar = (!quiet).then(|| {
-            let bar = match config.max_env_step {
-                Some(n) => ProgressBar::new(n),
-                None => ProgressBar::no_length(),
+            let (bar, template) = match config.max_env_step {
+                Some(n) => (
+                    ProgressBar::new(n),
+                    "{elapsed_precise} [{bar:20}] {human_pos}/{human_len} steps, ETA {eta}: {wide_msg}",
+                ),
+                None => (
+                    ProgressBar::no_length(),
+                    "{elapsed_precise} {human_pos} env steps: {wide_msg}",
+                ),
             };
             bar.set_style(
-                ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos} env steps  {msg}")
+                ProgressStyle::with_template(template)
                     .expect("valid template")
                     .progress_chars("=> "),
             );
+            *BAR.lock().unwrap_or_else(|p| p.into_inner()) = Some(bar.clone());
             bar
         });
         let epoch = std::time::SystemTime::now()
@@ -106,6 +127,7 @@ impl Experiment {
             metrics: BufWriter::new(metrics),
             dir: chosen,
             bar,
+            first_draw: true,
             last_draw: Instant::now() - Duration::from_secs(1),
             start: Instant::now(),
             epoch,
@@ -126,6 +148,7 @@ impl Experiment {
     pub fn finish(&mut self, result: &TrainResult) -> std::io::Result<()> {
         if let Some(bar) = self.bar.take() {
             bar.finish_and_clear();
+            BAR.lock().unwrap_or_else(|p| p.into_inner()).take();
         }
         self.tb.flush()?;
         self.metrics.flush()?;
@@ -159,12 +182,25 @@ impl Reporter for Experiment {
         if self.last_draw.elapsed() < Duration::from_millis(100) {
             return;
         }
+        if self.first_draw {
+            // A resumed run starts part way: the ETA counts from here, not from 0.
+            self.first_draw = false;
+            bar.set_position(p.env_steps);
+            bar.reset_eta();
+        }
         self.last_draw = Instant::now();
         bar.set_position(p.env_steps);
         let eval = p.last_eval.map_or("-".to_string(), |e| format!("{e:.1}"));
+        let rate = p.env_steps_per_sec;
+        let rate = if rate >= 1e4 {
+            format!("{:.1}k", rate / 1e3)
+        } else {
+            format!("{rate:.0}")
+        };
+        // `wide_msg`: cut to the terminal's width, so the bar never wraps.
         bar.set_message(format!(
-            "{} iters  eval {eval}  {:.0} steps/s",
-            p.train_iters, p.env_steps_per_sec
+            "eval {eval}, {rate} steps/s, {} iters",
+            p.train_iters
         ));
     }
 

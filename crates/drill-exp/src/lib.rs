@@ -19,6 +19,6 @@ mod report;
 mod tensorboard;
 
 pub use checkpoint::{Checkpoint, CheckpointError};
-pub use experiment::Experiment;
+pub use experiment::{Experiment, suspend_bar};
 pub use report::{NullReporter, Progress, Reporter, TrainResult};
 pub use tensorboard::{EventWriter, read_scalars};

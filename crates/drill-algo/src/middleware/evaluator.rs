@@ -13,8 +13,8 @@ use crate::interrupt;
 use crate::policy::Policy;
 
 /// Evaluates the policy's eval side when none has been evaluated yet or `eval_freq` train
-/// iterations passed since the last evaluation; finishes the task when the mean return
-/// reaches `stop_value`. Under DDP every rank runs its share of the episodes
+/// iterations passed since the last evaluation, logging one line per evaluation; finishes
+/// the task when the mean return reaches `stop_value`. Under DDP every rank runs its share of the episodes
 /// ([`crate::session::evaluator`]) and every rank gets the whole result, the same as one
 /// process evaluating alone would get.
 pub struct InteractionEvaluator<'a, P> {
@@ -72,6 +72,17 @@ impl<P: Policy> Middleware<OnlineRLContext> for InteractionEvaluator<'_, P> {
         let episodes = self.ranks.all_gather(mine).map_err(task_err)?;
         let result = EvalResult::from_episodes(episodes.into_iter().flatten().collect());
         let stop = self.stop_value.is_some_and(|v| result.mean >= v);
+        if self.ranks.rank() == 0 {
+            tracing::info!(
+                "eval at env step {}, train iteration {}: {:.1} ± {:.1} over {} episodes{}",
+                ctx.env_step,
+                ctx.train_iter,
+                result.mean,
+                result.std,
+                result.returns.len(),
+                if stop { " (stop value reached)" } else { "" }
+            );
+        }
         ctx.eval_value = Some(result.mean);
         ctx.last_eval_iter = Some(ctx.train_iter);
         ctx.last_eval_value = Some(result.mean);
