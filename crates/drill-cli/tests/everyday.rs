@@ -287,3 +287,43 @@ fn ctrl_c_stops_every_rank_at_the_same_step_and_the_launcher_exits_130() {
         2
     );
 }
+
+#[test]
+fn plot_draws_a_png_of_the_expected_size_from_a_fixture_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fixtures = repo().join("crates/drill-cli/tests/fixtures/plot");
+    let png = tmp.path().join("curve.png");
+    let out = drill()
+        .arg("plot")
+        .args(["cp_seed0", "cp_seed1", "other", "--smooth", "2", "-o"])
+        .arg(&png)
+        .current_dir(&fixtures)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let bytes = std::fs::read(&png).unwrap();
+    assert_eq!(&bytes[1..4], b"PNG");
+    // IHDR: width and height, big-endian, at bytes 16..24.
+    let size = |at: usize| u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap());
+    assert_eq!((size(16), size(20)), (1000, 560));
+    let out = drill()
+        .arg("plot")
+        .args(["cp_seed0", "--x", "wall", "--tag", "losses/td_loss", "-o"])
+        .arg(&png)
+        .current_dir(&fixtures)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let out = drill()
+        .arg("plot")
+        .args(["cp_seed0", "--tag", "no/such", "-o"])
+        .arg(&png)
+        .current_dir(&fixtures)
+        .output()
+        .unwrap();
+    assert!(
+        text(&out).contains("has no `no/such` values"),
+        "{}",
+        text(&out)
+    );
+}

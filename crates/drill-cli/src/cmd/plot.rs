@@ -1,17 +1,29 @@
-//! `drill plot`: evaluation return against env steps, one line per experiment folder.
+//! `drill plot`: a scalar (by default the evaluation return) against env steps or wall time.
+//! Runs of the same config (the resolved config.toml minus `seed` and `exp_name`) are one
+//! line: the mean over seeds, with a band from the lowest to the highest seed.
 
+use ab_glyph::{Font, FontRef, PxScale, ScaleFont, point};
 use anyhow::{Context, bail};
+use plotters::coord::Shift;
+use plotters::coord::ranged1d::{BoldPoints, Ranged};
 use plotters::prelude::*;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// The plot's font, embedded so plotting needs no system fonts (DejaVu Sans Mono; licence in
+/// The plot's font, embedded so plotting needs no system fonts (DejaVu Sans; licence in
 /// `assets/DejaVu-LICENSE.txt`).
-const FONT: &[u8] = include_bytes!("../../assets/DejaVuSansMono.ttf");
+const FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
+/// Image size in pixels.
+pub const SIZE: (u32, u32) = (1000, 560);
+/// Width of the legend column right of the chart.
+const LEGEND_WIDTH: u32 = 240;
+/// Labelled ticks per axis (at most).
+const TICKS: usize = 8;
 
 /// Arguments of `drill plot`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Experiment folders written by `drill train`.
+    /// Experiment folders written by `drill train` (seeds of one config become one line).
     #[arg(required = true)]
     pub exp_dirs: Vec<PathBuf>,
     /// Output PNG.
@@ -20,92 +32,416 @@ pub struct Args {
     /// Scalar to plot (any tag in metrics.jsonl).
     #[arg(long, default_value = "eval/episodic_return_mean")]
     pub tag: String,
+    /// X axis: env steps, or wall-clock seconds since each run's first value.
+    #[arg(long, value_enum, default_value = "steps")]
+    pub x: XAxis,
+    /// Average each run over its last N points before combining the seeds (1: raw).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub smooth: u32,
 }
 
-/// `(step, value)` points of `tag` in `dir/metrics.jsonl`.
-fn series(dir: &Path, tag: &str) -> anyhow::Result<Vec<(f64, f64)>> {
+/// `--x`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum XAxis {
+    /// Env steps.
+    Steps,
+    /// Seconds since the run's first value.
+    Wall,
+}
+
+/// One run's points of the tag, `(x, value)` in x order.
+fn series(dir: &Path, tag: &str, x: XAxis) -> anyhow::Result<Vec<(f64, f64)>> {
     let path = dir.join("metrics.jsonl");
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("cannot read {}", path.display()))?;
     let mut points = vec![];
+    let mut first_wall = None;
     for (n, line) in text.lines().enumerate() {
         let v: serde_json::Value = serde_json::from_str(line)
             .with_context(|| format!("{}:{}: not JSON", path.display(), n + 1))?;
+        let wall = v["wall_time"].as_f64().unwrap_or(0.0);
+        let first = *first_wall.get_or_insert(wall);
         if v["tag"] == tag
             && let (Some(s), Some(y)) = (v["step"].as_f64(), v["value"].as_f64())
         {
-            points.push((s, y));
+            points.push((if x == XAxis::Wall { wall - first } else { s }, y));
         }
     }
     if points.is_empty() {
         bail!("{} has no `{tag}` values", path.display());
     }
+    points.sort_by(|a, b| a.0.total_cmp(&b.0));
     Ok(points)
+}
+
+/// The group a run belongs to (its config without seed and name) and its label (the
+/// folder's name without `_seedN`).
+fn group_of(dir: &Path) -> (String, String) {
+    let name = || {
+        dir.file_name()
+            .map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into())
+    };
+    let Ok(text) = std::fs::read_to_string(dir.join("config.toml")) else {
+        return (dir.display().to_string(), name());
+    };
+    let Ok(mut table) = text.parse::<toml::Table>() else {
+        return (dir.display().to_string(), name());
+    };
+    table.remove("exp_name");
+    table.remove("seed");
+    let name = name();
+    let stem = match name.rsplit_once("_seed") {
+        Some((stem, n)) if n.bytes().all(|b| b.is_ascii_digit()) => stem.to_string(),
+        _ => name,
+    };
+    (table.to_string(), stem)
+}
+
+/// Each point replaced by the mean of it and up to `n - 1` before it.
+fn smooth(points: &[(f64, f64)], n: usize) -> Vec<(f64, f64)> {
+    (0..points.len())
+        .map(|i| {
+            let w = &points[i.saturating_sub(n - 1)..=i];
+            (
+                points[i].0,
+                w.iter().map(|p| p.1).sum::<f64>() / w.len() as f64,
+            )
+        })
+        .collect()
+}
+
+/// Mean, min and max over `runs` at every x any of them has, each run holding its last
+/// value until its own last x (past it, it no longer counts).
+fn combine(runs: &[Vec<(f64, f64)>]) -> Vec<(f64, f64, f64, f64)> {
+    let mut xs: Vec<f64> = runs.iter().flatten().map(|p| p.0).collect();
+    xs.sort_by(f64::total_cmp);
+    xs.dedup();
+    xs.into_iter()
+        .filter_map(|x| {
+            let at: Vec<f64> = runs
+                .iter()
+                .filter(|r| r.last().is_some_and(|l| l.0 >= x))
+                .filter_map(|r| r.iter().take_while(|p| p.0 <= x).last().map(|p| p.1))
+                .collect();
+            (!at.is_empty()).then(|| {
+                let mean = at.iter().sum::<f64>() / at.len() as f64;
+                let lo = at.iter().copied().fold(f64::INFINITY, f64::min);
+                let hi = at.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                (x, mean, lo, hi)
+            })
+        })
+        .collect()
+}
+
+/// `1.5M`, `10k`, `250`: an axis tick.
+fn tick(v: f64) -> String {
+    let (div, suffix) = [(1e9, "G"), (1e6, "M"), (1e3, "k")]
+        .into_iter()
+        .find(|(d, _)| v.abs() >= *d)
+        .unwrap_or((1.0, ""));
+    let s = format!("{:.1}", v / div);
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    format!("{s}{suffix}")
+}
+
+/// A title for well-known tags (`eval/episodic_return_mean` is "evaluation return").
+fn title(tag: &str) -> String {
+    match tag {
+        "eval/episodic_return_mean" => "Evaluation return".into(),
+        "charts/episodic_return" => "Training episode return".into(),
+        other => other.into(),
+    }
+}
+
+/// Text drawn with the font's own advances, kerning and side bearings. (plotters 0.3.7's
+/// ab_glyph text drops each glyph's left side bearing, which spaces letters unevenly:
+/// "env s teps"; so every text of the plot is drawn here.)
+struct Type<'a> {
+    font: FontRef<'a>,
+}
+
+/// Where a text's anchor point is.
+#[derive(Clone, Copy)]
+enum Anchor {
+    /// Top left corner.
+    Left,
+    /// Middle of the top edge.
+    Center,
+    /// Top right corner.
+    Right,
+}
+
+impl Type<'_> {
+    /// Width in pixels of `text` at `size`.
+    fn width(&self, size: f32, text: &str) -> f32 {
+        let f = self.font.as_scaled(PxScale::from(size));
+        let mut w = 0.0;
+        let mut prev = None;
+        for c in text.chars() {
+            let id = f.glyph_id(c);
+            if let Some(p) = prev {
+                w += f.kern(p, id);
+            }
+            w += f.h_advance(id);
+            prev = Some(id);
+        }
+        w
+    }
+
+    /// Draw `text` at `size` with its anchor at `at`; `vertical` turns it a quarter to the
+    /// left (read bottom to top, the anchor then on its left edge).
+    fn draw(
+        &self,
+        area: &DrawingArea<BitMapBackend<'_>, Shift>,
+        text: &str,
+        size: f32,
+        at: (i32, i32),
+        anchor: Anchor,
+        color: RGBAColor,
+        vertical: bool,
+    ) {
+        let f = self.font.as_scaled(PxScale::from(size));
+        let width = self.width(size, text);
+        let start = match anchor {
+            Anchor::Left => 0.0,
+            Anchor::Center => -width / 2.0,
+            Anchor::Right => -width,
+        };
+        let mut pen = start;
+        let mut prev = None;
+        for c in text.chars() {
+            let id = f.glyph_id(c);
+            if let Some(p) = prev {
+                pen += f.kern(p, id);
+            }
+            prev = Some(id);
+            let glyph = id.with_scale_and_position(PxScale::from(size), point(pen, f.ascent()));
+            pen += f.h_advance(id);
+            let Some(outline) = self.font.outline_glyph(glyph) else {
+                continue;
+            };
+            let b = outline.px_bounds();
+            outline.draw(|gx, gy, coverage| {
+                let (x, y) = (b.min.x as i32 + gx as i32, b.min.y as i32 + gy as i32);
+                let (px, py) = if vertical {
+                    (at.0 + y, at.1 - x)
+                } else {
+                    (at.0 + x, at.1 + y)
+                };
+                let alpha = color.3 * f64::from(coverage.clamp(0.0, 1.0));
+                let _ = area.draw_pixel((px, py), &RGBAColor(color.0, color.1, color.2, alpha));
+            });
+        }
+    }
 }
 
 /// Draw the curves into `args.output`.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let runs: Vec<(String, Vec<(f64, f64)>)> = args
-        .exp_dirs
+    // Groups in the order their first folder was given.
+    let mut groups: Vec<(String, String, Vec<Vec<(f64, f64)>>)> = Vec::new();
+    for dir in &args.exp_dirs {
+        let points = smooth(&series(dir, &args.tag, args.x)?, args.smooth as usize);
+        let (key, label) = group_of(dir);
+        match groups.iter_mut().find(|g| g.0 == key) {
+            Some(g) => g.2.push(points),
+            None => groups.push((key, label, vec![points])),
+        }
+    }
+    // Two configs that share a name are told apart by number.
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let lines: Vec<(String, Vec<(f64, f64, f64, f64)>)> = groups
         .iter()
-        .map(|d| {
-            Ok((
-                d.file_name()
-                    .map_or_else(|| d.display().to_string(), |n| n.to_string_lossy().into()),
-                series(d, &args.tag)?,
-            ))
+        .map(|(_, label, runs)| {
+            let k = seen.entry(label.clone()).or_default();
+            *k += 1;
+            let name = if *k > 1 {
+                format!("{label} ({k})")
+            } else {
+                label.clone()
+            };
+            let name = match runs.len() {
+                1 => name,
+                n => format!("{name}, {n} seeds"),
+            };
+            (name, combine(runs))
         })
-        .collect::<anyhow::Result<_>>()?;
+        .collect();
     plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
         .map_err(|_| anyhow::anyhow!("embedded font is invalid"))?;
-    let x_max = runs
-        .iter()
-        .flat_map(|(_, p)| p.iter().map(|q| q.0))
-        .fold(1.0, f64::max);
-    let (y_min, y_max) = runs
-        .iter()
-        .flat_map(|(_, p)| p.iter().map(|q| q.1))
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), y| {
-            (a.min(y), b.max(y))
-        });
-    let pad = ((y_max - y_min) * 0.05).max(1.0);
-    let root = BitMapBackend::new(&args.output, (960, 600)).into_drawing_area();
+    let all = lines.iter().flat_map(|(_, p)| p.iter());
+    let x_max = all.clone().map(|p| p.0).fold(1.0, f64::max);
+    let (y_min, y_max) = all.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), p| {
+        (a.min(p.2), b.max(p.3))
+    });
+    let pad = match (y_max - y_min) * 0.05 {
+        p if p > 0.0 => p,
+        _ => y_max.abs().max(1.0) * 0.05,
+    };
+    let root = BitMapBackend::new(&args.output, SIZE).into_drawing_area();
     let draw =
         |e: &dyn std::fmt::Display| anyhow::anyhow!("cannot draw {}: {e}", args.output.display());
     root.fill(&WHITE).map_err(|e| draw(&e))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(&args.tag, ("sans-serif", 22))
-        .margin(15)
-        .x_label_area_size(45)
-        .y_label_area_size(70)
+    let (plot, _legend) = root.split_horizontally(SIZE.0 - LEGEND_WIDTH);
+    let mut chart = ChartBuilder::on(&plot)
+        .margin_top(56)
+        .margin_right(16)
+        .x_label_area_size(64)
+        .y_label_area_size(80)
         .build_cartesian_2d(0.0..x_max, (y_min - pad)..(y_max + pad))
         .map_err(|e| draw(&e))?;
+    // plotters draws the grid and tick marks; the texts are drawn below, by `Type`.
     chart
         .configure_mesh()
-        .x_desc("env steps")
-        .y_desc("return")
+        .x_labels(TICKS)
+        .y_labels(TICKS)
+        .light_line_style(WHITE)
+        .bold_line_style(BLACK.mix(0.12))
+        .x_label_formatter(&|_| String::new())
+        .y_label_formatter(&|_| String::new())
         .draw()
         .map_err(|e| draw(&e))?;
-    for (i, (name, points)) in runs.iter().enumerate() {
+    for (i, (_, points)) in lines.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
+        if points.iter().any(|p| p.2 < p.3) {
+            let band: Vec<(f64, f64)> = points
+                .iter()
+                .map(|p| (p.0, p.3))
+                .chain(points.iter().rev().map(|p| (p.0, p.2)))
+                .collect();
+            chart
+                .draw_series(std::iter::once(Polygon::new(
+                    band,
+                    color.mix(0.18).filled(),
+                )))
+                .map_err(|e| draw(&e))?;
+        }
         chart
             .draw_series(LineSeries::new(
-                points.iter().copied(),
+                points.iter().map(|p| (p.0, p.1)),
                 color.stroke_width(2),
             ))
-            .map_err(|e| draw(&e))?
-            .label(name.as_str())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
+            .map_err(|e| draw(&e))?;
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
+    let ty = Type {
+        font: FontRef::try_from_slice(FONT).context("the embedded font is invalid")?,
+    };
+    let ink = BLACK.to_rgba();
+    let grey = RGBAColor(60, 60, 60, 1.0);
+    let (x0, y0) = chart.backend_coord(&(0.0, y_min - pad));
+    let (x1, y1) = chart.backend_coord(&(x_max, y_max + pad));
+    ty.draw(
+        &root,
+        &title(&args.tag),
+        24.0,
+        ((x0 + x1) / 2, 14),
+        Anchor::Center,
+        ink,
+        false,
+    );
+    let spec = chart.as_coord_spec();
+    for v in spec.x_spec().key_points(BoldPoints(TICKS)) {
+        let (x, _) = chart.backend_coord(&(v, y_min - pad));
+        ty.draw(
+            &root,
+            &tick(v),
+            14.0,
+            (x, y0 + 8),
+            Anchor::Center,
+            grey,
+            false,
+        );
+    }
+    for v in spec.y_spec().key_points(BoldPoints(TICKS)) {
+        let (_, y) = chart.backend_coord(&(0.0, v));
+        ty.draw(
+            &root,
+            &tick(v),
+            14.0,
+            (x0 - 8, y - 8),
+            Anchor::Right,
+            grey,
+            false,
+        );
+    }
+    let x_desc = match args.x {
+        XAxis::Steps => "env steps",
+        XAxis::Wall => "seconds",
+    };
+    ty.draw(
+        &root,
+        x_desc,
+        17.0,
+        ((x0 + x1) / 2, y0 + 34),
+        Anchor::Center,
+        ink,
+        false,
+    );
+    let y_desc = if args.tag.contains("return") {
+        "return"
+    } else {
+        args.tag.as_str()
+    };
+    let y_mid = (y0 + y1) / 2 + ty.width(17.0, y_desc) as i32 / 2;
+    ty.draw(
+        &root,
+        y_desc,
+        17.0,
+        (x0 - 72, y_mid),
+        Anchor::Left,
+        ink,
+        true,
+    );
+    // The legend, in its own column right of the chart: never over the curves.
+    let left = (SIZE.0 - LEGEND_WIDTH) as i32;
+    let mut y = y1 + 10;
+    for (i, (name, _)) in lines.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        root.draw(&PathElement::new(
+            vec![(left + 8, y + 9), (left + 34, y + 9)],
+            color.stroke_width(3),
+        ))
         .map_err(|e| draw(&e))?;
+        ty.draw(&root, name, 15.0, (left + 42, y), Anchor::Left, ink, false);
+        y += 26;
+    }
+    if lines.iter().any(|(n, _)| n.ends_with(" seeds")) {
+        let note = "line: mean over seeds; band: min to max";
+        ty.draw(
+            &root,
+            note,
+            12.0,
+            (left + 8, y + 6),
+            Anchor::Left,
+            grey,
+            false,
+        );
+    }
     root.present().map_err(|e| draw(&e))?;
     println!("{}", args.output.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks_smoothing_and_seeds_combined() {
+        assert_eq!(tick(0.0), "0");
+        assert_eq!(tick(250.0), "250");
+        assert_eq!(tick(10_000.0), "10k");
+        assert_eq!(tick(1_500_000.0), "1.5M");
+        assert_eq!(tick(-120.0), "-120");
+        let s = smooth(&[(0.0, 0.0), (1.0, 2.0), (2.0, 4.0)], 2);
+        assert_eq!(s, vec![(0.0, 0.0), (1.0, 1.0), (2.0, 3.0)]);
+        let c = combine(&[vec![(0.0, 1.0), (10.0, 3.0)], vec![(0.0, 5.0), (5.0, 7.0)]]);
+        assert_eq!(
+            c,
+            vec![
+                (0.0, 3.0, 1.0, 5.0),
+                (5.0, 4.0, 1.0, 7.0),
+                (10.0, 3.0, 3.0, 3.0)
+            ]
+        );
+    }
 }
