@@ -110,9 +110,14 @@ fn smooth(points: &[(f64, f64)], n: usize) -> Vec<(f64, f64)> {
         .collect()
 }
 
+/// One run's `(x, value)` points.
+type Points = Vec<(f64, f64)>;
+/// `(x, mean, min, max)` over a group's runs.
+type Band = (f64, f64, f64, f64);
+
 /// Mean, min and max over `runs` at every x any of them has, each run holding its last
 /// value until its own last x (past it, it no longer counts).
-fn combine(runs: &[Vec<(f64, f64)>]) -> Vec<(f64, f64, f64, f64)> {
+fn combine(runs: &[Points]) -> Vec<Band> {
     let mut xs: Vec<f64> = runs.iter().flatten().map(|p| p.0).collect();
     xs.sort_by(f64::total_cmp);
     xs.dedup();
@@ -160,6 +165,16 @@ struct Type<'a> {
     font: FontRef<'a>,
 }
 
+/// How a text is drawn: size in pixels, where its anchor is, colour, and whether it is
+/// turned a quarter to the left (read bottom to top; the anchor then on its left edge).
+#[derive(Clone, Copy)]
+struct Style {
+    size: f32,
+    anchor: Anchor,
+    color: RGBAColor,
+    vertical: bool,
+}
+
 /// Where a text's anchor point is.
 #[derive(Clone, Copy)]
 enum Anchor {
@@ -188,18 +203,20 @@ impl Type<'_> {
         w
     }
 
-    /// Draw `text` at `size` with its anchor at `at`; `vertical` turns it a quarter to the
-    /// left (read bottom to top, the anchor then on its left edge).
+    /// Draw `text` with its anchor at `at`.
     fn draw(
         &self,
         area: &DrawingArea<BitMapBackend<'_>, Shift>,
         text: &str,
-        size: f32,
         at: (i32, i32),
-        anchor: Anchor,
-        color: RGBAColor,
-        vertical: bool,
+        style: Style,
     ) {
+        let Style {
+            size,
+            anchor,
+            color,
+            vertical,
+        } = style;
         let f = self.font.as_scaled(PxScale::from(size));
         let width = self.width(size, text);
         let start = match anchor {
@@ -238,7 +255,7 @@ impl Type<'_> {
 /// Draw the curves into `args.output`.
 pub fn run(args: Args) -> anyhow::Result<()> {
     // Groups in the order their first folder was given.
-    let mut groups: Vec<(String, String, Vec<Vec<(f64, f64)>>)> = Vec::new();
+    let mut groups: Vec<(String, String, Vec<Points>)> = Vec::new();
     for dir in &args.exp_dirs {
         let points = smooth(&series(dir, &args.tag, args.x)?, args.smooth as usize);
         let (key, label) = group_of(dir);
@@ -249,7 +266,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     // Two configs that share a name are told apart by number.
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
-    let lines: Vec<(String, Vec<(f64, f64, f64, f64)>)> = groups
+    let lines: Vec<(String, Vec<Band>)> = groups
         .iter()
         .map(|(_, label, runs)| {
             let k = seen.entry(label.clone()).or_default();
@@ -326,17 +343,20 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         font: FontRef::try_from_slice(FONT).context("the embedded font is invalid")?,
     };
     let ink = BLACK.to_rgba();
+    let style = |size, anchor, color, vertical| Style {
+        size,
+        anchor,
+        color,
+        vertical,
+    };
     let grey = RGBAColor(60, 60, 60, 1.0);
     let (x0, y0) = chart.backend_coord(&(0.0, y_min - pad));
     let (x1, y1) = chart.backend_coord(&(x_max, y_max + pad));
     ty.draw(
         &root,
         &title(&args.tag),
-        24.0,
         ((x0 + x1) / 2, 14),
-        Anchor::Center,
-        ink,
-        false,
+        style(24.0, Anchor::Center, ink, false),
     );
     let spec = chart.as_coord_spec();
     for v in spec.x_spec().key_points(BoldPoints(TICKS)) {
@@ -344,11 +364,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ty.draw(
             &root,
             &tick(v),
-            14.0,
             (x, y0 + 8),
-            Anchor::Center,
-            grey,
-            false,
+            style(14.0, Anchor::Center, grey, false),
         );
     }
     for v in spec.y_spec().key_points(BoldPoints(TICKS)) {
@@ -356,11 +373,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ty.draw(
             &root,
             &tick(v),
-            14.0,
             (x0 - 8, y - 8),
-            Anchor::Right,
-            grey,
-            false,
+            style(14.0, Anchor::Right, grey, false),
         );
     }
     let x_desc = match args.x {
@@ -370,11 +384,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     ty.draw(
         &root,
         x_desc,
-        17.0,
         ((x0 + x1) / 2, y0 + 34),
-        Anchor::Center,
-        ink,
-        false,
+        style(17.0, Anchor::Center, ink, false),
     );
     let y_desc = if args.tag.contains("return") {
         "return"
@@ -385,11 +396,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     ty.draw(
         &root,
         y_desc,
-        17.0,
         (x0 - 72, y_mid),
-        Anchor::Left,
-        ink,
-        true,
+        style(17.0, Anchor::Left, ink, true),
     );
     // The legend, in its own column right of the chart: never over the curves.
     let left = (SIZE.0 - LEGEND_WIDTH) as i32;
@@ -401,7 +409,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             color.stroke_width(3),
         ))
         .map_err(|e| draw(&e))?;
-        ty.draw(&root, name, 15.0, (left + 42, y), Anchor::Left, ink, false);
+        ty.draw(
+            &root,
+            name,
+            (left + 42, y),
+            style(15.0, Anchor::Left, ink, false),
+        );
         y += 26;
     }
     if lines.iter().any(|(n, _)| n.ends_with(" seeds")) {
@@ -409,11 +422,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ty.draw(
             &root,
             note,
-            12.0,
             (left + 8, y + 6),
-            Anchor::Left,
-            grey,
-            false,
+            style(12.0, Anchor::Left, grey, false),
         );
     }
     root.present().map_err(|e| draw(&e))?;
