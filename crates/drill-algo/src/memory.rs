@@ -107,29 +107,23 @@ pub fn estimate(cfg: &Config, spec: &EnvSpec) -> Vec<Item> {
     } else {
         2.0 * obs_bytes + 32.0
     };
-    match &cfg.policy {
-        Policy::Dqn(p) => items.push(Item {
+    let replay = match &cfg.policy {
+        Policy::Dqn(p) => Ok(p.other.replay_buffer.replay_buffer_size),
+        Policy::Sac(p) => Ok(p.other.replay_buffer.replay_buffer_size),
+        Policy::Ppo(p) => Err(p.collect.n_sample),
+    };
+    items.push(match replay {
+        Ok(size) => Item {
             key: "policy.other.replay_buffer.replay_buffer_size",
-            what: format!(
-                "a replay buffer of {} transitions",
-                p.other.replay_buffer.replay_buffer_size
-            ),
-            bytes: p.other.replay_buffer.replay_buffer_size as f64 * transition,
-        }),
-        Policy::Sac(p) => items.push(Item {
-            key: "policy.other.replay_buffer.replay_buffer_size",
-            what: format!(
-                "a replay buffer of {} transitions",
-                p.other.replay_buffer.replay_buffer_size
-            ),
-            bytes: p.other.replay_buffer.replay_buffer_size as f64 * transition,
-        }),
-        Policy::Ppo(p) => items.push(Item {
+            what: format!("a replay buffer of {size} transitions"),
+            bytes: size as f64 * transition,
+        },
+        Err(steps) => Item {
             key: "policy.collect.n_sample",
-            what: format!("a rollout of {} steps", p.collect.n_sample),
-            bytes: p.collect.n_sample as f64 * (2.0 * obs * F32 + 64.0),
-        }),
-    }
+            what: format!("a rollout of {steps} steps"),
+            bytes: steps as f64 * (2.0 * obs * F32 + 64.0),
+        },
+    });
     items
 }
 

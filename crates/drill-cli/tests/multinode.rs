@@ -177,25 +177,7 @@ fn two_hosts_of_two_ranks_train_to_the_stop_value_over_shm_inside_and_tcp_betwee
     );
     let set = &hosts.set;
     let all = format!("{}{}", nodes[0].text(), nodes[1].text());
-    for (rank, shm, tcp) in [
-        (0, "[1]", "[2, 3]"),
-        (1, "[0]", "[2, 3]"),
-        (2, "[3]", "[0, 1]"),
-        (3, "[2]", "[0, 1]"),
-    ] {
-        let host = format!("{set}-h{}", rank / 2);
-        let want = format!("rank {rank} on host {host} (10.77.0.{}:", rank / 2 + 1);
-        let line = all
-            .lines()
-            .find(|l| l.contains(&want))
-            .unwrap_or_else(|| panic!("no connection line for rank {rank}:\n{all}"));
-        assert!(
-            line.contains(&format!(
-                "shared memory with ranks {shm}, TCP with ranks {tcp}"
-            )),
-            "{line}"
-        );
-    }
+    common::netns::assert_shm_inside_tcp_between(&all, set);
     let result = result(&tmp.path().join("nn"));
     assert_eq!(result["stop_reached"], true, "{result}");
 }
@@ -222,6 +204,35 @@ fn two_hosts_dropping_1_percent_of_their_packets_still_reach_the_stop_value() {
     assert_eq!(result["stop_reached"], true, "{result}");
 }
 
+/// Wait for `n` (on host `h`) to fail after `fault`: it must name rank `gone` on host
+/// `host` as silent within 5 s and exit within 10 s. Prints both times.
+fn assert_named_and_gone(n: &mut Node, h: usize, fault: Instant, gone: usize, host: &str) {
+    let (status, exited) = n
+        .wait(Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("host {h} still runs 30 s after the fault:\n{}", n.text()));
+    let text = n.text();
+    assert!(!status.success(), "host {h}: {text}");
+    let (named, line) = n
+        .line("nothing heard from it")
+        .unwrap_or_else(|| panic!("host {h} never named the silent rank:\n{text}"));
+    assert!(
+        line.contains(&format!("rank {gone} is gone")) && line.contains(&format!("on host {host}")),
+        "host {h}: {line}"
+    );
+    let (named, exited) = (named - fault, exited - fault);
+    println!(
+        "host {h}: named rank {gone} {named:?} after the fault, launcher exited after {exited:?}"
+    );
+    assert!(
+        named < Duration::from_secs(5),
+        "host {h}: named after {named:?}\n{text}"
+    );
+    assert!(
+        exited < Duration::from_secs(10),
+        "host {h}: exited after {exited:?}\n{text}"
+    );
+}
+
 #[test]
 fn a_cut_link_is_named_within_5_s_and_every_launcher_exits_within_10_s() {
     let hosts = Hosts::up(2, "c");
@@ -235,31 +246,7 @@ fn a_cut_link_is_named_within_5_s_and_every_launcher_exits_within_10_s() {
     let cut = Instant::now();
     for (h, n) in nodes.iter_mut().enumerate() {
         let other = 1 - h;
-        let (status, exited) = n
-            .wait(Duration::from_secs(30))
-            .unwrap_or_else(|| panic!("host {h} still runs 30 s after the cut:\n{}", n.text()));
-        let text = n.text();
-        assert!(!status.success(), "host {h}: {text}");
-        let (named, line) = n
-            .line("nothing heard from it")
-            .unwrap_or_else(|| panic!("host {h} never named the silent rank:\n{text}"));
-        assert!(
-            line.contains(&format!("rank {other} is gone"))
-                && line.contains(&format!("on host {}-h{other}", hosts.set)),
-            "host {h}: {line}"
-        );
-        let (named, exited) = (named - cut, exited - cut);
-        println!(
-            "host {h}: named rank {other} {named:?} after the cut, launcher exited after {exited:?}"
-        );
-        assert!(
-            named < Duration::from_secs(5),
-            "host {h}: named after {named:?}\n{text}"
-        );
-        assert!(
-            exited < Duration::from_secs(10),
-            "host {h}: exited after {exited:?}\n{text}"
-        );
+        assert_named_and_gone(n, h, cut, other, &format!("{}-h{other}", hosts.set));
     }
 }
 
@@ -274,31 +261,8 @@ fn a_frozen_host_is_named_within_5_s_and_the_other_launcher_exits_within_10_s() 
     // Every process of host 1 (launcher and rank) stops: a hung machine.
     hosts.link(1, "freeze", &[]);
     let frozen = Instant::now();
-    let n = &mut nodes[0];
-    let (status, exited) = n
-        .wait(Duration::from_secs(30))
-        .unwrap_or_else(|| panic!("host 0 still runs 30 s after host 1 froze:\n{}", n.text()));
-    let text = n.text();
-    assert!(!status.success(), "{text}");
-    let (named, line) = n
-        .line("nothing heard from it")
-        .unwrap_or_else(|| panic!("host 0 never named the frozen rank:\n{text}"));
-    assert!(
-        line.contains("rank 1 is gone") && line.contains(&format!("on host {}-h1", hosts.set)),
-        "{line}"
-    );
-    let (named, exited) = (named - frozen, exited - frozen);
-    println!(
-        "host 1 frozen: host 0 named rank 1 after {named:?}, its launcher exited after {exited:?}"
-    );
-    assert!(
-        named < Duration::from_secs(5),
-        "named after {named:?}\n{text}"
-    );
-    assert!(
-        exited < Duration::from_secs(10),
-        "exited after {exited:?}\n{text}"
-    );
+    let host1 = format!("{}-h1", hosts.set);
+    assert_named_and_gone(&mut nodes[0], 0, frozen, 1, &host1);
     // Thawed, host 1 finds its peer gone and exits too.
     hosts.link(1, "thaw", &[]);
     let n = &mut nodes[1];

@@ -323,28 +323,7 @@ fn srun_over_two_namespace_hosts_trains_with_shm_inside_and_tcp_between() {
         t.elapsed().as_secs_f64()
     );
     let set = &hosts.set;
-    for (rank, shm, tcp) in [
-        (0, "[1]", "[2, 3]"),
-        (1, "[0]", "[2, 3]"),
-        (2, "[3]", "[0, 1]"),
-        (3, "[2]", "[0, 1]"),
-    ] {
-        let want = format!(
-            "rank {rank} on host {set}-h{} (10.77.0.{}:",
-            rank / 2,
-            rank / 2 + 1
-        );
-        let line = all
-            .lines()
-            .find(|l| l.contains(&want))
-            .unwrap_or_else(|| panic!("no connection line for rank {rank}:\n{all}"));
-        assert!(
-            line.contains(&format!(
-                "shared memory with ranks {shm}, TCP with ranks {tcp}"
-            )),
-            "{line}"
-        );
-    }
+    common::netns::assert_shm_inside_tcp_between(&all, set);
     let result = result(&work.path().join("two"));
     assert_eq!(result["stop_reached"], true, "{result}");
     assert_eq!(result["world_size"], 4, "{result}");

@@ -60,3 +60,30 @@ impl Drop for Hosts {
         let _ = self.script().arg("down").status();
     }
 }
+
+/// Check, in the output `all` of a job with 2 ranks on each of hosts 0 and 1 of `set`, that
+/// every rank used shared memory with the other rank of its host and TCP with the far ones.
+pub fn assert_shm_inside_tcp_between(all: &str, set: &str) {
+    for (rank, shm, tcp) in [
+        (0, "[1]", "[2, 3]"),
+        (1, "[0]", "[2, 3]"),
+        (2, "[3]", "[0, 1]"),
+        (3, "[2]", "[0, 1]"),
+    ] {
+        let want = format!(
+            "rank {rank} on host {set}-h{} (10.77.0.{}:",
+            rank / 2,
+            rank / 2 + 1
+        );
+        let line = all
+            .lines()
+            .find(|l| l.contains(&want))
+            .unwrap_or_else(|| panic!("no connection line for rank {rank}:\n{all}"));
+        assert!(
+            line.contains(&format!(
+                "shared memory with ranks {shm}, TCP with ranks {tcp}"
+            )),
+            "{line}"
+        );
+    }
+}
