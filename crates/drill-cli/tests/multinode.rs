@@ -159,18 +159,23 @@ fn wait_connected(nodes: &[Node]) {
     }
 }
 
-#[test]
-fn two_hosts_of_two_ranks_train_to_the_stop_value_over_shm_inside_and_tcp_between() {
-    let hosts = Hosts::up(2, "t");
-    let tmp = tempfile::tempdir().unwrap();
-    let t = Instant::now();
-    let mut nodes = train(&hosts, 2, &[], tmp.path(), "nn", &[]);
+/// Wait up to 120 s for every launcher, each of which must succeed.
+fn all_succeed(nodes: &mut [Node]) {
     for (h, n) in nodes.iter_mut().enumerate() {
         let (status, _) = n
             .wait(Duration::from_secs(120))
             .unwrap_or_else(|| panic!("host {h} did not finish in 120 s:\n{}", n.text()));
         assert!(status.success(), "host {h}: {status}\n{}", n.text());
     }
+}
+
+#[test]
+fn two_hosts_of_two_ranks_train_to_the_stop_value_over_shm_inside_and_tcp_between() {
+    let hosts = Hosts::up(2, "t");
+    let tmp = tempfile::tempdir().unwrap();
+    let t = Instant::now();
+    let mut nodes = train(&hosts, 2, &[], tmp.path(), "nn", &[]);
+    all_succeed(&mut nodes);
     println!(
         "2 hosts x 2 ranks: stop value in {:.1} s",
         t.elapsed().as_secs_f64()
@@ -190,12 +195,7 @@ fn two_hosts_dropping_1_percent_of_their_packets_still_reach_the_stop_value() {
     let tmp = tempfile::tempdir().unwrap();
     let t = Instant::now();
     let mut nodes = train(&hosts, 1, &[], tmp.path(), "loss", &[]);
-    for (h, n) in nodes.iter_mut().enumerate() {
-        let (status, _) = n
-            .wait(Duration::from_secs(120))
-            .unwrap_or_else(|| panic!("host {h} did not finish in 120 s:\n{}", n.text()));
-        assert!(status.success(), "host {h}: {status}\n{}", n.text());
-    }
+    all_succeed(&mut nodes);
     println!(
         "2 hosts, 1 % loss each way: stop value in {:.1} s",
         t.elapsed().as_secs_f64()
