@@ -28,9 +28,3 @@ pub fn install() -> std::io::Result<()> {
 pub fn requested() -> bool {
     FLAG.get().is_some_and(|f| f.load(Ordering::SeqCst))
 }
-
-/// Ask the run to stop, as a signal would (tests; embedding programs).
-pub fn request() {
-    FLAG.get_or_init(|| Arc::new(AtomicBool::new(false)))
-        .store(true, Ordering::SeqCst);
-}

@@ -48,27 +48,20 @@ pub fn estimate(cfg: &Config, spec: &EnvSpec) -> Vec<Item> {
             bytes: e.evaluator_env_num as f64 * per_env,
         },
     ];
-    let (key, params, widths, batch) = match &cfg.policy {
+    // The network's parameters, and how many f32 per parameter training keeps (gradients,
+    // Adam's moments, flat copies; DQN also a target net).
+    let (key, params, copies, widths, batch) = match &cfg.policy {
         Policy::Dqn(p) => {
             let hidden = &p.model.encoder_hidden_size_list;
             let (params, widths) = encoder(&spec.obs.shape, hidden, actions);
-            // Online and target nets, gradients, Adam's moments, flat copies.
-            (
-                "policy.model.encoder_hidden_size_list",
-                params * 7.0,
-                widths,
-                p.learn.batch_size,
-            )
+            let key = "policy.model.encoder_hidden_size_list";
+            (key, params, 7.0, widths, p.learn.batch_size)
         }
         Policy::Ppo(p) => {
             let hidden = &p.model.encoder_hidden_size_list;
             let (params, widths) = encoder(&spec.obs.shape, hidden, actions + 1);
-            (
-                "policy.model.encoder_hidden_size_list",
-                params * 6.0,
-                widths,
-                p.learn.batch_size,
-            )
+            let key = "policy.model.encoder_hidden_size_list";
+            (key, params, 6.0, widths, p.learn.batch_size)
         }
         Policy::Sac(p) => {
             let (a, c) = (
@@ -78,9 +71,11 @@ pub fn estimate(cfg: &Config, spec: &EnvSpec) -> Vec<Item> {
             let n = actions as f64;
             let actor = obs * a + a * a + a * 2.0 * n;
             let critic = (obs + n) * c + c * c + c;
+            let key = "policy.model.actor_head_hidden_size";
             (
-                "policy.model.actor_head_hidden_size",
-                (actor + 4.0 * critic) * 6.0,
+                key,
+                actor + 4.0 * critic,
+                6.0,
                 2.0 * (a + c),
                 p.learn.batch_size,
             )
@@ -90,13 +85,12 @@ pub fn estimate(cfg: &Config, spec: &EnvSpec) -> Vec<Item> {
         key,
         what: format!(
             "a network of {} parameters and its optimizer state",
-            human(params / 7.0, "")
+            human(params, "")
         ),
-        bytes: params * F32,
+        bytes: params * copies * F32,
     });
-    let batch_key = "policy.learn.batch_size";
     items.push(Item {
-        key: batch_key,
+        key: "policy.learn.batch_size",
         what: format!("activations and gradients of batches of {batch}"),
         bytes: batch as f64 * widths * F32 * 6.0,
     });

@@ -192,8 +192,8 @@ pub fn check_data_parallel(config: &Config, how: &str) -> Result<(), TrainError>
 
 /// Join the data-parallel job the environment describes (RANK/WORLD_SIZE/..., Slurm or
 /// OpenMPI variables), on the backend the config asks for: NCCL when `policy.cuda` on CUDA (a
-/// Vulkan GPU's gradients go through the embedded backend), MPI when
-/// started by mpirun or `srun --mpi=pmix|pmi2` in a build with MPI (unless `DRILL_BACKEND` says otherwise), else
+/// Vulkan GPU's gradients go through the embedded backend), MPI when started by mpirun or
+/// `srun --mpi=pmix|pmi2` in a build with MPI (unless `DRILL_BACKEND` says otherwise), else
 /// the embedded one. `None` alone; a config without `policy.multi_gpu` started as several
 /// ranks is refused, naming the key.
 pub fn join(config: &Config) -> Result<Option<ProcessGroup>, TrainError> {

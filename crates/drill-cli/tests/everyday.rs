@@ -66,27 +66,16 @@ fn the_default_folder_follows_the_seed() {
 fn resuming_a_folder_reaches_the_counters_of_one_uninterrupted_run() {
     let tmp = tempfile::tempdir().unwrap();
     let cfg = config("cartpole_v1_ppo.toml");
-    let whole = ["--quiet", "--set", "env.stop_value=1000"];
-    let out = train(
-        &[
-            &[&cfg[..], "--exp-dir", "one"][..],
-            &whole,
-            &["--set", "max_env_step=4096"],
-        ]
-        .concat(),
-        tmp.path(),
-    );
-    assert!(out.status.success(), "{}", text(&out));
-    let out = train(
-        &[
-            &[&cfg[..], "--exp-dir", "two"][..],
-            &whole,
-            &["--set", "max_env_step=2048"],
-        ]
-        .concat(),
-        tmp.path(),
-    );
-    assert!(out.status.success(), "{}", text(&out));
+    // A run into `exp` up to `limit` env steps (the stop value out of reach).
+    let run = |exp: &str, limit: &str| {
+        let steps = format!("max_env_step={limit}");
+        let args = [&cfg[..], "--exp-dir", exp, "--quiet"];
+        let sets = ["--set", "env.stop_value=1000", "--set", &steps];
+        let out = train(&[&args[..], &sets].concat(), tmp.path());
+        assert!(out.status.success(), "{}", text(&out));
+    };
+    run("one", "4096");
+    run("two", "2048");
     let half = result(&tmp.path().join("two"));
     let out = train(
         &["--resume", "two", "--quiet", "--set", "max_env_step=4096"],

@@ -469,13 +469,9 @@ impl Config {
             Policy::Ppo(p) => {
                 // Empty is allowed: the heads read the observations (or an image trunk's
                 // features) directly, as CleanRL's ppo_atari.
-                c.check(
-                    p.model
-                        .encoder_hidden_size_list
-                        .iter()
-                        .all(|&s| (1..=MAX_WIDTH as usize).contains(&s)),
+                c.widths(
                     "policy.model.encoder_hidden_size_list",
-                    &format!("layer sizes must be 1..={MAX_WIDTH}"),
+                    &p.model.encoder_hidden_size_list,
                 );
                 c.check(
                     p.model.init_log_std.is_finite(),
@@ -674,11 +670,21 @@ impl Checker<'_> {
             &format!("must be in (0, 1], got {v}"),
         );
     }
+    /// Layer sizes, at least one.
     fn hidden(&mut self, path: &str, sizes: &[usize]) {
         self.check(
-            !sizes.is_empty() && sizes.iter().all(|&s| (1..=MAX_WIDTH as usize).contains(&s)),
+            !sizes.is_empty(),
             path,
-            &format!("must list at least one layer size, each 1..={MAX_WIDTH}, got {sizes:?}"),
+            &format!("must list at least one layer size, each 1..={MAX_WIDTH}"),
+        );
+        self.widths(path, sizes);
+    }
+    /// Layer sizes (possibly none), each 1..=[`MAX_WIDTH`].
+    fn widths(&mut self, path: &str, sizes: &[usize]) {
+        self.check(
+            sizes.iter().all(|&s| (1..=MAX_WIDTH as usize).contains(&s)),
+            path,
+            &format!("layer sizes must be 1..={MAX_WIDTH}, got {sizes:?}"),
         );
     }
 }

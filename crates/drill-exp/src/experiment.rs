@@ -182,14 +182,13 @@ impl Reporter for Experiment {
         if self.last_draw.elapsed() < Duration::from_millis(100) {
             return;
         }
+        self.last_draw = Instant::now();
+        bar.set_position(p.env_steps);
         if self.first_draw {
             // A resumed run starts part way: the ETA counts from here, not from 0.
             self.first_draw = false;
-            bar.set_position(p.env_steps);
             bar.reset_eta();
         }
-        self.last_draw = Instant::now();
-        bar.set_position(p.env_steps);
         let eval = p.last_eval.map_or("-".to_string(), |e| format!("{e:.1}"));
         let rate = p.env_steps_per_sec;
         let rate = if rate >= 1e4 {

@@ -237,19 +237,6 @@ pub fn run_round(
             signal_all(&mut workers, sig);
             interrupt = Some(sig);
         }
-        if let Some(sig) = interrupt {
-            for w in workers.iter_mut().filter(|w| w.status.is_none()) {
-                if let Ok(Some(s)) = w.child.try_wait() {
-                    w.status = Some(s);
-                }
-            }
-            if workers.iter().all(|w| w.status.is_some()) {
-                join_pumps(&mut workers);
-                return Ok(RoundEnd::Interrupted(sig));
-            }
-            std::thread::sleep(tick.min(Duration::from_millis(20)));
-            continue;
-        }
         // A rank killed by a signal is the cause; ranks that exited with an error in the same
         // pass are usually reporting it (their peer is gone), so the signal wins.
         let mut failure: Option<Failure> = None;
@@ -264,7 +251,6 @@ pub fn run_round(
                         w.rank
                     );
                     interrupt = Some(libc::SIGINT);
-                    continue;
                 }
                 let killed = s.signal().is_some();
                 let better = match &failure {
@@ -283,7 +269,13 @@ pub fn run_round(
                 }
             }
         }
-        if interrupt.is_some() {
+        // While interrupted, exits are the ranks stopping as asked: wait for all of them.
+        if let Some(sig) = interrupt {
+            if workers.iter().all(|w| w.status.is_some()) {
+                join_pumps(&mut workers);
+                return Ok(RoundEnd::Interrupted(sig));
+            }
+            std::thread::sleep(tick.min(Duration::from_millis(20)));
             continue;
         }
         if let Some(f) = failure {
