@@ -12,7 +12,7 @@ use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
 use crate::checkpoint::{Checkpoint, CheckpointExt};
-use crate::data::{Batch, ReplayBuffer};
+use crate::data::Batch;
 use crate::middleware::{
     CkptSaver, ContextExchanger, DataPusher, EpsGreedyHandler, FinishSync, InteractionEvaluator,
     ModelExchanger, NStepRewardEnhancer, OffPolicyLearner, OnlineLogger, Outputs, Roles,
@@ -394,16 +394,8 @@ pub fn train_roles(
     let dqn = RefCell::new(dqn);
     let rng = RefCell::new(session::rank_rng(cfg, run.resume.as_ref(), slot));
     let rb = &p.other.replay_buffer;
-    let buffer = RefCell::new(if rb.priority {
-        ReplayBuffer::prioritized(
-            rb.replay_buffer_size,
-            &spec.obs,
-            &spec.action_space,
-            rb.priority_alpha,
-        )
-    } else {
-        ReplayBuffer::new(rb.replay_buffer_size, &spec.obs, &spec.action_space)
-    });
+    let resume = run.resume.as_ref().filter(|_| roles.learner);
+    let buffer = RefCell::new(session::replay_buffer(rb, &spec, resume, rank, world)?);
     let eval_freq = p.eval.evaluator.eval_freq;
     let timeout = roles.remote.as_ref().map_or(Duration::MAX, |r| r.timeout);
     let out = Outputs::new(&mut *run.reporter);
@@ -460,6 +452,9 @@ pub fn train_roles(
     }
     if roles.learner {
         let mut saver = CkptSaver::new(&out, &dqn, ranks.clone(), &rng);
+        if let Some(dir) = &run.replay_dir {
+            saver = saver.save_replay(&buffer, dir.clone());
+        }
         if roles.evaluator_elsewhere() {
             saver = saver.remote_eval(eval_freq);
         }
@@ -505,7 +500,7 @@ pub fn train_roles(
             let sender = ModelExchanger::sender(eval_freq, collectors, &dqn, timeout);
             task.use_mw(sender.every(remote.model_every));
         }
-        task.use_mw(OnlineLogger::new(&out, cfg.max_env_step));
+        task.use_mw(OnlineLogger::new(&out, cfg.max_env_step, env_step));
     }
     handle.barrier()?;
     let ctx = task.run(None)?;
@@ -632,6 +627,7 @@ mod tests {
             resume: None,
             dist: None,
             restarts: 0,
+            replay_dir: None,
         };
         let e = train(&cfg, p, &mut run).unwrap_err();
         assert!(matches!(e.cause(), TrainError::NonFinite { .. }), "{e}");

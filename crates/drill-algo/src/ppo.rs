@@ -403,7 +403,7 @@ pub fn train(
     ));
     // ALGO: the update (Ppo::learn): epochs of shuffled minibatches.
     task.use_mw(OnPolicyLearner::new(&ppo, &rng, ranks.clone()));
-    task.use_mw(OnlineLogger::new(&out, cfg.max_env_step));
+    task.use_mw(OnlineLogger::new(&out, cfg.max_env_step, env_step));
     let ctx = task.run(None)?;
     Ok(session::result(
         &ctx,

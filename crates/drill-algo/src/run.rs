@@ -19,4 +19,7 @@ pub struct RunContext<'a> {
     pub dist: Option<drill_comm::ProcessGroup>,
     /// Times the group was restarted (`DRILL_RESTART_COUNT`), for `result.json`.
     pub restarts: u32,
+    /// `--save-replay`: the checkpoint folder where each rank saves its replay buffer with
+    /// the final checkpoint (off-policy algorithms).
+    pub replay_dir: Option<std::path::PathBuf>,
 }

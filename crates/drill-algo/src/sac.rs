@@ -12,7 +12,7 @@ use std::cell::RefCell;
 use std::time::Instant;
 
 use crate::checkpoint::{Checkpoint, CheckpointExt};
-use crate::data::{Batch, ReplayBuffer};
+use crate::data::Batch;
 use crate::middleware::{
     CkptSaver, DataPusher, InteractionEvaluator, NStepRewardEnhancer, OffPolicyLearner,
     OnlineLogger, Outputs, StepCollector, TerminationChecker,
@@ -378,11 +378,13 @@ pub fn train(
     }
     let sac = RefCell::new(sac);
     let rng = RefCell::new(session::rank_rng(cfg, run.resume.as_ref(), rank));
-    let buffer = RefCell::new(ReplayBuffer::new(
-        p.other.replay_buffer.replay_buffer_size,
-        &spec.obs,
-        &spec.action_space,
-    ));
+    let buffer = RefCell::new(session::replay_buffer(
+        &p.other.replay_buffer,
+        &spec,
+        run.resume.as_ref(),
+        rank,
+        world,
+    )?);
     let eval_freq = p.eval.evaluator.eval_freq;
     let out = Outputs::new(&mut *run.reporter);
     let mut task = Task::<OnlineRLContext>::new();
@@ -401,7 +403,11 @@ pub fn train(
         ranks.clone(),
         &sac,
     ));
-    task.use_mw(CkptSaver::new(&out, &sac, ranks.clone(), &rng));
+    let mut saver = CkptSaver::new(&out, &sac, ranks.clone(), &rng);
+    if let Some(dir) = &run.replay_dir {
+        saver = saver.save_replay(&buffer, dir.clone());
+    }
+    task.use_mw(saver);
     task.use_mw(TerminationChecker::new(
         cfg.max_env_step,
         cfg.max_train_iter,
@@ -429,7 +435,7 @@ pub fn train(
     learn.learning_starts = batch_size;
     learn.eval_freq = eval_freq;
     task.use_mw(learn);
-    task.use_mw(OnlineLogger::new(&out, cfg.max_env_step));
+    task.use_mw(OnlineLogger::new(&out, cfg.max_env_step, env_step));
     let ctx = task.run(None)?;
     Ok(session::result(
         &ctx,

@@ -1,15 +1,16 @@
 //! The setup every algorithm's pipeline shares: seeding (rank-aware under DDP: each rank
 //! seeds its own environments `seed + rank * collector_env_num + i` and generator), the
-//! collector's environments, the evaluator, the model-shape check, DDP options and batch
+//! collector's environments, the replay buffer (restored on resume), the evaluator, the model-shape check, DDP options and batch
 //! splitting, and the final [`TrainResult`] from the task's last context. The loop itself is
 //! the middleware pipeline ([`crate::middleware`]).
 
 use crate::checkpoint::{Checkpoint, parse_rng_state};
+use crate::data::ReplayBuffer;
 use crate::ddp::{DdpOptions, Ranks};
 use crate::eval::Evaluator;
 use crate::run::{TrainError, TrainResult};
 use drill_comm::{BackendKind, InitInfo, InitOptions, ProcessGroup};
-use drill_config::Config;
+use drill_config::{Config, ReplayBufferConfig};
 use drill_env::atari::AtariOptions;
 use drill_env::{DynVecEnv, make_vec_with};
 use rand::SeedableRng;
@@ -107,6 +108,27 @@ pub fn collector_envs(cfg: &Config, rank: usize) -> Result<Box<dyn DynVecEnv>, T
     )?;
     venv.reset(None);
     Ok(venv)
+}
+
+/// The replay buffer of `rb` for these spaces; on resume, rank `rank`'s buffer saved beside
+/// the checkpoint with it (`--save-replay`) is restored.
+pub fn replay_buffer(
+    rb: &ReplayBufferConfig,
+    spec: &drill_env::EnvSpec,
+    resume: Option<&Checkpoint>,
+    rank: usize,
+    world: usize,
+) -> Result<ReplayBuffer, TrainError> {
+    let (size, obs, actions) = (rb.replay_buffer_size, &spec.obs, &spec.action_space);
+    let mut buffer = if rb.priority {
+        ReplayBuffer::prioritized(size, obs, actions, rb.priority_alpha)
+    } else {
+        ReplayBuffer::new(size, obs, actions)
+    };
+    if let Some(ck) = resume {
+        buffer.resume_from(ck, rank, world)?;
+    }
+    Ok(buffer)
 }
 
 /// This rank's share of the evaluator: of `env.evaluator_env_num` copies (seeded after the

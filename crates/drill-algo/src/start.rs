@@ -58,6 +58,9 @@ pub fn open(
         Some(dir) => {
             if restarts > 0 {
                 resume = resume_after_restart(dir, restarts)?;
+            } else if opts.resume.as_deref().is_some_and(|r| r == dir) {
+                // `--resume EXP_DIR` of a split run: the parent passed that folder on.
+                return continue_in(dir, config, opts);
             }
             Experiment::reopen(dir, config, opts.quiet)
                 .map_err(|e| TrainError::io(format!("cannot reopen {}", dir.display()), e))?
@@ -78,7 +81,9 @@ pub fn open(
         }
     };
     if resume.is_none() {
-        resume = opts.resume.as_deref().map(Checkpoint::load).transpose()?;
+        // A folder to continue in was handled above; only a checkpoint file is left to load.
+        let file = opts.resume.as_deref().filter(|r| !r.is_dir());
+        resume = file.map(Checkpoint::load).transpose()?;
     }
     Ok((exp, resume))
 }

@@ -111,7 +111,7 @@ fn a_start_that_fails_leaves_nothing_behind_and_says_why_once() {
     let tmp = tempfile::tempdir().unwrap();
     let cfg = config("pendulum_ppo.toml");
     let dqn = config("cartpole_dqn.toml");
-    let cases: [(&[&str], &str); 8] = [
+    let cases: [(&[&str], &str); 9] = [
         (
             &[&cfg, "--resume", "/no/such/dir"],
             "--resume /no/such/dir: no such experiment folder or checkpoint file",
@@ -148,6 +148,10 @@ fn a_start_that_fails_leaves_nothing_behind_and_says_why_once() {
                 "policy.other.replay_buffer.replay_buffer_size=10000000000",
             ],
             "`policy.other.replay_buffer.replay_buffer_size`: needs about 640.0 GB",
+        ),
+        (
+            &[&cfg, "--save-replay"],
+            "--save-replay: policy.type \"ppo\" keeps no replay buffer",
         ),
     ];
     std::fs::write(tmp.path().join("junk.safetensors"), b"not a checkpoint").unwrap();
@@ -194,8 +198,15 @@ fn interrupt(args: &[&str], cwd: &Path, exp: &str) -> (Output, std::time::Durati
 }
 
 /// An interrupted run: exit 130, `final` and `result.json` written (`interrupted`), one line
-/// saying where it stopped and how to continue; continuing it goes on from there.
-fn check_interrupted(out: &Output, took: std::time::Duration, cwd: &Path, exp: &str, ranks: &str) {
+/// saying where it stopped and how to continue (`flags` after the folder); continuing it
+/// goes on from there. Returns the continued run's output.
+fn check_interrupted(
+    out: &Output,
+    took: std::time::Duration,
+    cwd: &Path,
+    exp: &str,
+    flags: &str,
+) -> String {
     let log = text(out);
     assert_eq!(out.status.code(), Some(130), "{log}");
     assert!(
@@ -215,20 +226,130 @@ fn check_interrupted(out: &Output, took: std::time::Duration, cwd: &Path, exp: &
         .unwrap_or_else(|| panic!("{log}"));
     assert!(said.contains(&line), "{said}");
     assert!(
-        said.contains(&format!("continue with: drill train --resume {exp}{ranks}")),
+        said.contains(&format!("continue with: drill train --resume {exp}{flags}")),
         "{said}"
     );
     let more = r["env_steps"].as_u64().unwrap() + 2048;
     let limit = format!("max_env_step={more}");
     let mut args = vec!["--resume", exp, "--quiet", "--set", &limit];
-    if !ranks.is_empty() {
-        args.extend(ranks.split_whitespace());
-    }
+    args.extend(flags.split_whitespace());
     let out = train(&args, cwd);
-    assert!(out.status.success(), "{}", text(&out));
+    let log = text(&out);
+    assert!(out.status.success(), "{log}");
     let after = result(&cwd.join(exp));
     assert_eq!(after["interrupted"], false, "{after}");
     assert!(after["env_steps"].as_u64().unwrap() >= more, "{after}");
+    log
+}
+
+/// The transition counts of the log's "replay buffer saved" (or "restored") lines, by
+/// rank prefix.
+fn replay_counts(log: &str, what: &str) -> Vec<(String, u64)> {
+    let key = format!("replay buffer {what}: ");
+    let mut counts: Vec<(String, u64)> = log
+        .lines()
+        .filter_map(|l| {
+            let at = l.find(&key)?;
+            let n = l[at + key.len()..]
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()?;
+            let rank = l.strip_prefix('[').and_then(|r| r.split(']').next());
+            Some((rank.unwrap_or("").to_string(), n))
+        })
+        .collect();
+    counts.sort();
+    counts
+}
+
+#[test]
+fn save_replay_keeps_each_ranks_buffer_for_the_continued_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config("cartpole_dqn_ddp.toml");
+    let common = ["--nproc-per-node", "2", "--save-replay", "--quiet"];
+    let sets = ["--set", "env.stop_value=1000", "--set"];
+    let out = train(
+        &[&[&cfg[..]][..], &common, &sets, &["max_env_step=2000"]].concat(),
+        tmp.path(),
+    );
+    let log = text(&out);
+    assert!(out.status.success(), "{log}");
+    let saved = replay_counts(&log, "saved");
+    assert_eq!(saved.len(), 2, "{log}");
+    assert!(saved.iter().all(|(_, n)| *n >= 1000), "{saved:?}");
+    let ckpt = tmp.path().join("cartpole_dqn_ddp_seed0/ckpt");
+    for r in 0..2 {
+        assert!(ckpt.join(format!("replay_rank{r}.safetensors")).is_file());
+    }
+    let out = train(
+        &[
+            &["--resume", "cartpole_dqn_ddp_seed0"][..],
+            &common,
+            &sets,
+            &["max_env_step=4000"],
+        ]
+        .concat(),
+        tmp.path(),
+    );
+    let log = text(&out);
+    assert!(out.status.success(), "{log}");
+    assert_eq!(replay_counts(&log, "restored"), saved, "{log}");
+    // Without the flag the files stay as they are: the next continuation's checkpoint is
+    // newer than them, and it says so and starts from an empty buffer.
+    let more = |limit: &str| {
+        let limit = format!("max_env_step={limit}");
+        let args = [
+            "--resume",
+            "cartpole_dqn_ddp_seed0",
+            "--nproc-per-node",
+            "2",
+        ];
+        let out = train(
+            &[&args[..], &["--quiet", "--set", &limit]].concat(),
+            tmp.path(),
+        );
+        let log = text(&out);
+        assert!(out.status.success(), "{log}");
+        log
+    };
+    let log = more("5000");
+    assert_eq!(replay_counts(&log, "restored").len(), 2, "{log}");
+    assert!(replay_counts(&log, "saved").is_empty(), "{log}");
+    let log = more("6000");
+    assert!(replay_counts(&log, "restored").is_empty(), "{log}");
+    assert!(
+        log.contains("was saved at train iteration") && log.contains("empty replay buffer"),
+        "{log}"
+    );
+}
+
+#[test]
+fn ctrl_c_under_parallel_workers_saves_the_learner_and_continues_with_its_buffer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config("cartpole_dqn_dist.toml");
+    let args = [
+        &cfg[..],
+        "--parallel-workers",
+        "2",
+        "--save-replay",
+        "--quiet",
+        "--set",
+        "env.stop_value=100000",
+        "--set",
+        "max_env_step=100000000",
+    ];
+    let (out, took) = interrupt(&args, tmp.path(), "cartpole_dqn_dist_seed0");
+    let saved = replay_counts(&text(&out), "saved");
+    assert_eq!(saved.len(), 1, "{}", text(&out));
+    let log = check_interrupted(
+        &out,
+        took,
+        tmp.path(),
+        "cartpole_dqn_dist_seed0",
+        " --parallel-workers 2 --save-replay",
+    );
+    assert_eq!(replay_counts(&log, "restored"), saved, "{log}");
 }
 
 #[test]

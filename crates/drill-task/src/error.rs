@@ -41,6 +41,13 @@ pub enum TaskError {
         /// The serde error.
         detail: String,
     },
+    /// The Parallel runner got a signal and its workers stopped (after an interrupt they
+    /// save and exit on their own; a second signal stops them at once).
+    #[error("interrupted by signal {signal}")]
+    Interrupted {
+        /// The signal number.
+        signal: i32,
+    },
     /// A middleware's own error, as a message.
     #[error("{0}")]
     Msg(String),

@@ -130,6 +130,35 @@ impl FrameStore {
         self.refs.len() - self.free.len()
     }
 
+    /// Every slot's bytes (`slots * frame`, freed slots included) and reference counts, as
+    /// stored: what a replay file keeps.
+    pub fn parts(&self) -> (&[u8], &[u32]) {
+        (&self.data, &self.refs)
+    }
+
+    /// A store from [`Self::parts`]: hashes, index and free list are rebuilt.
+    pub fn from_parts(frame: usize, data: Vec<u8>, refs: Vec<u32>) -> Self {
+        assert!(frame > 0 && data.len() == refs.len() * frame);
+        let mut s = Self {
+            frame,
+            hashes: vec![0; refs.len()],
+            free: Vec::new(),
+            index: HashMap::new(),
+            data,
+            refs,
+        };
+        for slot in 0..s.refs.len() {
+            if s.refs[slot] == 0 {
+                s.free.push(slot as u32);
+            } else {
+                let h = hash(s.get(slot as u32));
+                s.hashes[slot] = h;
+                s.index.insert(h, slot as u32);
+            }
+        }
+        s
+    }
+
     /// Bytes held: frame data, counts, hashes, the free list and the index.
     pub fn bytes(&self) -> usize {
         self.data.capacity()

@@ -1,10 +1,11 @@
 //! Data between the collector and the learner: the replay buffer, n-step transitions, the
-//! on-policy rollout and GAE.
+//! on-policy rollout and GAE; a replay buffer's file (`replay_file.rs`).
 
 mod frames;
 mod gae;
 mod nstep;
 mod replay;
+mod replay_file;
 mod rollout;
 mod sum_tree;
 
@@ -12,5 +13,6 @@ pub use frames::FrameStore;
 pub use gae::gae;
 pub use nstep::{NStep, Transition};
 pub use replay::{Batch, ReplayBuffer};
+pub use replay_file::{Stamp, path_for as replay_path};
 pub use rollout::Rollout;
 pub use sum_tree::SumTree;

@@ -41,14 +41,14 @@ impl Batch {
     }
 }
 
-struct Priorities {
-    tree: SumTree,
-    alpha: f64,
-    max: f64,
+pub(super) struct Priorities {
+    pub(super) tree: SumTree,
+    pub(super) alpha: f64,
+    pub(super) max: f64,
 }
 
 /// How observations are kept.
-enum ObsStore {
+pub(super) enum ObsStore {
     /// Whole observations, `capacity * obs_dim` each.
     Rows { obs: ObsBuf, next_obs: ObsBuf },
     /// Stacks of `k` frames as frame ids: slot `i` holds `obs` ids then `next_obs` ids at
@@ -61,18 +61,19 @@ enum ObsStore {
 }
 
 /// Fixed-capacity replay storage; the oldest transitions are overwritten first.
+/// Saved and restored by `replay_file.rs`.
 pub struct ReplayBuffer {
-    capacity: usize,
-    obs_dim: usize,
-    dtype: Dtype,
-    len: usize,
-    next: usize,
-    store: ObsStore,
-    actions: ActionBuf,
-    rewards: Vec<f32>,
-    dones: Vec<f32>,
-    discounts: Vec<f32>,
-    priorities: Option<Priorities>,
+    pub(super) capacity: usize,
+    pub(super) obs_dim: usize,
+    pub(super) dtype: Dtype,
+    pub(super) len: usize,
+    pub(super) next: usize,
+    pub(super) store: ObsStore,
+    pub(super) actions: ActionBuf,
+    pub(super) rewards: Vec<f32>,
+    pub(super) dones: Vec<f32>,
+    pub(super) discounts: Vec<f32>,
+    pub(super) priorities: Option<Priorities>,
 }
 
 impl ReplayBuffer {

@@ -2,12 +2,15 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Instant;
 
 use drill_task::{Middleware, OnlineRLContext, TaskError, TaskHandle};
 use rand_chacha::ChaCha8Rng;
 
 use super::{EvalOutput, Outputs, task_err};
 use crate::checkpoint::{Checkpoint, rng_state};
+use crate::data::{ReplayBuffer, Stamp, replay_path};
 use crate::ddp::Ranks;
 use crate::policy::Policy;
 
@@ -27,6 +30,7 @@ pub struct CkptSaver<'a, P> {
     rng: &'a RefCell<ChaCha8Rng>,
     best: f64,
     snapshots: Option<(u64, BTreeMap<u64, Checkpoint>)>,
+    replay: Option<(&'a RefCell<ReplayBuffer>, PathBuf)>,
     final_saved: bool,
 }
 
@@ -48,8 +52,45 @@ impl<'a, P: Policy> CkptSaver<'a, P> {
             rng,
             best: f64::NEG_INFINITY,
             snapshots: None,
+            replay: None,
             final_saved: false,
         }
+    }
+
+    /// With `final`, every rank also saves its replay buffer into the checkpoint folder
+    /// `ckpt_dir` (`drill train --save-replay`), stamped with the same counters.
+    pub fn save_replay(mut self, buffer: &'a RefCell<ReplayBuffer>, ckpt_dir: PathBuf) -> Self {
+        self.replay = Some((buffer, ckpt_dir));
+        self
+    }
+
+    fn write_replay(&self, env_steps: u64, train_iters: u64) -> Result<(), TaskError> {
+        let Some((buffer, dir)) = &self.replay else {
+            return Ok(());
+        };
+        let t = Instant::now();
+        let path = replay_path(dir, self.ranks.rank());
+        let buffer = buffer.borrow();
+        let stamp = Stamp {
+            env_steps,
+            train_iters,
+            world_size: self.ranks.world(),
+        };
+        std::fs::create_dir_all(dir).map_err(|e| {
+            task_err(crate::TrainError::io(
+                format!("cannot create {}", dir.display()),
+                e,
+            ))
+        })?;
+        let bytes = buffer.save(&path, stamp).map_err(task_err)?;
+        tracing::info!(
+            "replay buffer saved: {} transitions, {:.1} MB in {:.2} s → {}",
+            buffer.len(),
+            bytes as f64 / 1e6,
+            t.elapsed().as_secs_f64(),
+            path.display()
+        );
+        Ok(())
     }
 
     /// The evaluator runs in another process on the weights of every `eval_freq`-th
@@ -126,6 +167,7 @@ impl<P: Policy> Middleware<OnlineRLContext> for CkptSaver<'_, P> {
             return Ok(());
         }
         self.final_saved = true;
+        self.write_replay(ctx.env_step, ctx.train_iter)?;
         let rngs = self.rngs()?;
         if self.ranks.rank() == 0 {
             let ck = stamp(self.build(), ctx.env_step, ctx.train_iter, P::NAME, &rngs);

@@ -52,15 +52,18 @@ impl<'a> Outputs<'a> {
 pub struct OnlineLogger<'a> {
     out: &'a Outputs<'a>,
     start: Instant,
+    from_env_step: u64,
     max_env_step: Option<u64>,
 }
 
 impl<'a> OnlineLogger<'a> {
-    /// Log to `out`; `max_env_step` sizes the progress bar.
-    pub fn new(out: &'a Outputs<'a>, max_env_step: Option<u64>) -> Self {
+    /// Log to `out`; `max_env_step` sizes the progress bar; the run starts at env step
+    /// `from_env_step` (a resumed run's rate counts its own steps).
+    pub fn new(out: &'a Outputs<'a>, max_env_step: Option<u64>, from_env_step: u64) -> Self {
         Self {
             out,
             start: Instant::now(),
+            from_env_step,
             max_env_step,
         }
     }
@@ -93,14 +96,15 @@ impl Middleware<OnlineRLContext> for OnlineLogger<'_> {
             }
         }
         let secs = self.start.elapsed().as_secs_f64();
+        let rate = step.saturating_sub(self.from_env_step) as f64 / secs;
         if !ctx.train_output.is_empty() {
-            self.out.scalar("charts/SPS", step as f64 / secs, step);
+            self.out.scalar("charts/SPS", rate, step);
         }
         self.out.progress(&Progress {
             env_steps: step,
             train_iters: ctx.train_iter,
             last_eval: ctx.last_eval_value,
-            env_steps_per_sec: step as f64 / secs,
+            env_steps_per_sec: rate,
             max_env_step: self.max_env_step,
         });
         Ok(())

@@ -25,7 +25,8 @@ pub enum Target {
     /// DQN updates (CartPole nets; DI-engine's Pong net), Nature-CNN updates and batch-8 inference; `scripts/bench_learner_vs_torch.sh` runs them side by side with PyTorch.
     Learner,
     /// Replay memory: bytes per stored transition, filled from `--env` (default
-    /// PongNoFrameskip-v4) with random actions; `--iters` transitions (default 20000).
+    /// PongNoFrameskip-v4) with random actions; `--iters` transitions (default 20000); and
+    /// the `--save-replay` file: bytes, save and restore seconds.
     Replay,
     /// Collectives, verified then timed; run under `drill launch` (or mpirun).
     Comm,
@@ -453,6 +454,37 @@ fn replay_bench(report: &Report, id: &str, n: usize, iters: Option<usize>) -> an
             spec.obs.dtype,
             2 * d * elem + 16,
             t.elapsed().as_secs_f64()
+        ),
+    );
+    // What `drill train --save-replay` costs: the file, its write and its restore.
+    let dir = tempfile::tempdir()?;
+    let path = drill_algo::data::replay_path(dir.path(), 0);
+    let stamp = drill_algo::data::Stamp {
+        env_steps: total as u64,
+        train_iters: 0,
+        world_size: 1,
+    };
+    let t = Instant::now();
+    let bytes = buffer.save(&path, stamp)?;
+    let save = t.elapsed().as_secs_f64();
+    let mut back = ReplayBuffer::new(total, &spec.obs, &spec.action_space);
+    let t = Instant::now();
+    back.restore(&path)?;
+    let restore = t.elapsed().as_secs_f64();
+    anyhow::ensure!(
+        back.len() == buffer.len(),
+        "restored {} of {}",
+        back.len(),
+        buffer.len()
+    );
+    report.row(
+        &format!("replay-file-{id}"),
+        "B/transition",
+        bytes as f64 / total as f64,
+        total,
+        &format!(
+            "--save-replay: {:.1} MB, saved in {save:.3} s, restored in {restore:.3} s",
+            bytes as f64 / 1e6
         ),
     );
     Ok(())

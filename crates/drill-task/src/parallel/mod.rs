@@ -236,9 +236,7 @@ impl Parallel {
             Outcome::Failed { failure, .. } => {
                 Err(TaskError::msg(format!("parallel runner: {failure}")))
             }
-            Outcome::Interrupted { signal } => Err(TaskError::msg(format!(
-                "parallel runner: interrupted by signal {signal}"
-            ))),
+            Outcome::Interrupted { signal } => Err(TaskError::Interrupted { signal }),
         }
     }
 

@@ -7,21 +7,24 @@ use drill_algo::TrainResult;
 use drill_exp::Experiment;
 
 /// Write `result.json`, log the outcome and print the file's path (the last line of output).
-pub(crate) fn finish_experiment(mut exp: Experiment, result: &TrainResult) -> anyhow::Result<()> {
+/// `flags` are the ones the command that continues an interrupted run needs (how its
+/// processes were started, ` --nproc-per-node 2`; ` --save-replay`).
+pub(crate) fn finish_experiment(
+    mut exp: Experiment,
+    result: &TrainResult,
+    flags: &str,
+) -> anyhow::Result<()> {
     exp.finish(result)
         .with_context(|| format!("cannot write {}/result.json", exp.dir().display()))?;
     if result.interrupted {
-        let ranks = match result.world_size {
-            1 => String::new(),
-            n => format!(" --nproc-per-node {n}"),
-        };
         tracing::info!(
-            "interrupted at env step {}, train iteration {} (last eval {:.1} ± {:.1}), `final` checkpoint written; continue with: drill train --resume {}{ranks}",
+            "interrupted at env step {}, train iteration {} (last eval {:.1} ± {:.1}), `final` checkpoint written; continue with: drill train --resume {}{}",
             result.env_steps,
             result.train_iters,
             result.eval_reward_mean,
             result.eval_reward_std,
-            exp.dir().display()
+            exp.dir().display(),
+            flags
         );
     } else {
         let stop = if result.stop_reached {

@@ -32,6 +32,11 @@ pub struct Args {
     /// file (model, optimizer and counters) to start a new run from.
     #[arg(long, value_name = "EXP_DIR|CHECKPOINT")]
     pub resume: Option<PathBuf>,
+    /// Save each rank's replay buffer (DQN, SAC) with the final checkpoint, as stored (u8
+    /// frames once each, f32 vectors), as `ckpt/replay_rank{R}.safetensors`; `--resume` of
+    /// that checkpoint restores it instead of starting from an empty buffer.
+    #[arg(long)]
+    pub save_replay: bool,
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
@@ -182,6 +187,12 @@ impl Args {
 /// Train; returns the process exit code.
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let config = load_config(&args)?;
+    if args.save_replay && config.policy.kind() == "ppo" {
+        anyhow::bail!(
+            "--save-replay: policy.type {:?} keeps no replay buffer (DQN and SAC do)",
+            config.policy.kind()
+        );
+    }
     let workers = args.parallel_workers.unwrap_or(config.task.workers);
     if workers > 0 && args.nproc_per_node.is_some() {
         return Err(config

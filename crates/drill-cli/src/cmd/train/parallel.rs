@@ -77,21 +77,33 @@ pub fn run(args: &Args, config: Config, n: usize) -> anyhow::Result<i32> {
     }
     let learner_here = local.contains(&plan.learner());
     if args.platform == PlatformArg::Local && !drill_task::parallel::in_worker() && learner_here {
-        // The parent claims the folder so that a restarted group writes into the same one.
-        let dir = args.start_options().exp_dir(&config);
-        let dir = Experiment::reserve(&dir)
-            .with_context(|| format!("cannot create experiment folder {}", dir.display()))?;
+        // The parent claims the folder so that a restarted group writes into the same one
+        // (`--resume EXP_DIR`: that folder, which the learner continues in).
+        let dir = match args.resume.as_deref().filter(|p| p.is_dir()) {
+            Some(dir) => dir.to_path_buf(),
+            None => {
+                let dir = args.start_options().exp_dir(&config);
+                Experiment::reserve(&dir)
+                    .with_context(|| format!("cannot create experiment folder {}", dir.display()))?
+            }
+        };
         runner = runner.env(EXP_DIR_ENV, &dir.display().to_string());
     }
-    runner
-        .run::<OnlineRLContext>(|task| {
-            worker(args, &config, task.handle().clone(), &plan).map_err(|e| {
-                // The chain (e.g. which middleware, which peer) is the message.
-                TaskError::msg(format!("{e:#}"))
-            })
-        })
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok(0)
+    let mut interrupted = false;
+    let ran = runner.run::<OnlineRLContext>(|task| {
+        interrupted = worker(args, &config, task.handle().clone(), &plan, n).map_err(|e| {
+            // The chain (e.g. which middleware, which peer) is the message.
+            TaskError::msg(format!("{e:#}"))
+        })?;
+        Ok(())
+    });
+    match ran {
+        // The workers stopped on a signal; the learner's said where and how to continue.
+        Err(TaskError::Interrupted { .. }) => Ok(130),
+        Err(e) => Err(anyhow::anyhow!("{e}")),
+        Ok(()) if interrupted => Ok(130),
+        Ok(()) => Ok(0),
+    }
 }
 
 /// `NODE=PEER,PEER`.
@@ -107,15 +119,18 @@ fn parse_attach(spec: &str) -> anyhow::Result<(usize, Vec<usize>)> {
 }
 
 /// One worker: take its roles as labels, and train them; the learner's worker writes the
-/// experiment folder.
+/// experiment folder. Returns whether a signal stopped the run (the learner decides: after
+/// Ctrl-C it finishes its step, saves `final`, and the other workers follow).
 fn worker(
     args: &Args,
     config: &Config,
     task: drill_task::TaskHandle,
     plan: &RolePlan,
-) -> anyhow::Result<()> {
+    n: usize,
+) -> anyhow::Result<bool> {
     let roles = plan.share(config, &task)?;
     let device = select_device(config)?;
+    drill_algo::interrupt::install().context("cannot install the Ctrl-C handler")?;
     let task_labels = task.labels();
     let names = roles.names();
     let restarts = drill_algo::start::restart_count();
@@ -138,6 +153,10 @@ fn worker(
                 e.dir().display()
             ))
     );
+    let replay_dir = exp
+        .as_ref()
+        .filter(|_| args.save_replay)
+        .map(|e: &Experiment| e.dir().join("ckpt"));
     let mut null = NullReporter;
     let reporter: &mut dyn Reporter = match &mut exp {
         Some(e) => e,
@@ -151,12 +170,18 @@ fn worker(
             resume,
             dist: None,
             restarts,
+            replay_dir,
         },
         task,
         &roles,
     )?;
+    let interrupted = result.as_ref().is_some_and(|r| r.interrupted);
     if let (Some(exp), Some(result)) = (exp, result) {
-        finish_experiment(exp, &result)?;
+        let mut flags = format!(" --parallel-workers {n}");
+        if args.save_replay {
+            flags.push_str(" --save-replay");
+        }
+        finish_experiment(exp, &result, &flags)?;
     }
-    Ok(())
+    Ok(interrupted)
 }

@@ -36,6 +36,9 @@ pub(super) fn launch_ranks(args: &Args, config: &Config, n: usize) -> anyhow::Re
     if args.quiet {
         child.push("--quiet".into());
     }
+    if args.save_replay {
+        child.push("--save-replay".into());
+    }
     let program = std::env::current_exe()
         .context("cannot find the drill executable to start ranks")?
         .display()
@@ -108,6 +111,7 @@ pub(super) fn train_rank(args: &Args, config: Config) -> anyhow::Result<i32> {
             resume,
             dist,
             restarts,
+            replay_dir: args.save_replay.then(|| dir.join("ckpt")),
         },
     )
     .map_err(whose)?;
@@ -115,6 +119,13 @@ pub(super) fn train_rank(args: &Args, config: Config) -> anyhow::Result<i32> {
     let Some(exp) = exp else {
         return Ok(code);
     };
-    finish_experiment(exp, &result)?;
+    let mut flags = match world {
+        1 => String::new(),
+        n => format!(" --nproc-per-node {n}"),
+    };
+    if args.save_replay {
+        flags.push_str(" --save-replay");
+    }
+    finish_experiment(exp, &result, &flags)?;
     Ok(code)
 }
