@@ -1,6 +1,6 @@
 //! [`Evaluator`]: runs whole episodes with a deterministic policy and reports the mean return.
 
-use drill_env::{ActionBuf, DynVecEnv, Obs, make_vec};
+use drill_env::{ActionBuf, DynVecEnv, EnvError, Obs, make_vec};
 
 /// Returns of one evaluation.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -104,24 +104,27 @@ impl Evaluator {
     }
 
     /// Run the episodes; `policy(obs, actions)` fills one action per copy.
-    pub fn run(&mut self, policy: impl FnMut(Obs<'_>, &mut ActionBuf)) -> EvalResult {
-        EvalResult::from_episodes(self.run_episodes(policy))
+    pub fn run(
+        &mut self,
+        policy: impl FnMut(Obs<'_>, &mut ActionBuf),
+    ) -> Result<EvalResult, EnvError> {
+        Ok(EvalResult::from_episodes(self.run_episodes(policy)?))
     }
 
     /// Run this evaluator's episodes and report each (see [`EvalResult::from_episodes`]).
     pub fn run_episodes(
         &mut self,
         mut policy: impl FnMut(Obs<'_>, &mut ActionBuf),
-    ) -> Vec<Episode> {
+    ) -> Result<Vec<Episode>, EnvError> {
         let base = self.seed + self.round * self.total as u64 + self.first as u64;
         self.round += 1;
-        self.venv.reset(Some(base));
+        self.venv.reset(Some(base))?;
         let mut left = self.quota.clone();
         let mut episodes = Vec::with_capacity(left.iter().sum());
         let mut step = 0;
         while left.iter().any(|&l| l > 0) {
             policy(self.venv.obs(), &mut self.actions);
-            self.venv.step(self.actions.as_actions());
+            self.venv.step(self.actions.as_actions())?;
             step += 1;
             for (i, l) in left.iter_mut().enumerate() {
                 if *l > 0 && (self.venv.terminated()[i] || self.venv.truncated()[i]) {
@@ -134,7 +137,7 @@ impl Evaluator {
                 }
             }
         }
-        episodes
+        Ok(episodes)
     }
 }
 
@@ -145,11 +148,13 @@ mod tests {
     #[test]
     fn runs_exactly_the_requested_episodes() {
         let mut ev = Evaluator::new("CartPole-v0", 3, 7, 0).unwrap();
-        let r = ev.run(|_, a| {
-            if let ActionBuf::Discrete(a) = a {
-                a.fill(1);
-            }
-        });
+        let r = ev
+            .run(|_, a| {
+                if let ActionBuf::Discrete(a) = a {
+                    a.fill(1);
+                }
+            })
+            .unwrap();
         assert_eq!(r.returns.len(), 7);
         assert!(
             r.mean > 5.0 && r.mean < 20.0,
@@ -157,14 +162,16 @@ mod tests {
             r.mean
         );
         // A balancing controller reaches the 200-step limit.
-        let r = ev.run(|obs, a| {
-            if let ActionBuf::Discrete(a) = a {
-                for (i, a) in a.iter_mut().enumerate() {
-                    let o = &obs.f32()[i * 4..i * 4 + 4];
-                    *a = u32::from(o[2] + 0.5 * o[3] > 0.0);
+        let r = ev
+            .run(|obs, a| {
+                if let ActionBuf::Discrete(a) = a {
+                    for (i, a) in a.iter_mut().enumerate() {
+                        let o = &obs.f32()[i * 4..i * 4 + 4];
+                        *a = u32::from(o[2] + 0.5 * o[3] > 0.0);
+                    }
                 }
-            }
-        });
+            })
+            .unwrap();
         assert_eq!(r.mean, 200.0);
         assert_eq!(r.std, 0.0);
     }
@@ -191,8 +198,10 @@ mod tests {
             })
             .collect();
         for round in 0..2 {
-            let want = whole.run(policy);
-            let parts = shares.iter_mut().flat_map(|e| e.run_episodes(policy));
+            let want = whole.run(policy).unwrap();
+            let parts = shares
+                .iter_mut()
+                .flat_map(|e| e.run_episodes(policy).unwrap());
             let got = EvalResult::from_episodes(parts.collect());
             assert_eq!(got, want, "round {round}");
             assert_eq!(got.returns.len(), episodes);

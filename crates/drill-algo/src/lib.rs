@@ -131,9 +131,10 @@ pub fn evaluate(
         evaluator: &mut eval::Evaluator,
     ) -> Result<eval::EvalResult, TrainError> {
         policy.load_state_dict(ck)?;
-        Ok(evaluator.run(|obs, out| policy.eval(obs, out)))
+        Ok(evaluator.run(|obs, out| policy.eval(obs, out))?)
     }
     let num_envs = config.env.evaluator_env_num.min(episodes.max(1));
+    session::register_env(config);
     let venv = drill_env::make_vec_with(
         &config.env.id,
         num_envs,

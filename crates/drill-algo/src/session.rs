@@ -74,8 +74,28 @@ pub fn check_model_shapes(
     Ok(())
 }
 
+/// Tell drill-env what `[env]` says of a Gymnasium id (`env.kwargs`, `env.entry_point`,
+/// `env.vectorization`); every function here that builds the env calls it first.
+pub fn register_env(cfg: &Config) {
+    let e = &cfg.env;
+    if !e.id.starts_with(drill_env::GYMNASIUM) {
+        return;
+    }
+    let opts = drill_env::gymnasium::PythonOptions {
+        kwargs_json: serde_json::to_string(&e.kwargs).unwrap_or_else(|_| "{}".into()),
+        entry_point: e.entry_point.clone(),
+        vectorization: if e.vectorization == "async" {
+            drill_env::gymnasium::Vectorization::Async
+        } else {
+            drill_env::gymnasium::Vectorization::Sync
+        },
+    };
+    drill_env::gymnasium::register(&e.id, opts);
+}
+
 /// The environment's spec, an unknown `env.id` (or a missing Atari ROM) named.
 pub fn env_spec(cfg: &Config) -> Result<drill_env::EnvSpec, TrainError> {
+    register_env(cfg);
     drill_env::spec_with(&cfg.env.id, &atari_options(cfg))
         .map_err(|e| cfg.error("env.id", e.to_string()).into())
 }
@@ -99,6 +119,7 @@ pub fn atari_options(cfg: &Config) -> AtariOptions {
 /// This rank's collector environments (copy `i` seeded `seed + rank * n + i`), reset.
 pub fn collector_envs(cfg: &Config, rank: usize) -> Result<Box<dyn DynVecEnv>, TrainError> {
     let n = cfg.env.collector_env_num;
+    register_env(cfg);
     let mut venv = make_vec_with(
         &cfg.env.id,
         n,
@@ -106,7 +127,7 @@ pub fn collector_envs(cfg: &Config, rank: usize) -> Result<Box<dyn DynVecEnv>, T
         cfg.env.env_threads,
         &atari_options(cfg),
     )?;
-    venv.reset(None);
+    venv.reset(None)?;
     Ok(venv)
 }
 
@@ -147,6 +168,7 @@ pub fn evaluator(
         return Ok(None);
     }
     let seed = cfg.seed + (seeded_ranks * cfg.env.collector_env_num) as u64;
+    register_env(cfg);
     let venv = make_vec_with(
         &cfg.env.id,
         hi - lo,

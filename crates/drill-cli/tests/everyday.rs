@@ -1,6 +1,7 @@
 //! Everyday use of `drill train`: the folder follows the seed, `--resume EXP_DIR` continues a
 //! run in its folder to the same counters as one uninterrupted run, a start that fails (bad
-//! resume path or checkpoint, bad key, absurd size, more memory than the machine has) leaves
+//! resume path or checkpoint, bad key, absurd size, more memory than the machine has,
+//! missing ROM, `--save-replay` without a replay buffer) leaves
 //! nothing behind, and Ctrl-C (alone or under `--nproc-per-node`) stops after the
 //! step with `final` and `result.json` written and the command that continues it said.
 
@@ -169,6 +170,26 @@ fn a_start_that_fails_leaves_nothing_behind_and_says_why_once() {
         );
         assert_eq!(entries(tmp.path()), ["junk.safetensors"], "{args:?}");
     }
+    // A missing ROM: none where drill looks (no Python on PATH to point at ale-py's), or, in
+    // a build without the `atari` feature, no Atari at all.
+    let empty = tempfile::tempdir().unwrap();
+    let out = drill()
+        .args(["train", &config("pong_dqn.toml"), "--quiet"])
+        .current_dir(tmp.path())
+        .env("ALE_ROM_DIR", empty.path())
+        .env_remove("DRILL_ROM_DIR")
+        .env_remove("VIRTUAL_ENV")
+        .env("PATH", "/nonexistent")
+        .output()
+        .unwrap();
+    let err = text(&out);
+    let want = if cfg!(feature = "atari") {
+        "no ROM for PongNoFrameskip-v4: pong.bin is in none of"
+    } else {
+        "this drill was built without Atari"
+    };
+    assert!(!out.status.success() && err.contains(want), "{err}");
+    assert_eq!(entries(tmp.path()), ["junk.safetensors"], "{err}");
 }
 
 /// Start `drill train ARGS` in `cwd` with piped output, wait until `exp` has its first

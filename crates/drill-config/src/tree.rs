@@ -37,6 +37,13 @@ pub struct EnvConfig {
     pub screen_size: usize,
     /// Atari: all 18 actions instead of the game's minimal set.
     pub full_action_space: bool,
+    /// Gymnasium ids (`gymnasium:NAME`): keyword arguments for `gymnasium.make`.
+    pub kwargs: toml::Table,
+    /// Gymnasium ids: `module:Class` (a `gym.Env` of your own) registered under NAME first.
+    pub entry_point: Option<String>,
+    /// Gymnasium ids: `sync` (every copy in the training process) or `async` (a subprocess
+    /// per copy, for slow environments).
+    pub vectorization: String,
 }
 
 impl Default for EnvConfig {
@@ -56,6 +63,9 @@ impl Default for EnvConfig {
             clip_rewards: true,
             screen_size: 84,
             full_action_space: false,
+            kwargs: toml::Table::new(),
+            entry_point: None,
+            vectorization: "sync".into(),
         }
     }
 }
@@ -363,6 +373,27 @@ impl Config {
         };
         let e = &self.env;
         c.check(!e.id.is_empty(), "env.id", "must name an environment");
+        let gym = e.id.starts_with("gymnasium:");
+        c.check(
+            gym || e.entry_point.is_none(),
+            "env.entry_point",
+            "is for Gymnasium environments: set env.id = \"gymnasium:NAME\" (the name it is registered under)",
+        );
+        c.check(
+            gym || e.kwargs.is_empty(),
+            "env.kwargs",
+            "is for Gymnasium environments (env.id = \"gymnasium:NAME\")",
+        );
+        c.check(
+            e.entry_point.as_ref().is_none_or(|p| p.contains(':')),
+            "env.entry_point",
+            "must be \"module:Class\", e.g. \"my_pkg.my_env:MyEnv\"",
+        );
+        c.check(
+            ["sync", "async"].contains(&e.vectorization.as_str()),
+            "env.vectorization",
+            "must be \"sync\" or \"async\"",
+        );
         c.size(
             "env.collector_env_num",
             e.collector_env_num as u64,

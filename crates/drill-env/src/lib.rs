@@ -9,6 +9,8 @@
 //! - [`VecEnv`]: N copies stepped in one call into structure-of-arrays buffers, with same-step
 //!   auto-reset (see its docs).
 //! - [`atari`]: Atari games through ALE with DI-engine's wrapper chain (feature `atari`).
+//! - `python`: any Gymnasium environment (`gymnasium:ID`) through embedded CPython (feature
+//!   `python`).
 //! - [`make`] / [`make_vec`]: build an environment from its Gymnasium id; [`ids`] lists them.
 //! - [`record::record`]: one episode segment kept whole (`drill env rollout` / `show`).
 //! - [`Obs`], [`ObsBuf`], [`ActionBuf`]: batches of observations (`f32` vectors or `u8`
@@ -19,6 +21,9 @@ pub mod atari;
 mod base;
 mod batch;
 pub mod classic;
+pub mod gymnasium;
+#[cfg(feature = "python")]
+pub mod python;
 pub mod record;
 mod registry;
 mod time_limit;
@@ -26,6 +31,7 @@ mod vector;
 
 pub use base::{Action, ActionSpace, ClassicEnv, Dtype, Elem, Env, EnvSpec, ObsSpace, Step};
 pub use batch::{ActionBuf, Obs, ObsBuf};
+pub use gymnasium::GYMNASIUM;
 #[cfg(feature = "atari")]
 pub use registry::make_atari;
 pub use registry::{

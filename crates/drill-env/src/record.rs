@@ -36,12 +36,12 @@ pub fn record(
     seed: u64,
     steps: usize,
     mut action: impl FnMut(usize) -> ActionBuf,
-) -> Segment {
+) -> Result<Segment, crate::EnvError> {
     let spec = venv.spec().clone();
     let n = venv.num_envs();
     let d = spec.obs_dim();
     let mut obs = ObsBuf::new(spec.obs.dtype);
-    obs.extend(venv.reset(Some(seed)).rows(0..1, d));
+    obs.extend(venv.reset(Some(seed))?.rows(0..1, d));
     let mut actions = ActionBuf::for_space(&spec.action_space, 0);
     let (mut rewards, mut terminated, mut truncated) = (Vec::new(), Vec::new(), Vec::new());
     for t in 0..steps {
@@ -49,11 +49,11 @@ pub fn record(
         match (&a, &spec.action_space) {
             (ActionBuf::Discrete(x), ActionSpace::Discrete(_)) => {
                 let all = vec![x[0]; n];
-                venv.step(Actions::Discrete(&all));
+                venv.step(Actions::Discrete(&all))?;
             }
             (ActionBuf::Continuous { values, .. }, ActionSpace::Continuous { .. }) => {
                 let all: Vec<f32> = (0..n).flat_map(|_| values.iter().copied()).collect();
-                venv.step(Actions::Continuous(&all));
+                venv.step(Actions::Continuous(&all))?;
             }
             _ => panic!("an action of the wrong kind for {}", spec.id),
         }
@@ -66,12 +66,12 @@ pub fn record(
             break;
         }
     }
-    Segment {
+    Ok(Segment {
         shape: spec.obs.shape.clone(),
         obs,
         actions,
         rewards,
         terminated,
         truncated,
-    }
+    })
 }

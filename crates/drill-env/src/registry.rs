@@ -3,6 +3,7 @@
 
 use crate::atari::{self, AtariOptions};
 use crate::classic::{Acrobot, CartPole, MountainCar, Pendulum};
+use crate::gymnasium::GYMNASIUM;
 use crate::{ClassicEnv, DynVecEnv, Env, EnvSpec, TimeLimit, VecEnv};
 
 /// Every id [`make`] knows, with Gymnasium's registered step limit and reward threshold.
@@ -35,6 +36,34 @@ pub enum EnvError {
     AtariNotBuilt {
         /// The id asked for.
         id: String,
+    },
+    /// A `gymnasium:` id in a build without the `python` feature.
+    #[error(
+        "{id} is a Gymnasium environment, but this drill was built without Python: rebuild with `cargo build --release --features python` (needs python3-dev; the packages come from the active virtualenv)"
+    )]
+    PythonNotBuilt {
+        /// The id asked for.
+        id: String,
+    },
+    /// Python raised (in `gymnasium.make`, `reset` or `step`), or gave a wrong shape.
+    #[error("{id}: Python raised:\n{message}")]
+    Python {
+        /// The id.
+        id: String,
+        /// The traceback and the exception.
+        message: String,
+    },
+    /// A Gymnasium space drill cannot hold.
+    #[error(
+        "{id}: its {what} space is {space}; drill takes Box and Discrete {what}s (Box only for observations)"
+    )]
+    Space {
+        /// The id.
+        id: String,
+        /// `observation` or `action`.
+        what: &'static str,
+        /// The space's class name.
+        space: String,
     },
     /// No ROM file for an Atari id.
     #[error("no ROM for {id}: {file} is in none of [{searched}]; {how}")]
@@ -131,6 +160,12 @@ pub fn spec(id: &str) -> Result<EnvSpec, EnvError> {
 
 /// The spec of an id with the Atari wrapper chain `atari` (which sets the frame shape).
 pub fn spec_with(id: &str, atari: &AtariOptions) -> Result<EnvSpec, EnvError> {
+    if id.starts_with(GYMNASIUM) {
+        #[cfg(feature = "python")]
+        return crate::python::spec(id);
+        #[cfg(not(feature = "python"))]
+        return Err(EnvError::PythonNotBuilt { id: id.into() });
+    }
     if atari::parse_id(id).is_some() {
         #[cfg(feature = "atari")]
         return Ok(make_atari(id, atari)?.spec().clone());
@@ -165,6 +200,12 @@ pub fn make_vec_with(
 ) -> Result<Box<dyn DynVecEnv>, EnvError> {
     if n == 0 {
         return Err(EnvError::NoCopies);
+    }
+    if id.starts_with(GYMNASIUM) {
+        #[cfg(feature = "python")]
+        return Ok(Box::new(crate::python::make_vec(id, n, seed)?));
+        #[cfg(not(feature = "python"))]
+        return Err(EnvError::PythonNotBuilt { id: id.into() });
     }
     if atari::parse_id(id).is_some() {
         #[cfg(feature = "atari")]

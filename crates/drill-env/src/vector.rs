@@ -19,7 +19,7 @@
 //! Continuous actions are clipped to the action box before they reach a copy (Gymnasium's
 //! `ClipAction`), so a policy may hand over unbounded samples.
 
-use crate::{Action, ActionSpace, Elem, Env, EnvSpec, Obs};
+use crate::{Action, ActionSpace, Elem, Env, EnvError, EnvSpec, Obs};
 
 /// A batch of actions, one per copy (continuous ones flattened, `act_dim` values per copy).
 #[derive(Debug, Clone, Copy)]
@@ -36,10 +36,12 @@ pub trait DynVecEnv: Send {
     fn spec(&self) -> &EnvSpec;
     /// Number of copies.
     fn num_envs(&self) -> usize;
-    /// Reset every copy (see the module docs for seeding); returns the observations.
-    fn reset(&mut self, seed: Option<u64>) -> Obs<'_>;
+    /// Reset every copy (see the module docs for seeding); returns the observations. Fails
+    /// only for environments outside drill (a Python exception).
+    fn reset(&mut self, seed: Option<u64>) -> Result<Obs<'_>, EnvError>;
     /// Step every copy with its action, auto-resetting finished ones (see the module docs).
-    fn step(&mut self, actions: Actions<'_>);
+    /// Fails only for environments outside drill (a Python exception, a wrong shape).
+    fn step(&mut self, actions: Actions<'_>) -> Result<(), EnvError>;
     /// Current observations, `num_envs * obs_dim` elements.
     fn obs(&self) -> Obs<'_>;
     /// Next observations of the last step's transitions (pre-reset where an episode ended).
@@ -178,7 +180,7 @@ impl<E: Env> DynVecEnv for VecEnv<E> {
         self.envs.len()
     }
 
-    fn reset(&mut self, seed: Option<u64>) -> Obs<'_> {
+    fn reset(&mut self, seed: Option<u64>) -> Result<Obs<'_>, EnvError> {
         // The construction seed applies to the first reset unless one is given.
         let seed = seed.or(self.first_seed.take());
         self.first_seed = None;
@@ -192,10 +194,10 @@ impl<E: Env> DynVecEnv for VecEnv<E> {
         self.final_obs.copy_from_slice(&self.obs);
         self.running_return.fill(0.0);
         self.running_length.fill(0);
-        E::Elem::obs(&self.obs)
+        Ok(E::Elem::obs(&self.obs))
     }
 
-    fn step(&mut self, actions: Actions<'_>) {
+    fn step(&mut self, actions: Actions<'_>) -> Result<(), EnvError> {
         let n = self.envs.len();
         match actions {
             Actions::Discrete(a) => assert_eq!(a.len(), n, "one discrete action per copy"),
@@ -217,6 +219,7 @@ impl<E: Env> DynVecEnv for VecEnv<E> {
         };
         self.step_copies(actions);
         self.clipped = clipped;
+        Ok(())
     }
 
     fn obs(&self) -> Obs<'_> {
@@ -306,12 +309,12 @@ mod tests {
 
     fn run(threads: usize) -> (Vec<f32>, Vec<f64>) {
         let mut v = make_vec("CartPole-v1", 6, 42, threads).unwrap();
-        v.reset(None);
+        v.reset(None).unwrap();
         let mut obs_log = Vec::new();
         let mut returns = Vec::new();
         for t in 0..300u32 {
             let actions: Vec<u32> = (0..6).map(|i| (t + i) % 2).collect();
-            v.step(super::Actions::Discrete(&actions));
+            v.step(super::Actions::Discrete(&actions)).unwrap();
             obs_log.extend_from_slice(v.obs().f32());
             for i in 0..6 {
                 if v.terminated()[i] || v.truncated()[i] {
@@ -325,10 +328,10 @@ mod tests {
     #[test]
     fn same_step_autoreset_keeps_final_obs_and_episode_stats() {
         let mut v = make_vec("CartPole-v0", 3, 0, 1).unwrap();
-        v.reset(None);
+        v.reset(None).unwrap();
         let mut finished = 0;
         for _ in 0..100 {
-            v.step(super::Actions::Discrete(&[1, 1, 1]));
+            v.step(super::Actions::Discrete(&[1, 1, 1])).unwrap();
             for i in 0..3 {
                 let (o, f) = (
                     &v.obs().f32()[i * 4..i * 4 + 4],
@@ -354,12 +357,12 @@ mod tests {
         assert_eq!(a, run(1), "same seed, same trajectories");
         assert_eq!(a, run(2), "worker threads give the same result");
         let mut other = make_vec("CartPole-v1", 6, 43, 1).unwrap();
-        let from_43 = other.reset(None).f32().to_vec();
-        let first = other.reset(Some(42)).f32().to_vec();
+        let from_43 = other.reset(None).unwrap().f32().to_vec();
+        let first = other.reset(Some(42)).unwrap().f32().to_vec();
         assert_ne!(from_43, first, "different seeds, different starts");
         let mut same = make_vec("CartPole-v1", 6, 42, 1).unwrap();
         assert_eq!(
-            same.reset(None).f32(),
+            same.reset(None).unwrap().f32(),
             &first[..],
             "reset(Some(seed)) equals the construction seed"
         );
@@ -370,9 +373,9 @@ mod tests {
     #[test]
     fn truncation_at_the_registered_limit() {
         let mut v = make_vec("Pendulum-v1", 2, 1, 1).unwrap();
-        v.reset(None);
+        v.reset(None).unwrap();
         for t in 1..=200 {
-            v.step(super::Actions::Continuous(&[0.0, 0.5]));
+            v.step(super::Actions::Continuous(&[0.0, 0.5])).unwrap();
             assert_eq!(v.truncated()[0], t == 200);
             assert!(!v.terminated()[1]);
         }
@@ -383,11 +386,11 @@ mod tests {
     fn continuous_actions_are_clipped_to_the_box() {
         let mut a = make_vec("Pendulum-v1", 1, 3, 1).unwrap();
         let mut b = make_vec("Pendulum-v1", 1, 3, 1).unwrap();
-        a.reset(None);
-        b.reset(None);
+        a.reset(None).unwrap();
+        b.reset(None).unwrap();
         for _ in 0..20 {
-            a.step(super::Actions::Continuous(&[7.5]));
-            b.step(super::Actions::Continuous(&[2.0]));
+            a.step(super::Actions::Continuous(&[7.5])).unwrap();
+            b.step(super::Actions::Continuous(&[2.0])).unwrap();
             assert_eq!(a.obs(), b.obs());
             assert_eq!(a.rewards(), b.rewards());
         }

@@ -112,7 +112,7 @@ fn the_vector_env_equals_single_envs_on_any_thread_count() {
         .map(|&t| make_vec_with("PongNoFrameskip-v4", n, 5, t, &opts).unwrap())
         .collect();
     for v in &mut vecs {
-        assert_eq!(v.reset(None).len(), n * d);
+        assert_eq!(v.reset(None).unwrap().len(), n * d);
         assert!(v.obs() == drill_env::Obs::U8(&want_obs));
     }
     for t in 0..steps {
@@ -130,7 +130,7 @@ fn the_vector_env_equals_single_envs_on_any_thread_count() {
         }
         let a32: Vec<u32> = a.iter().map(|&x| x as u32).collect();
         for v in &mut vecs {
-            v.step(Actions::Discrete(&a32));
+            v.step(Actions::Discrete(&a32)).unwrap();
             assert_eq!(v.rewards(), &rewards[..], "step {t}");
             assert!(v.obs() == drill_env::Obs::U8(&want_obs), "step {t}: obs");
             assert!(

@@ -8,7 +8,7 @@ use drill_env::{ActionBuf, ActionSpace, DynVecEnv, ObsSpace};
 use drill_task::{Middleware, OnlineRLContext, TaskError, TaskHandle};
 use rand_chacha::ChaCha8Rng;
 
-use super::{EpisodeReturns, Epsilon, Transitions, account_collection};
+use super::{EpisodeReturns, Epsilon, Transitions, account_collection, task_err};
 use crate::data::{NStep, ReplayBuffer};
 use crate::ddp::Ranks;
 use crate::explore::epsilon;
@@ -118,7 +118,9 @@ impl<P: Policy> Middleware<OnlineRLContext> for StepCollector<'_, P> {
             let obs = self.venv.obs();
             policy.collect(obs, &explore, &mut rng, &mut self.acted);
             t.obs.extend(obs);
-            self.venv.step(self.acted.actions.as_actions());
+            self.venv
+                .step(self.acted.actions.as_actions())
+                .map_err(task_err)?;
             let v = &self.venv;
             t.env.extend(0..n as u32);
             t.actions.extend(&self.acted.actions);
@@ -262,7 +264,7 @@ mod tests {
     fn collect_nstep_push_and_the_missing_enhancer_is_named() {
         let venv = drill_env::make_vec("CartPole-v1", 4, 0, 1).unwrap();
         let mut venv = venv;
-        venv.reset(None);
+        venv.reset(None).unwrap();
         let rng = RefCell::new(ChaCha8Rng::seed_from_u64(0));
         let (obs, actions) = (ObsSpace::vector(4), ActionSpace::Discrete(2));
         let buffer = RefCell::new(ReplayBuffer::new(1000, &obs, &actions));
@@ -305,7 +307,7 @@ mod tests {
     #[test]
     fn the_episode_collector_stops_after_n_episodes() {
         let mut venv = drill_env::make_vec("CartPole-v1", 2, 0, 1).unwrap();
-        venv.reset(None);
+        venv.reset(None).unwrap();
         let rng = RefCell::new(ChaCha8Rng::seed_from_u64(0));
         let policy = RefCell::new(Probe::new(4, 0));
         let mut task = Task::<OnlineRLContext>::new();

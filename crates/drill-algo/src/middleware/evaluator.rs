@@ -65,10 +65,14 @@ impl<P: Policy> Middleware<OnlineRLContext> for InteractionEvaluator<'_, P> {
         if task.finished() || !due {
             return Ok(());
         }
-        let mine = self.evaluator.as_mut().map_or_else(Vec::new, |e| {
-            let mut policy = self.policy.borrow_mut();
-            e.run_episodes(|obs, out| policy.eval(obs, out))
-        });
+        let mine = match self.evaluator.as_mut() {
+            Some(e) => {
+                let mut policy = self.policy.borrow_mut();
+                e.run_episodes(|obs, out| policy.eval(obs, out))
+                    .map_err(task_err)?
+            }
+            None => Vec::new(),
+        };
         let episodes = self.ranks.all_gather(mine).map_err(task_err)?;
         let result = EvalResult::from_episodes(episodes.into_iter().flatten().collect());
         let stop = self.stop_value.is_some_and(|v| result.mean >= v);

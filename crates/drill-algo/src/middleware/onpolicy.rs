@@ -125,7 +125,9 @@ impl<P: Policy<Data = Rollout>> Middleware<OnlineRLContext> for RolloutCollector
             policy.collect(obs, &explore, &mut rng, &mut self.acted);
             r.actions.extend(&self.acted.actions);
             r.logp[rows.clone()].copy_from_slice(&self.acted.logp);
-            self.venv.step(self.acted.actions.as_actions());
+            self.venv
+                .step(self.acted.actions.as_actions())
+                .map_err(task_err)?;
             let v = &self.venv;
             r.next_obs.write(rows.start * d, v.final_obs());
             for i in 0..n {

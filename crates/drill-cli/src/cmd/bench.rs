@@ -318,14 +318,15 @@ fn env_bench(report: &Report, want: &dyn Fn(&str) -> bool, iters: Option<usize>)
             continue;
         }
         let mut venv = make_vec("CartPole-v1", n, 0, 1).expect("known id");
-        venv.reset(None);
+        venv.reset(None).expect("a native env");
         let actions: Vec<u32> = (0..n as u32).map(|i| i & 1).collect();
         let calls = steps / n / 5;
         let rates: Vec<f64> = (0..5)
             .map(|_| {
                 let t = Instant::now();
                 for _ in 0..calls {
-                    venv.step(Actions::Discrete(&actions));
+                    venv.step(Actions::Discrete(&actions))
+                        .expect("a native env");
                 }
                 (calls * n) as f64 / t.elapsed().as_secs_f64()
             })
@@ -350,7 +351,7 @@ fn vec_env_bench(
     iters: Option<usize>,
 ) -> anyhow::Result<()> {
     let mut venv = make_vec(id, n, 0, threads)?;
-    venv.reset(None);
+    venv.reset(None)?;
     let spec = venv.spec().clone();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
     let steps = iters.unwrap_or(50_000);
@@ -378,17 +379,16 @@ fn vec_env_bench(
         }
     };
     for k in 0..calls.min(100) {
-        step(k);
+        step(k)?;
     }
-    let rates: Vec<f64> = (0..5)
-        .map(|_| {
-            let t = Instant::now();
-            for k in 0..calls {
-                step(k);
-            }
-            (calls * n) as f64 / t.elapsed().as_secs_f64()
-        })
-        .collect();
+    let mut rates = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        for k in 0..calls {
+            step(k)?;
+        }
+        rates.push((calls * n) as f64 / t.elapsed().as_secs_f64());
+    }
     report.row(
         &format!("{id}-vec{n}"),
         "steps/s",
@@ -416,14 +416,14 @@ fn replay_bench(report: &Report, id: &str, n: usize, iters: Option<usize>) -> an
     let mut buffer = ReplayBuffer::new(total, &spec.obs, &spec.action_space);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
     let mut prev = ObsBuf::new(spec.obs.dtype);
-    prev.extend(venv.reset(None));
+    prev.extend(venv.reset(None)?);
     let mut actions = vec![0u32; n];
     let t = Instant::now();
     while buffer.len() < total {
         actions
             .iter_mut()
             .for_each(|a| *a = rng.random_range(0..k as u32));
-        venv.step(Actions::Discrete(&actions));
+        venv.step(Actions::Discrete(&actions))?;
         let room = n.min(total - buffer.len());
         for (i, &a) in actions.iter().enumerate().take(room) {
             buffer.push(&Transition {

@@ -118,7 +118,7 @@ fn segment(run: &Run) -> anyhow::Result<Segment> {
     Ok(record(venv.as_mut(), run.seed, steps, |t| match &given {
         Some(g) => g[t].clone(),
         None => random_action(&space, &mut rng),
-    }))
+    })?)
 }
 
 fn random_action(space: &ActionSpace, rng: &mut impl Rng) -> ActionBuf {

@@ -1,0 +1,108 @@
+"""drill's side of a Gymnasium environment (crates/drill-env/src/python/mod.rs).
+
+One vector environment, stepped with one call per step; observations, rewards and flags
+come back as contiguous numpy arrays of the element types drill stores, which Rust copies
+through the buffer protocol. Auto-reset is Gymnasium's SAME_STEP, drill's own.
+"""
+
+import json
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+
+def _register(name, entry_point):
+    if entry_point and name not in gym.registry:
+        gym.register(id=name, entry_point=entry_point)
+
+
+def _space(space):
+    """(kind, shape, dtype, low, high or n) of a space drill can hold; refuses the others."""
+    if isinstance(space, gym.spaces.Discrete):
+        return ("discrete", [], "int", [], [], int(space.n), int(space.start))
+    if isinstance(space, gym.spaces.Box):
+        dtype = "u8" if space.dtype == np.uint8 else "f32"
+        low = np.broadcast_to(space.low, space.shape).astype(np.float32).ravel()
+        high = np.broadcast_to(space.high, space.shape).astype(np.float32).ravel()
+        return ("box", list(space.shape), dtype, low.tolist(), high.tolist(), 0, 0)
+    return ("other", [], type(space).__name__, [], [], 0, 0)
+
+
+def spec(name, kwargs_json, entry_point):
+    """The spaces, step limit and reward threshold of `name`."""
+    _register(name, entry_point)
+    env = gym.make(name, **json.loads(kwargs_json or "{}"))
+    try:
+        s = env.spec
+        return (
+            _space(env.observation_space),
+            _space(env.action_space),
+            s.max_episode_steps if s is not None else None,
+            s.reward_threshold if s is not None else None,
+        )
+    finally:
+        env.close()
+
+
+class Vec:
+    """`n` copies of `name` in Gymnasium's vector env (`sync` or `async` subprocesses)."""
+
+    def __init__(self, name, n, mode, kwargs_json, entry_point):
+        _register(name, entry_point)
+        self.env = gym.make_vec(
+            name,
+            num_envs=n,
+            vectorization_mode=mode,
+            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP, "copy": False},
+            **json.loads(kwargs_json or "{}"),
+        )
+        obs = self.env.single_observation_space
+        self.obs_dtype = np.uint8 if obs.dtype == np.uint8 else np.float32
+        self.obs_shape = (n,) + tuple(obs.shape)
+        self.row = int(np.prod(obs.shape, dtype=np.int64))
+        act = self.env.single_action_space
+        self.discrete = isinstance(act, gym.spaces.Discrete)
+        self.start = int(act.start) if self.discrete else 0
+        # drill writes each step's actions here (buffer protocol), then calls step().
+        if self.discrete:
+            self.actions = np.zeros(n, np.int64)
+        else:
+            self.actions = np.zeros((n,) + tuple(act.shape), np.float32)
+        self.cast = None if self.actions.dtype == act.dtype else act.dtype
+
+    def _obs(self, obs, what):
+        obs = np.asarray(obs)
+        if obs.shape != self.obs_shape:
+            raise ValueError(
+                f"{what} has shape {obs.shape}, but the observation space says {self.obs_shape}"
+            )
+        return np.ascontiguousarray(obs, dtype=self.obs_dtype)
+
+    def reset(self, seed):
+        obs, _ = self.env.reset(seed=seed)
+        return self._obs(obs, "reset's observation")
+
+    def step(self):
+        """Step with `self.actions`: (obs, None or (ended copies, their final obs), rewards,
+        terminated, truncated), each a contiguous array."""
+        a = self.actions if self.cast is None else self.actions.astype(self.cast)
+        if self.start:
+            a = a + self.start
+        obs, rewards, terminated, truncated, info = self.env.step(a)
+        finals = None
+        ended = info.get("_final_obs")
+        if ended is not None and ended.any():
+            at = np.flatnonzero(ended)
+            rows = [np.asarray(info["final_obs"][i], dtype=self.obs_dtype) for i in at]
+            finals = (at.astype(np.uint32), np.ascontiguousarray(np.stack(rows)))
+        return (
+            self._obs(obs, "step's observation"),
+            finals,
+            np.ascontiguousarray(rewards, dtype=np.float64),
+            np.ascontiguousarray(terminated, dtype=np.bool_).view(np.uint8),
+            np.ascontiguousarray(truncated, dtype=np.bool_).view(np.uint8),
+        )
+
+    def close(self):
+        self.env.close()
