@@ -162,3 +162,34 @@ fn a_space_drill_cannot_hold_is_named() {
         "nothing written"
     );
 }
+
+#[test]
+fn native_and_gymnasium_cartpole_learn_step_for_step_alike() {
+    // drill's CartPole is Gymnasium's (dynamics to 1e-6, numpy's PCG64 for the resets), so
+    // one config and seed give the same run: env steps, iterations and evaluations.
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config("cartpole_dqn.toml");
+    for seed in ["0", "1"] {
+        let run = |dir: &str, extra: &[&str]| {
+            let args = [
+                &[&cfg[..], "--quiet", "--seed", seed, "--exp-dir", dir][..],
+                extra,
+            ]
+            .concat();
+            let out = train(&args, tmp.path());
+            assert!(out.status.success(), "{}", text(&out));
+            let r = result(&tmp.path().join(dir));
+            (
+                r["env_steps"].clone(),
+                r["train_iters"].clone(),
+                r["eval_reward_mean"].clone(),
+            )
+        };
+        let native = run(&format!("native{seed}"), &[]);
+        let gym = run(
+            &format!("gym{seed}"),
+            &["--set", "env.id=\"gymnasium:CartPole-v0\""],
+        );
+        assert_eq!(native, gym, "seed {seed}");
+    }
+}

@@ -2,7 +2,6 @@
 
 use super::EnvRng;
 use crate::{Action, ActionSpace, ClassicEnv, Env, EnvSpec, ObsSpace, Step};
-use rand::Rng;
 use std::f64::consts::PI;
 
 const DT: f64 = 0.2;
@@ -114,7 +113,7 @@ impl Env for Acrobot {
         let rng = self.rng.reseed(seed);
         // Gymnasium draws float64 and stores them as float32.
         for s in &mut self.state {
-            *s = f64::from(rng.random_range(-0.1..0.1f64) as f32);
+            *s = f64::from(rng.uniform(-0.1, 0.1) as f32);
         }
         self.write_obs(obs);
     }

@@ -2,7 +2,6 @@
 
 use super::EnvRng;
 use crate::{Action, ActionSpace, ClassicEnv, Env, EnvSpec, ObsSpace, Step};
-use rand::Rng;
 
 const GRAVITY: f64 = 9.8;
 const MASSCART: f64 = 1.0;
@@ -60,7 +59,7 @@ impl Env for CartPole {
     fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) {
         let rng = self.rng.reseed(seed);
         for s in &mut self.state {
-            *s = rng.random_range(-0.05..0.05);
+            *s = rng.uniform(-0.05, 0.05);
         }
         self.write_obs(obs);
     }

@@ -2,7 +2,6 @@
 
 use super::EnvRng;
 use crate::{Action, ActionSpace, ClassicEnv, Env, EnvSpec, ObsSpace, Step};
-use rand::Rng;
 
 const MIN_POSITION: f64 = -1.2;
 const MAX_POSITION: f64 = 0.6;
@@ -59,7 +58,7 @@ impl Env for MountainCar {
 
     fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) {
         let rng = self.rng.reseed(seed);
-        self.state = [rng.random_range(-0.6..-0.4), 0.0];
+        self.state = [rng.uniform(-0.6, -0.4), 0.0];
         self.write_obs(obs);
     }
 

@@ -2,7 +2,6 @@
 
 use super::EnvRng;
 use crate::{Action, ActionSpace, ClassicEnv, Env, EnvSpec, ObsSpace, Step};
-use rand::Rng;
 use std::f64::consts::PI;
 
 const MAX_SPEED: f64 = 8.0;
@@ -69,7 +68,7 @@ impl Env for Pendulum {
 
     fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) {
         let rng = self.rng.reseed(seed);
-        self.state = [rng.random_range(-PI..PI), rng.random_range(-1.0..1.0)];
+        self.state = [rng.uniform(-PI, PI), rng.uniform(-1.0, 1.0)];
         self.write_obs(obs);
     }
 
