@@ -179,6 +179,16 @@ impl Dqn {
         ))
     }
 
+    /// The online network's Q-values of `obs` (`[n, actions]`, row-major), as the greedy
+    /// policy sees them; for exports' checks.
+    pub fn q_values(&self, obs: Obs<'_>) -> Vec<f32> {
+        let net = self.online.inference();
+        let q = net
+            .forward(input(obs, self.obs_dim, &self.device))
+            .into_data();
+        q.as_slice::<f32>().expect("f32 q-values").to_vec()
+    }
+
     /// Train data-parallel on `pg`: rank 0's online and target networks are broadcast, and
     /// every update averages gradients across ranks.
     pub fn distribute(

@@ -29,6 +29,7 @@ pub mod dqn;
 pub mod error;
 pub mod eval;
 pub mod explore;
+pub mod export;
 pub mod interrupt;
 pub mod memory;
 pub mod middleware;

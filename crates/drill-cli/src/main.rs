@@ -29,6 +29,9 @@ enum Command {
     Train(cmd::train::Args),
     /// Evaluate a checkpoint: mean and std return over N episodes.
     Eval(cmd::eval::Args),
+    /// Export a checkpoint's policy for PyTorch / DI-engine (safetensors, their names and
+    /// layout).
+    Export(cmd::export::Args),
     /// Plot evaluation return against env steps, one line per experiment folder.
     Plot(cmd::plot::Args),
     /// Environments: list their ids, record an episode segment (.npz), show what the agent
@@ -65,6 +68,7 @@ fn main() -> ExitCode {
             Err(e) => Err(e),
         },
         Command::Eval(args) => cmd::eval::run(args),
+        Command::Export(args) => cmd::export::run(args),
         Command::Plot(args) => cmd::plot::run(args),
         Command::Env(args) => cmd::env::run(args),
         Command::Bench(args) => cmd::bench::run(args),

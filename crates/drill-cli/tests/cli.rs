@@ -386,3 +386,65 @@ fn policy_cuda_trains_cartpole_on_the_vulkan_gpu() {
     assert!(r["train_iters"].as_u64().unwrap() > 0, "{r}");
     assert!(r["eval_episodes"].as_u64().unwrap() > 0, "{r}");
 }
+
+#[test]
+fn export_writes_the_online_network_under_di_engines_names_with_a_probe() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = repo()
+        .join("configs/cartpole_dqn.toml")
+        .display()
+        .to_string();
+    let out = drill(
+        &[
+            "train",
+            &cfg,
+            "--quiet",
+            "--exp-dir",
+            "ex",
+            "--set",
+            "max_env_step=500",
+        ],
+        tmp.path(),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = drill(
+        &[
+            "export",
+            "ex/ckpt/final.safetensors",
+            "-o",
+            "dqn.safetensors",
+            "--probe",
+            "8",
+        ],
+        tmp.path(),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let ck = drill_exp::Checkpoint::load(&tmp.path().join("dqn.safetensors")).unwrap();
+    let names: Vec<&str> = ck.tensors.keys().map(String::as_str).collect();
+    assert!(names.contains(&"encoder.init.weight") && names.contains(&"head.V.1.0.bias"));
+    assert!(
+        names
+            .iter()
+            .all(|n| !n.starts_with("target") && !n.contains("optim"))
+    );
+    let probe = drill_exp::Checkpoint::load(&tmp.path().join("dqn.probe.safetensors")).unwrap();
+    assert_eq!(probe.tensors["obs"].0, [8, 4]);
+    assert_eq!(probe.tensors["q"].0, [8, 2]);
+    let out = drill(
+        &[
+            "export",
+            "ex/ckpt/final.safetensors",
+            "-o",
+            "m.onnx",
+            "--format",
+            "onnx",
+        ],
+        tmp.path(),
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("drill does not write ONNX"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -44,6 +44,7 @@ pub fn register(id: &str, opts: PythonOptions) {
         .insert(id.to_string(), opts);
 }
 
+#[cfg(feature = "python")]
 pub(crate) fn options_of(id: &str) -> PythonOptions {
     options()
         .lock()

@@ -4,6 +4,7 @@ pub mod bench;
 pub mod comm_bench;
 pub mod env;
 pub mod eval;
+pub mod export;
 pub mod launch;
 pub mod plot;
 pub mod train;

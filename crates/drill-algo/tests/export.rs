@@ -1,0 +1,94 @@
+//! `drill export --format torch` against DI-engine: the names and shapes of
+//! `ding.model.DQN(obs_shape=4, action_shape=2, encoder_hidden_size_list=[128, 128, 64],
+//! dueling=True).state_dict()`, written once by `scripts/check_export.py --fixture` into
+//! `tests/fixtures/export/ding_dqn_cartpole.json`, and each dense weight transposed to
+//! PyTorch's `(out, in)`. (The script also loads an export into DI-engine with
+//! `strict=True` and compares Q-values; that needs torch, so it is not run here.)
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use drill_algo::checkpoint::Checkpoint;
+use drill_algo::dqn::Dqn;
+use drill_algo::policy::Policy as _;
+use drill_config::{Config, Policy};
+
+fn cartpole_dqn() -> (Config, Checkpoint) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/cartpole_dqn.toml");
+    let config = Config::load(&path.display().to_string(), &[]).unwrap();
+    let Policy::Dqn(p) = &config.policy else {
+        unreachable!()
+    };
+    let dqn = Dqn::from_config(&config, p, &burn::tensor::Device::flex()).unwrap();
+    (config, dqn.state_dict())
+}
+
+#[test]
+fn names_and_shapes_are_di_engines_and_weights_are_transposed() {
+    let fixture: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/export/ding_dqn_cartpole.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let (config, ck) = cartpole_dqn();
+    let Policy::Dqn(p) = &config.policy else {
+        unreachable!()
+    };
+    assert_eq!(
+        fixture["config"]["encoder_hidden_size_list"],
+        serde_json::json!(p.model.encoder_hidden_size_list),
+        "the fixture is of cartpole_dqn.toml's net"
+    );
+    let want: BTreeMap<String, Vec<usize>> =
+        serde_json::from_value(fixture["state_dict"].clone()).unwrap();
+    let got = drill_algo::export::to_torch(&config, &ck).unwrap();
+    let got_shapes: BTreeMap<String, Vec<usize>> = got
+        .iter()
+        .map(|(k, (s, _))| (k.clone(), s.clone()))
+        .collect();
+    assert_eq!(got_shapes, want);
+    // Dense weights: drill's (in, out) becomes PyTorch's (out, in), value for value.
+    for (drill, torch) in [
+        ("model.encoder.0.weight", "encoder.init.weight"),
+        ("model.encoder.2.weight", "encoder.main.2.weight"),
+        ("model.advantage.1.weight", "head.A.1.0.weight"),
+        ("model.value.0.weight", "head.V.0.0.weight"),
+    ] {
+        let (s, v) = ck.tensor(drill).unwrap();
+        let (ts, tv) = &got[torch];
+        assert_eq!(ts, &vec![s[1], s[0]], "{torch}");
+        for i in 0..s[0] {
+            for o in 0..s[1] {
+                assert_eq!(tv[o * s[0] + i], v[i * s[1] + o], "{torch}[{o}][{i}]");
+            }
+        }
+    }
+    assert_eq!(
+        got["head.V.1.0.bias"].1,
+        ck.tensor("model.value.1.bias").unwrap().1.clone()
+    );
+}
+
+#[test]
+fn a_plain_head_dqn_is_refused_with_the_key() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/cartpole_dqn.toml");
+    let config = Config::load(
+        &path.display().to_string(),
+        &["policy.model.dueling=false".into()],
+    )
+    .unwrap();
+    let Policy::Dqn(p) = &config.policy else {
+        unreachable!()
+    };
+    let dqn = Dqn::from_config(&config, p, &burn::tensor::Device::flex()).unwrap();
+    let e = drill_algo::export::to_torch(&config, &dqn.state_dict())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("policy.model.dueling") && e.contains("DiscreteHead"),
+        "{e}"
+    );
+}
