@@ -1,6 +1,7 @@
-"""Load `drill export` output into DI-engine's DQN and plain PyTorch, and compare the outputs
-with drill's (the probe `drill export --probe N` writes beside it). Run by a developer, not
-CI (it needs torch and DI-engine):
+"""Load `drill export` output into DI-engine's model (DQN, or VAC for PPO) with strict=True,
+and compare its outputs with drill's (the probe `drill export --probe N` writes beside it);
+for DQN also through plain PyTorch ops. Run by a developer, not CI (it needs torch and
+DI-engine):
 
     drill export EXP/ckpt/best.safetensors -o dqn.safetensors --probe 256
     python scripts/check_export.py dqn.safetensors EXP/config.toml
@@ -18,17 +19,72 @@ import torch
 from safetensors.torch import load_file
 
 
-def ding_dqn(cfg):
+def obs_shape(probe):
+    shape = list(probe["obs"].shape[1:])
+    return shape[0] if len(shape) == 1 else shape
+
+
+def ding_dqn(cfg, probe):
     from ding.model import DQN
 
-    env, model = cfg["env"], cfg["policy"]["model"]
-    obs_shape = model["obs_shape"]
     return DQN(
-        obs_shape=obs_shape if isinstance(obs_shape, int) or len(obs_shape) > 1 else obs_shape[0],
-        action_shape=model["action_shape"],
-        encoder_hidden_size_list=model["encoder_hidden_size_list"],
-        dueling=model["dueling"],
+        obs_shape=obs_shape(probe),
+        action_shape=probe["q"].shape[1],
+        encoder_hidden_size_list=cfg["policy"]["model"]["encoder_hidden_size_list"],
+        dueling=cfg["policy"]["model"]["dueling"],
     )
+
+
+def ding_vac(cfg, probe):
+    """drill's MLPs [h1 .. hk] as VAC: encoder [h1 .. h(k-1)], heads of one hidden hk."""
+    from ding.model import VAC
+
+    m = cfg["policy"]["model"]
+    h = m["encoder_hidden_size_list"]
+    continuous = "mu" in probe
+    return VAC(
+        obs_shape=obs_shape(probe),
+        action_shape=(probe["mu"] if continuous else probe["logit"]).shape[1],
+        action_space="continuous" if continuous else "discrete",
+        share_encoder=False,
+        encoder_hidden_size_list=h[:-1],
+        actor_head_hidden_size=h[-1],
+        actor_head_layer_num=1,
+        critic_head_hidden_size=h[-1],
+        critic_head_layer_num=1,
+        activation=torch.nn.Tanh() if m.get("activation") == "tanh" else torch.nn.ReLU(),
+        sigma_type=m.get("sigma_type", "independent"),
+    )
+
+
+def check_vac(model, probe):
+    with torch.no_grad():
+        out = model(probe["obs"], mode="compute_actor_critic")
+    errs = {"value": (out["value"] - probe["value"]).abs().max().item()}
+    if "mu" in probe:
+        errs["mu"] = (out["logit"]["mu"] - probe["mu"]).abs().max().item()
+        errs["sigma"] = (out["logit"]["sigma"] - probe["sigma"]).abs().max().item()
+    else:
+        errs["logit"] = (out["logit"] - probe["logit"]).abs().max().item()
+    for k, e in errs.items():
+        print(f"DI-engine VAC {k} vs drill's on {len(probe['obs'])} observations: max |diff| {e:.2e}")
+    return max(errs.values())
+
+
+def write_fixture(path, model, cfg):
+    if not path:
+        return
+    import ding
+
+    fixture = {
+        "model": f"ding.model.{type(model).__name__}",
+        "written_by": f"scripts/check_export.py, DI-engine {ding.__version__}, torch {torch.__version__}",
+        "config": cfg["policy"]["model"],
+        "state_dict": {k: list(v.shape) for k, v in model.state_dict().items()},
+    }
+    with open(path, "w") as f:
+        json.dump(fixture, f, indent=1)
+    print(f"wrote {path}")
 
 
 def main():
@@ -40,11 +96,17 @@ def main():
     with open(a.config, "rb") as f:
         cfg = tomllib.load(f)
     state = load_file(a.export)
-    model = ding_dqn(cfg)
+    probe = load_file(a.export.removesuffix(".safetensors") + ".probe.safetensors")
+    ppo = cfg["policy"]["type"] == "ppo"
+    model = ding_vac(cfg, probe) if ppo else ding_dqn(cfg, probe)
     model.load_state_dict(state, strict=True)
     model.eval()
-    print(f"DI-engine DQN: load_state_dict(strict=True) took all {len(state)} tensors")
-    probe = load_file(a.export.removesuffix(".safetensors") + ".probe.safetensors")
+    print(f"DI-engine {type(model).__name__}: load_state_dict(strict=True) took all {len(state)} tensors")
+    if ppo:
+        err = check_vac(model, probe)
+        write_fixture(a.fixture, model, cfg)
+        print("OK" if err < 1e-5 else "MISMATCH")
+        sys.exit(0 if err < 1e-5 else 1)
     with torch.no_grad():
         q = model(probe["obs"])["logit"]
     err = (q - probe["q"]).abs().max().item()
@@ -71,19 +133,7 @@ def main():
         q2 = adv - adv.mean(-1, keepdim=True) + v
     err2 = (q2 - probe["q"]).abs().max().item()
     print(f"plain PyTorch Q-values vs drill's: max |diff| {err2:.2e}")
-    if a.fixture:
-        import ding
-
-        names = {k: list(v.shape) for k, v in model.state_dict().items()}
-        fixture = {
-            "model": "ding.model.DQN",
-            "written_by": f"scripts/check_export.py, DI-engine {ding.__version__}, torch {torch.__version__}",
-            "config": cfg["policy"]["model"],
-            "state_dict": names,
-        }
-        with open(a.fixture, "w") as f:
-            json.dump(fixture, f, indent=1)
-        print(f"wrote {a.fixture}")
+    write_fixture(a.fixture, model, cfg)
     ok = err < 1e-5 and err2 < 1e-5
     print("OK" if ok else "MISMATCH")
     sys.exit(0 if ok else 1)

@@ -12,6 +12,12 @@
 //! `encoder.mid`), and the `DuelingHead` (`head.A.0.0` / `head.A.1.0`, `head.V.0.0` /
 //! `head.V.1.0`). A non-dueling drill DQN has no DI-engine twin: DI-engine's `DiscreteHead`
 //! has a hidden layer before the output that drill's plain head lacks.
+//!
+//! PPO (DI-engine's `VAC` with `share_encoder=False`): drill's separate MLPs `obs → h1 → … →
+//! hk → out` are an `FCEncoder` of `[h1 … h(k-1)]` and a head with one hidden layer of `hk`
+//! (`DiscreteHead`, `ReparameterizationHead`, `RegressionHead` for the critic), which needs
+//! `h(k-1) = hk`; VAC's state dict also lists each module under `actor.0`/`actor.1` and
+//! `critic.0`/`critic.1`, so the export does too.
 
 use std::collections::BTreeMap;
 
@@ -21,9 +27,11 @@ use drill_env::{Actions, ObsBuf};
 use drill_exp::Checkpoint;
 use rand::{Rng, SeedableRng};
 
+use crate::ddp::Ranks;
 use crate::dqn::Dqn;
 use crate::error::TrainError;
 use crate::policy::Policy as _;
+use crate::ppo::Ppo;
 use crate::session;
 
 /// Name → (shape, values) in PyTorch's layout.
@@ -56,20 +64,47 @@ fn dqn_name(layer: &str) -> Option<String> {
     })
 }
 
+/// One tensor in PyTorch's layout: dense weights transposed, the rest as they are.
+fn torch_layout(
+    ck: &Checkpoint,
+    name: &str,
+    shape: &[usize],
+    values: &[f32],
+) -> Result<(Vec<usize>, Vec<f32>), TrainError> {
+    let kind = name.rsplit('.').next().unwrap_or("");
+    Ok(match (kind, shape.len()) {
+        ("weight", 2) => transpose(shape, values),
+        ("weight", 4) | ("bias", 1) => (shape.to_vec(), values.to_vec()),
+        _ => {
+            return Err(ck
+                .mismatch(format!(
+                    "tensor {name} of shape {shape:?}: not a dense or convolution layer"
+                ))
+                .into());
+        }
+    })
+}
+
 /// The online network of checkpoint `ck` (trained with `config`) under DI-engine's names in
-/// PyTorch's layout.
+/// PyTorch's layout: DQN as DI-engine's `DQN`, PPO as its `VAC`.
 pub fn to_torch(config: &Config, ck: &Checkpoint) -> Result<StateDict, TrainError> {
-    let Policy::Dqn(p) = &config.policy else {
-        return Err(config
+    match &config.policy {
+        Policy::Dqn(p) => dqn(config, p, ck),
+        Policy::Ppo(p) => vac(config, p, ck),
+        Policy::Sac(_) => Err(config
             .error(
                 "policy.type",
-                format!(
-                    "is {:?}: the PyTorch/DI-engine export covers DQN only so far",
-                    config.policy.kind()
-                ),
+                "is \"sac\": the PyTorch/DI-engine export covers DQN and PPO so far",
             )
-            .into());
-    };
+            .into()),
+    }
+}
+
+fn dqn(
+    config: &Config,
+    p: &drill_config::DqnPolicy,
+    ck: &Checkpoint,
+) -> Result<StateDict, TrainError> {
     if !p.model.dueling {
         return Err(config
             .error(
@@ -112,16 +147,130 @@ pub fn to_torch(config: &Config, ck: &Checkpoint) -> Result<StateDict, TrainErro
     Ok(out)
 }
 
-/// What the exported network must reproduce: observations and drill's outputs for them.
+/// PPO's actor and critic as DI-engine's `VAC(share_encoder=False)`.
+fn vac(
+    config: &Config,
+    p: &drill_config::PpoPolicy,
+    ck: &Checkpoint,
+) -> Result<StateDict, TrainError> {
+    let h = &p.model.encoder_hidden_size_list;
+    let k = h.len();
+    if k < 2 || h[k - 2] != h[k - 1] {
+        return Err(config
+            .error(
+                "policy.model.encoder_hidden_size_list",
+                format!(
+                    "is {h:?}: DI-engine's VAC reads its encoder's last width into a head with one hidden layer of the same width, so the export needs at least two sizes with the last two equal (e.g. [64, 64])"
+                ),
+            )
+            .into());
+    }
+    if ck.tensors.keys().any(|n| n.starts_with("model.trunk.")) {
+        return Err(config
+            .error(
+                "env.id",
+                "is an image env: PPO's shared convolutional trunk (CleanRL's ppo_atari) has no VAC twin to export to",
+            )
+            .into());
+    }
+    let continuous = matches!(
+        session::env_spec(config)?.action_space,
+        drill_env::ActionSpace::Continuous { .. }
+    );
+    let conditioned =
+        continuous && matches!(p.model.sigma_type, drill_config::SigmaType::Conditioned);
+    let head = |side: &str, i: usize| -> String {
+        match (side, i) {
+            (_, 0) => format!("{side}_encoder.init"),
+            (_, i) if i < k - 1 => format!("{side}_encoder.main.{}", 2 * (i - 1)),
+            ("actor", i) if i == k - 1 => {
+                if continuous {
+                    "actor_head.main.0".into()
+                } else {
+                    "actor_head.Q.0.0".into()
+                }
+            }
+            ("critic", i) if i == k - 1 => "critic_head.main.0".into(),
+            ("critic", _) => "critic_head.last".into(),
+            _ => unreachable!("the actor's output layer is mapped apart"),
+        }
+    };
+    let mut out = StateDict::new();
+    for side in ["actor", "critic"] {
+        for i in 0..=k {
+            for kind in ["weight", "bias"] {
+                let name = format!("model.{side}.layers.{i}.{kind}");
+                let (shape, values) = ck.tensor(&name)?;
+                let (shape, values) = torch_layout(ck, &name, shape, values)?;
+                if side == "actor" && i == k {
+                    if conditioned {
+                        // One output layer [mean; log-std] → VAC's `mu` and `log_sigma_layer`.
+                        let act = shape[0] / 2;
+                        let row = values.len() / shape[0];
+                        let (mu, ls) = values.split_at(act * row);
+                        let mut s = shape.clone();
+                        s[0] = act;
+                        out.insert(format!("actor_head.mu.{kind}"), (s.clone(), mu.to_vec()));
+                        out.insert(
+                            format!("actor_head.log_sigma_layer.{kind}"),
+                            (s, ls.to_vec()),
+                        );
+                    } else if continuous {
+                        out.insert(format!("actor_head.mu.{kind}"), (shape, values));
+                    } else {
+                        out.insert(format!("actor_head.Q.1.0.{kind}"), (shape, values));
+                    }
+                } else {
+                    out.insert(format!("{}.{kind}", head(side, i)), (shape, values));
+                }
+            }
+        }
+    }
+    if continuous && !conditioned {
+        let (shape, values) = ck.tensor("model.actor.log_std")?;
+        out.insert(
+            "actor_head.log_sigma_param".into(),
+            (vec![1, shape[0]], values.clone()),
+        );
+    }
+    // VAC also registers its modules as `actor = [actor_encoder, actor_head]` and
+    // `critic = [critic_encoder, critic_head]`: the same tensors under a second name.
+    let aliases: Vec<(String, (Vec<usize>, Vec<f32>))> = out
+        .iter()
+        .filter_map(|(n, t)| {
+            let alias = n
+                .strip_prefix("actor_encoder.")
+                .map(|r| format!("actor.0.{r}"))
+                .or_else(|| {
+                    n.strip_prefix("actor_head.")
+                        .map(|r| format!("actor.1.{r}"))
+                })
+                .or_else(|| {
+                    n.strip_prefix("critic_encoder.")
+                        .map(|r| format!("critic.0.{r}"))
+                })
+                .or_else(|| {
+                    n.strip_prefix("critic_head.")
+                        .map(|r| format!("critic.1.{r}"))
+                })?;
+            Some((alias, t.clone()))
+        })
+        .collect();
+    out.extend(aliases);
+    Ok(out)
+}
+
+/// What the exported network must reproduce: observations and drill's outputs for them
+/// (`q` for DQN; `logit` or `mu` and `sigma`, and `value`, for PPO), each `(shape, values)`.
 pub struct Probe {
     /// `[n, obs...]` as the network takes them (`u8` frames scaled to `[0, 1]`).
     pub obs: (Vec<usize>, Vec<f32>),
-    /// `[n, actions]`: drill's Q-values of `obs`.
-    pub q: (Vec<usize>, Vec<f32>),
+    /// Name → drill's output.
+    pub outputs: StateDict,
 }
 
-/// `n` observations met by random actions in `config`'s environment (seeded `seed`) and the
-/// Q-values drill's network of `ck` gives them.
+/// `n` observations met by random actions in `config`'s environment (seeded `seed`) and what
+/// drill's network of `ck` outputs for them.
 pub fn probe(
     config: &Config,
     ck: &Checkpoint,
@@ -129,13 +278,6 @@ pub fn probe(
     seed: u64,
     device: &Device,
 ) -> Result<Probe, TrainError> {
-    let Policy::Dqn(p) = &config.policy else {
-        return Err(config
-            .error("policy.type", "is not dqn: only a DQN export has a probe")
-            .into());
-    };
-    let mut dqn = Dqn::from_config(config, p, device)?;
-    dqn.load_state_dict(ck)?;
     session::register_env(config);
     let mut venv = drill_env::make_vec_with(
         &config.env.id,
@@ -149,15 +291,48 @@ pub fn probe(
     let mut obs = ObsBuf::new(spec.obs.dtype);
     obs.extend(venv.reset(None)?);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let mut cont = vec![0.0f32; spec.action_space.dim()];
     while obs.len() < n * d {
-        let a = match &spec.action_space {
-            drill_env::ActionSpace::Discrete(k) => rng.random_range(0..*k as u32),
-            drill_env::ActionSpace::Continuous { .. } => unreachable!("DQN acts discretely"),
-        };
-        venv.step(Actions::Discrete(&[a]))?;
+        match &spec.action_space {
+            drill_env::ActionSpace::Discrete(k) => {
+                venv.step(Actions::Discrete(&[rng.random_range(0..*k as u32)]))?
+            }
+            drill_env::ActionSpace::Continuous { low, high } => {
+                for (c, (l, h)) in cont.iter_mut().zip(low.iter().zip(high)) {
+                    *c = rng.random_range(*l..=*h);
+                }
+                venv.step(Actions::Continuous(&cont))?
+            }
+        }
         obs.extend(venv.obs());
     }
-    let q = dqn.q_values(obs.as_obs());
+    let mut outputs = StateDict::new();
+    let rows = |v: Vec<f32>| (vec![n, v.len() / n], v);
+    match &config.policy {
+        Policy::Dqn(p) => {
+            let mut dqn = Dqn::from_config(config, p, device)?;
+            dqn.load_state_dict(ck)?;
+            outputs.insert("q".into(), rows(dqn.q_values(obs.as_obs())));
+        }
+        Policy::Ppo(p) => {
+            let mut ppo = Ppo::from_config(config, p, device, Ranks::alone())?;
+            ppo.load_state_dict(ck)?;
+            let (actor, log_std, value) = ppo.outputs(obs.as_obs());
+            match log_std {
+                None => outputs.insert("logit".into(), rows(actor)),
+                Some(ls) => {
+                    outputs.insert("mu".into(), rows(actor));
+                    outputs.insert("sigma".into(), rows(ls.iter().map(|x| x.exp()).collect()))
+                }
+            };
+            outputs.insert("value".into(), (vec![n], value));
+        }
+        Policy::Sac(_) => {
+            return Err(config
+                .error("policy.type", "is \"sac\": no export to probe")
+                .into());
+        }
+    }
     let scaled: Vec<f32> = match &obs {
         ObsBuf::F32(v) => v.clone(),
         // As `nets::input` scales them: divided by 255 on the batch.
@@ -167,6 +342,6 @@ pub fn probe(
     shape.extend(&spec.obs.shape);
     Ok(Probe {
         obs: (shape, scaled),
-        q: (vec![n, q.len() / n], q),
+        outputs,
     })
 }

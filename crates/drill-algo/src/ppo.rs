@@ -203,6 +203,25 @@ pub struct Ppo {
 }
 
 impl Ppo {
+    /// The actor's outputs (logits, or the Gaussian's mean and log-std) and the critic's
+    /// values for `obs`, row-major; for exports' checks.
+    pub fn outputs(&self, obs: Obs<'_>) -> (Vec<f32>, Option<Vec<f32>>, Vec<f32>) {
+        let net = self.trainer.inference();
+        let x = net.features(input(obs, self.obs_dim, &self.device));
+        let flat = |t: burn::tensor::Tensor<2>| -> Vec<f32> {
+            t.into_data().as_slice::<f32>().expect("f32").to_vec()
+        };
+        let (actor, log_std) = match self.space {
+            ActionSpace::Discrete(_) => (flat(net.actor.logits(x.clone())), None),
+            ActionSpace::Continuous { .. } => {
+                let (mean, log_std) = net.actor.gaussian(x.clone());
+                (flat(mean), Some(flat(log_std)))
+            }
+        };
+        let v = net.critic.forward(x).into_data();
+        (actor, log_std, v.as_slice::<f32>().expect("f32").to_vec())
+    }
+
     /// PPO for `cfg`'s environment on `device` (the plain device); `ranks` average the KL of
     /// the early stop under DDP.
     pub fn from_config(

@@ -1,9 +1,10 @@
 //! `drill export --format torch` against DI-engine: the names and shapes of
 //! `ding.model.DQN(obs_shape=4, action_shape=2, encoder_hidden_size_list=[128, 128, 64],
-//! dueling=True).state_dict()`, written once by `scripts/check_export.py --fixture` into
-//! `tests/fixtures/export/ding_dqn_cartpole.json`, and each dense weight transposed to
-//! PyTorch's `(out, in)`. (The script also loads an export into DI-engine with
-//! `strict=True` and compares Q-values; that needs torch, so it is not run here.)
+//! dueling=True).state_dict()` and of the `VAC`s of `cartpole_v1_ppo.toml` (discrete) and
+//! `pendulum_ppo.toml` (continuous), written once by `scripts/check_export.py --fixture` into
+//! `tests/fixtures/export/`, and each dense weight transposed to PyTorch's `(out, in)`. (The
+//! script also loads an export into DI-engine with `strict=True` and compares outputs; that
+//! needs torch, so it is not run here.)
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -12,6 +13,51 @@ use drill_algo::checkpoint::Checkpoint;
 use drill_algo::dqn::Dqn;
 use drill_algo::policy::Policy as _;
 use drill_config::{Config, Policy};
+
+fn fixture(name: &str) -> BTreeMap<String, Vec<usize>> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/export")
+        .join(name);
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    serde_json::from_value(v["state_dict"].clone()).unwrap()
+}
+
+fn shapes(state: &drill_algo::export::StateDict) -> BTreeMap<String, Vec<usize>> {
+    state
+        .iter()
+        .map(|(k, (s, _))| (k.clone(), s.clone()))
+        .collect()
+}
+
+#[test]
+fn ppo_exports_as_di_engines_vac_discrete_and_continuous() {
+    for (config, fixture_name) in [
+        ("cartpole_v1_ppo.toml", "ding_vac_cartpole.json"),
+        ("pendulum_ppo.toml", "ding_vac_pendulum.json"),
+    ] {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../configs")
+            .join(config);
+        let config = Config::load(&path.display().to_string(), &[]).unwrap();
+        let Policy::Ppo(p) = &config.policy else {
+            unreachable!()
+        };
+        let device = burn::tensor::Device::flex();
+        let ppo =
+            drill_algo::ppo::Ppo::from_config(&config, p, &device, drill_algo::ddp::Ranks::alone())
+                .unwrap();
+        let ck = ppo.state_dict();
+        let got = drill_algo::export::to_torch(&config, &ck).unwrap();
+        assert_eq!(shapes(&got), fixture(fixture_name), "{fixture_name}");
+        // The critic's output layer, transposed; its alias holds the same values.
+        let (s, v) = ck.tensor("model.critic.layers.2.weight").unwrap();
+        let (ts, tv) = &got["critic_head.last.weight"];
+        assert_eq!((ts.clone(), tv.len()), (vec![s[1], s[0]], v.len()));
+        assert_eq!(tv, &got["critic.1.last.weight"].1);
+        assert_eq!(tv[0], v[0]);
+    }
+}
 
 fn cartpole_dqn() -> (Config, Checkpoint) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/cartpole_dqn.toml");

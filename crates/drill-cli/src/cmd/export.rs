@@ -22,8 +22,8 @@ pub struct Args {
     /// folder).
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Also write `OUT.probe.safetensors`: N observations of the env and drill's Q-values for
-    /// them, for `scripts/check_export.py` to compare against.
+    /// Also write `OUT.probe.safetensors`: N observations of the env and drill's outputs for
+    /// them (Q-values; or logits / mean and std, and values), for `scripts/check_export.py`.
     #[arg(long, value_name = "N")]
     pub probe: Option<usize>,
 }
@@ -57,7 +57,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let state = drill_algo::export::to_torch(&config, &ck)?;
     let mut out = Checkpoint::default();
     out.meta.insert("format".into(), "pt".into());
-    let params: usize = state.values().map(|(_, v)| v.len()).sum();
+    // VAC's aliases (`actor.0.…` for `actor_encoder.…`) hold no parameters of their own.
+    let params: usize = state
+        .iter()
+        .filter(|(k, _)| !k.starts_with("actor.") && !k.starts_with("critic."))
+        .map(|(_, (_, v))| v.len())
+        .sum();
     let names = state.len();
     out.tensors = state;
     out.save(&args.out)?;
@@ -70,10 +75,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let p = drill_algo::export::probe(&config, &ck, n.max(1), config.seed, &device)?;
         let mut probe = Checkpoint::default();
         probe.tensors.insert("obs".into(), p.obs);
-        probe.tensors.insert("q".into(), p.q);
+        probe.tensors.extend(p.outputs);
         let path = args.out.with_extension("probe.safetensors");
         probe.save(&path)?;
-        println!("{}: {n} observations and drill's Q-values", path.display());
+        println!("{}: {n} observations and drill's outputs", path.display());
     }
     Ok(())
 }
