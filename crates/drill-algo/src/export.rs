@@ -235,7 +235,7 @@ fn vac(
     }
     // VAC also registers its modules as `actor = [actor_encoder, actor_head]` and
     // `critic = [critic_encoder, critic_head]`: the same tensors under a second name.
-    let aliases: Vec<(String, (Vec<usize>, Vec<f32>))> = out
+    let aliases: StateDict = out
         .iter()
         .filter_map(|(n, t)| {
             let alias = n
