@@ -52,20 +52,19 @@ fn corridor(class: &str) -> Vec<String> {
 }
 
 #[test]
-fn a_registered_gymnasium_id_trains_to_the_stop_value() {
+fn a_registered_gymnasium_id_trains_to_the_stop_value_with_drill_python() {
+    // The packages found through DRILL_PYTHON (an interpreter) rather than VIRTUAL_ENV.
+    let venv = std::env::var_os("VIRTUAL_ENV").expect("VIRTUAL_ENV set (see train)");
     let tmp = tempfile::tempdir().unwrap();
     let cfg = config("cartpole_dqn.toml");
-    let out = train(
-        &[
-            &cfg,
-            "--quiet",
-            "--exp-dir",
-            "gym",
-            "--set",
-            "env.id=\"gymnasium:CartPole-v0\"",
-        ],
-        tmp.path(),
-    );
+    let out = drill()
+        .args(["train", &cfg, "--quiet", "--exp-dir", "gym"])
+        .args(["--set", "env.id=\"gymnasium:CartPole-v0\""])
+        .current_dir(tmp.path())
+        .env_remove("VIRTUAL_ENV")
+        .env("DRILL_PYTHON", Path::new(&venv).join("bin/python"))
+        .output()
+        .unwrap();
     let log = text(&out);
     assert!(out.status.success(), "{log}");
     let r = result(&tmp.path().join("gym"));
@@ -192,4 +191,44 @@ fn native_and_gymnasium_cartpole_learn_step_for_step_alike() {
         );
         assert_eq!(native, gym, "seed {seed}");
     }
+}
+
+#[test]
+fn the_parallel_runner_and_ppo_take_gymnasium_ids_too() {
+    let tmp = tempfile::tempdir().unwrap();
+    let gym = ["--set", "env.id=\"gymnasium:CartPole-v0\""];
+    let dist = config("cartpole_dqn_dist.toml");
+    let out = train(
+        &[
+            &[
+                &dist[..],
+                "--parallel-workers",
+                "2",
+                "--quiet",
+                "--exp-dir",
+                "dist",
+            ][..],
+            &gym,
+        ]
+        .concat(),
+        tmp.path(),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(result(&tmp.path().join("dist"))["stop_reached"], true);
+    let ppo = config("cartpole_v1_ppo.toml");
+    let out = train(
+        &[
+            &ppo,
+            "--quiet",
+            "--exp-dir",
+            "ppo",
+            "--set",
+            "env.id=\"gymnasium:CartPole-v1\"",
+            "--set",
+            "max_env_step=4096",
+        ],
+        tmp.path(),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(result(&tmp.path().join("ppo"))["env_steps"], 4096);
 }

@@ -45,6 +45,17 @@ def spec(name, kwargs_json, entry_point):
         env.close()
 
 
+F64 = np.dtype(np.float64)
+BOOL = np.dtype(np.bool_)
+
+
+def _flags(x):
+    """Booleans as uint8 (the buffer protocol's bool is not a type drill reads)."""
+    if type(x) is np.ndarray and x.dtype is BOOL and x.flags.c_contiguous:
+        return x.view(np.uint8)
+    return np.ascontiguousarray(x, dtype=np.bool_).view(np.uint8)
+
+
 class Vec:
     """`n` copies of `name` in Gymnasium's vector env (`sync` or `async` subprocesses)."""
 
@@ -59,6 +70,7 @@ class Vec:
         )
         obs = self.env.single_observation_space
         self.obs_dtype = np.uint8 if obs.dtype == np.uint8 else np.float32
+        self.obs_dtype_obj = np.dtype(self.obs_dtype)
         self.obs_shape = (n,) + tuple(obs.shape)
         self.row = int(np.prod(obs.shape, dtype=np.int64))
         act = self.env.single_action_space
@@ -85,24 +97,28 @@ class Vec:
 
     def step(self):
         """Step with `self.actions`: (obs, None or (ended copies, their final obs), rewards,
-        terminated, truncated), each a contiguous array."""
+        terminated, truncated), each a contiguous array (flags as uint8)."""
         a = self.actions if self.cast is None else self.actions.astype(self.cast)
         if self.start:
             a = a + self.start
         obs, rewards, terminated, truncated, info = self.env.step(a)
         finals = None
-        ended = info.get("_final_obs")
+        ended = info.get("_final_obs") if info else None
         if ended is not None and ended.any():
             at = np.flatnonzero(ended)
             rows = [np.asarray(info["final_obs"][i], dtype=self.obs_dtype) for i in at]
             finals = (at.astype(np.uint32), np.ascontiguousarray(np.stack(rows)))
-        return (
-            self._obs(obs, "step's observation"),
-            finals,
-            np.ascontiguousarray(rewards, dtype=np.float64),
-            np.ascontiguousarray(terminated, dtype=np.bool_).view(np.uint8),
-            np.ascontiguousarray(truncated, dtype=np.bool_).view(np.uint8),
-        )
+        # Arrays already as drill stores them (the common case) pass through untouched.
+        if not (
+            type(obs) is np.ndarray
+            and obs.dtype is self.obs_dtype_obj
+            and obs.shape == self.obs_shape
+            and obs.flags.c_contiguous
+        ):
+            obs = self._obs(obs, "step's observation")
+        if not (type(rewards) is np.ndarray and rewards.dtype is F64 and rewards.flags.c_contiguous):
+            rewards = np.ascontiguousarray(rewards, dtype=np.float64)
+        return obs, finals, rewards, _flags(terminated), _flags(truncated)
 
     def close(self):
         self.env.close()

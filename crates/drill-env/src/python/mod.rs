@@ -43,7 +43,7 @@ import glob, os, site, subprocess, sys
 python = os.environ.get("DRILL_PYTHON")
 venv = os.environ.get("VIRTUAL_ENV")
 if python:
-    out = subprocess.check_output([python, "-c", "import site; print('\n'.join(site.getsitepackages()))"])
+    out = subprocess.check_output([python, "-c", "import site; print('\\n'.join(site.getsitepackages()))"])
     dirs = out.decode().split()
 elif venv:
     dirs = glob.glob(os.path.join(venv, "lib", "python*", "site-packages"))
