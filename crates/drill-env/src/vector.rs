@@ -71,6 +71,23 @@ struct Shard<'a, T> {
     final_length: &'a mut [u32],
 }
 
+/// After one copy's step with `reward`: add it to the running episode (return, length); when
+/// `done`, that episode becomes the copy's last finished one (`final_returns`,
+/// `final_lengths`) and a new one starts. Every vectorised env keeps its tallies this way.
+pub(crate) fn tally(
+    running: (&mut f64, &mut u32),
+    last: (&mut f64, &mut u32),
+    reward: f64,
+    done: bool,
+) {
+    *running.0 += reward;
+    *running.1 += 1;
+    if done {
+        (*last.0, *last.1) = (*running.0, *running.1);
+        (*running.0, *running.1) = (0.0, 0);
+    }
+}
+
 impl<T: Elem> Shard<'_, T> {
     fn step<E: Env<Elem = T>>(self, envs: &mut [E], actions: Actions<'_>, obs_dim: usize) {
         // Values per copy; only continuous actions use it.
@@ -89,13 +106,14 @@ impl<T: Elem> Shard<'_, T> {
             self.rewards[i] = step.reward as f32;
             self.terminated[i] = step.terminated;
             self.truncated[i] = step.truncated;
-            self.running_return[i] += step.reward;
-            self.running_length[i] += 1;
-            if step.terminated || step.truncated {
-                self.final_return[i] = self.running_return[i];
-                self.final_length[i] = self.running_length[i];
-                self.running_return[i] = 0.0;
-                self.running_length[i] = 0;
+            let done = step.terminated || step.truncated;
+            tally(
+                (&mut self.running_return[i], &mut self.running_length[i]),
+                (&mut self.final_return[i], &mut self.final_length[i]),
+                step.reward,
+                done,
+            );
+            if done {
                 env.reset(None, obs);
             }
         }

@@ -330,14 +330,12 @@ impl DynVecEnv for PyVecEnv {
                 .map_err(|e| error(py, &self.spec.id, e))
         })?;
         for i in 0..self.n {
-            self.running_return[i] += self.rewards_f64[i];
-            self.running_length[i] += 1;
-            if self.terminated[i] || self.truncated[i] {
-                self.final_return[i] = self.running_return[i];
-                self.final_length[i] = self.running_length[i];
-                self.running_return[i] = 0.0;
-                self.running_length[i] = 0;
-            }
+            crate::vector::tally(
+                (&mut self.running_return[i], &mut self.running_length[i]),
+                (&mut self.final_return[i], &mut self.final_length[i]),
+                self.rewards_f64[i],
+                self.terminated[i] || self.truncated[i],
+            );
         }
         Ok(())
     }
