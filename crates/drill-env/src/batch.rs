@@ -122,6 +122,14 @@ impl ObsBuf {
         }
     }
 
+    /// Grow (with zeros) or shrink to `len` elements, keeping the allocation.
+    pub fn resize(&mut self, len: usize) {
+        match self {
+            ObsBuf::F32(x) => x.resize(len, 0.0),
+            ObsBuf::U8(x) => x.resize(len, 0),
+        }
+    }
+
     /// Append `obs` (same element type; panics otherwise, a caller bug).
     pub fn extend(&mut self, obs: Obs<'_>) {
         match (self, obs) {

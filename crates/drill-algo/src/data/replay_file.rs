@@ -56,39 +56,46 @@ fn view<'a>(
     Ok((name.to_string(), v))
 }
 
-/// The stamp of the replay file at `path` (its header only).
-pub fn stamp_of(path: &Path) -> Result<Stamp, CheckpointError> {
-    use std::io::Read;
-    let io = |source| CheckpointError::Io {
+/// The replay file at `path` mapped into memory, and its metadata.
+fn open(path: &Path) -> Result<(memmap2::Mmap, HashMap<String, String>), CheckpointError> {
+    let file = std::fs::File::open(path).map_err(|source| CheckpointError::Io {
         path: path.to_path_buf(),
         source,
-    };
-    let mut f = std::fs::File::open(path).map_err(io)?;
-    let mut n = [0u8; 8];
-    f.read_exact(&mut n).map_err(io)?;
-    let n = u64::from_le_bytes(n);
-    let bad = |message: String| CheckpointError::Format {
+    })?;
+    // SAFETY: the file is in this run's own checkpoint folder and is only read here;
+    // nothing truncates it while it is mapped.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|source| CheckpointError::Io {
         path: path.to_path_buf(),
-        message,
-    };
-    if n > 100_000_000 {
-        return Err(bad(format!("header of {n} bytes")));
-    }
-    let mut header = vec![0u8; n as usize];
-    f.read_exact(&mut header).map_err(io)?;
-    let header: serde_json::Value =
-        serde_json::from_slice(&header).map_err(|e| bad(e.to_string()))?;
+        source,
+    })?;
+    let (_, header) = SafeTensors::read_metadata(&map).map_err(|e| CheckpointError::Format {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let meta = header.metadata().clone().unwrap_or_default();
+    Ok((map, meta))
+}
+
+/// The stamp in a replay file's metadata.
+fn stamp(path: &Path, meta: &HashMap<String, String>) -> Result<Stamp, CheckpointError> {
     let num = |key: &str| -> Result<u64, CheckpointError> {
-        header["__metadata__"][key]
-            .as_str()
+        meta.get(key)
             .and_then(|v| v.parse().ok())
-            .ok_or_else(|| bad(format!("not a replay file: no metadata {key}")))
+            .ok_or_else(|| CheckpointError::Mismatch {
+                path: path.to_path_buf(),
+                message: format!("not a replay file: no numeric metadata {key}"),
+            })
     };
     Ok(Stamp {
         env_steps: num("env_steps")?,
         train_iters: num("train_iters")?,
         world_size: num("world_size")? as usize,
     })
+}
+
+/// The stamp of the replay file at `path` (only its header is read).
+pub fn stamp_of(path: &Path) -> Result<Stamp, CheckpointError> {
+    stamp(path, &open(path)?.1)
 }
 
 impl ReplayBuffer {
@@ -223,21 +230,11 @@ impl ReplayBuffer {
     /// must hold the same kind of observations and actions; with another capacity the newest
     /// transitions that fit are kept (their priorities start at the maximum, as new ones do).
     pub fn restore(&mut self, path: &Path) -> Result<Stamp, CheckpointError> {
-        let io = |source| CheckpointError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let file = std::fs::File::open(path).map_err(io)?;
-        // SAFETY: the file is in this run's own checkpoint folder and is only read here;
-        // nothing truncates it while it is mapped.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-        let format = |e: safetensors::SafeTensorError| CheckpointError::Format {
+        let (map, meta) = open(path)?;
+        let st = SafeTensors::deserialize(&map).map_err(|e| CheckpointError::Format {
             path: path.to_path_buf(),
             message: e.to_string(),
-        };
-        let (_, header) = SafeTensors::read_metadata(&map).map_err(format)?;
-        let st = SafeTensors::deserialize(&map).map_err(format)?;
-        let meta = header.metadata().clone().unwrap_or_default();
+        })?;
         let mismatch = |message: String| CheckpointError::Mismatch {
             path: path.to_path_buf(),
             message,
@@ -258,11 +255,7 @@ impl ReplayBuffer {
                 get("format")?
             )));
         }
-        let stamp = Stamp {
-            env_steps: num("env_steps")? as u64,
-            train_iters: num("train_iters")? as u64,
-            world_size: num("world_size")?,
-        };
+        let stamp = stamp(path, &meta)?;
         let (capacity, len, next) = (num("capacity")?, num("len")?, num("next")?);
         let dtype = format!("{:?}", self.dtype);
         let stack = match &self.store {
@@ -319,9 +312,7 @@ impl ReplayBuffer {
                             Dtype::F32 => ObsBuf::F32(f32s(name, &[len, d])?),
                             Dtype::U8 => ObsBuf::U8(tensor(name, StDtype::U8, &[len, d])?.to_vec()),
                         };
-                        if capacity == self.capacity {
-                            buf.extend(ObsBuf::zeros(self.dtype, (capacity - len) * d).as_obs());
-                        }
+                        buf.resize(capacity * d);
                         Ok(buf)
                     };
                     ObsStore::Rows {

@@ -29,18 +29,22 @@ def _space(space):
     return ("other", [], type(space).__name__, [], [], 0, 0)
 
 
+def _describe(env_spec, obs_space, act_space):
+    """(observation space, action space, step limit, reward threshold), as drill reads them."""
+    return (
+        _space(obs_space),
+        _space(act_space),
+        env_spec.max_episode_steps if env_spec is not None else None,
+        env_spec.reward_threshold if env_spec is not None else None,
+    )
+
+
 def spec(name, kwargs_json, entry_point):
-    """The spaces, step limit and reward threshold of `name`."""
+    """`_describe` of one copy of `name`, made for the purpose and closed."""
     _register(name, entry_point)
     env = gym.make(name, **json.loads(kwargs_json or "{}"))
     try:
-        s = env.spec
-        return (
-            _space(env.observation_space),
-            _space(env.action_space),
-            s.max_episode_steps if s is not None else None,
-            s.reward_threshold if s is not None else None,
-        )
+        return _describe(env.spec, env.observation_space, env.action_space)
     finally:
         env.close()
 
@@ -69,11 +73,15 @@ class Vec:
             **json.loads(kwargs_json or "{}"),
         )
         obs = self.env.single_observation_space
+        act = self.env.single_action_space
+        # What drill builds its buffers from; spaces it cannot hold are refused there.
+        self.description = _describe(self.env.spec, obs, act)
+        if self.description[0][0] != "box" or self.description[1][0] == "other":
+            return
         self.obs_dtype = np.uint8 if obs.dtype == np.uint8 else np.float32
         self.obs_dtype_obj = np.dtype(self.obs_dtype)
         self.obs_shape = (n,) + tuple(obs.shape)
         self.row = int(np.prod(obs.shape, dtype=np.int64))
-        act = self.env.single_action_space
         self.discrete = isinstance(act, gym.spaces.Discrete)
         self.start = int(act.start) if self.discrete else 0
         # drill writes each step's actions here (buffer protocol), then calls step().

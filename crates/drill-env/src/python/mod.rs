@@ -115,26 +115,33 @@ fn action_space(id: &str, d: SpaceDesc) -> Result<ActionSpace, EnvError> {
     }
 }
 
+/// What `drill_gym._describe` returns.
+type Description = (SpaceDesc, SpaceDesc, Option<u32>, Option<f64>);
+
+fn spec_from(id: &str, d: Description) -> Result<EnvSpec, EnvError> {
+    Ok(EnvSpec {
+        id: id.to_string(),
+        obs: obs_space(id, d.0)?,
+        action_space: action_space(id, d.1)?,
+        max_episode_steps: d.2,
+        reward_threshold: d.3,
+    })
+}
+
 /// The spec of `gymnasium:NAME` (one copy is made to read its spaces).
 pub fn spec(id: &str) -> Result<EnvSpec, EnvError> {
     let name = &id[PREFIX.len()..];
     let opts = options_of(id);
-    Python::attach(|py| {
-        let got = module(py)
+    let got = Python::attach(|py| {
+        module(py)
             .and_then(|m| {
                 m.getattr("spec")?
                     .call1((name, &opts.kwargs_json, opts.entry_point.as_deref()))
             })
-            .and_then(|r| r.extract::<(SpaceDesc, SpaceDesc, Option<u32>, Option<f64>)>())
-            .map_err(|e| error(py, id, e))?;
-        Ok(EnvSpec {
-            id: id.to_string(),
-            obs: obs_space(id, got.0)?,
-            action_space: action_space(id, got.1)?,
-            max_episode_steps: got.2,
-            reward_threshold: got.3,
-        })
-    })
+            .and_then(|r| r.extract::<Description>())
+            .map_err(|e| error(py, id, e))
+    })?;
+    spec_from(id, got)
 }
 
 /// `n` copies of a Gymnasium env stepped through its vector API.
@@ -165,7 +172,6 @@ pub struct PyVecEnv {
 /// Build `n` copies of `id` (`gymnasium:NAME`); copy `i` is seeded `seed + i` on the first
 /// reset, as drill's own envs are.
 pub fn make_vec(id: &str, n: usize, seed: u64) -> Result<PyVecEnv, EnvError> {
-    let spec = spec(id)?;
     let name = &id[PREFIX.len()..];
     let opts = options_of(id);
     let mode = match opts.vectorization {
@@ -184,12 +190,24 @@ pub fn make_vec(id: &str, n: usize, seed: u64) -> Result<PyVecEnv, EnvError> {
                 ))
             })
             .and_then(|env| {
-                let actions = env.getattr("actions")?.unbind();
-                Ok((env.unbind(), actions))
+                let described = env.getattr("description")?.extract::<Description>()?;
+                Ok((env.unbind(), described))
             })
             .map_err(|e| error(py, id, e))
     })?;
-    let (env, actions) = env;
+    let (env, described) = env;
+    // The vector env's own spaces: no extra copy is made to read them.
+    let spec = spec_from(id, described).inspect_err(|_| {
+        Python::attach(|py| {
+            let _ = env.bind(py).call_method0("close");
+        })
+    })?;
+    let actions = Python::attach(|py| {
+        env.bind(py)
+            .getattr("actions")
+            .map(Bound::unbind)
+            .map_err(|e| error(py, id, e))
+    })?;
     let d = spec.obs_dim();
     Ok(PyVecEnv {
         n,
@@ -252,9 +270,7 @@ impl PyVecEnv {
                 .resize(PyBuffer::<u32>::get(&ids)?.item_count(), 0);
             copy_into(py, &ids, &mut self.ended)?;
             let d = self.spec.obs_dim();
-            self.finals.clear();
-            self.finals
-                .extend(ObsBuf::zeros(self.spec.obs.dtype, self.ended.len() * d).as_obs());
+            self.finals.resize(self.ended.len() * d);
             copy_obs(py, &finals.get_item(1)?, &mut self.finals)?;
             for (k, &i) in self.ended.iter().enumerate() {
                 let row = self.finals.as_obs().rows(k..k + 1, d);
