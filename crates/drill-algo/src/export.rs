@@ -126,18 +126,10 @@ fn dqn(
                 "tensor {name}: no DI-engine name for drill's layer {layer}"
             ))
         })?;
-        let (shape, values) = match (kind, shape.len()) {
-            ("weight", 2) => transpose(shape, values),
-            ("weight", 4) | ("bias", 1) => (shape.clone(), values.clone()),
-            _ => {
-                return Err(ck
-                    .mismatch(format!(
-                        "tensor {name} of shape {shape:?}: not a dense or convolution layer"
-                    ))
-                    .into());
-            }
-        };
-        out.insert(format!("{torch}.{kind}"), (shape, values));
+        out.insert(
+            format!("{torch}.{kind}"),
+            torch_layout(ck, name, shape, values)?,
+        );
     }
     if out.is_empty() {
         return Err(ck
@@ -179,21 +171,20 @@ fn vac(
     );
     let conditioned =
         continuous && matches!(p.model.sigma_type, drill_config::SigmaType::Conditioned);
-    let head = |side: &str, i: usize| -> String {
-        match (side, i) {
+    // VAC's module for drill's layer `i` of `side`; `None` for a conditioned actor's output
+    // layer, which VAC splits in two.
+    let head = |side: &str, i: usize| -> Option<String> {
+        Some(match (side, i) {
             (_, 0) => format!("{side}_encoder.init"),
             (_, i) if i < k - 1 => format!("{side}_encoder.main.{}", 2 * (i - 1)),
-            ("actor", i) if i == k - 1 => {
-                if continuous {
-                    "actor_head.main.0".into()
-                } else {
-                    "actor_head.Q.0.0".into()
-                }
-            }
             ("critic", i) if i == k - 1 => "critic_head.main.0".into(),
             ("critic", _) => "critic_head.last".into(),
-            _ => unreachable!("the actor's output layer is mapped apart"),
-        }
+            (_, i) if i == k - 1 && continuous => "actor_head.main.0".into(),
+            (_, i) if i == k - 1 => "actor_head.Q.0.0".into(),
+            _ if conditioned => return None,
+            _ if continuous => "actor_head.mu".into(),
+            _ => "actor_head.Q.1.0".into(),
+        })
     };
     let mut out = StateDict::new();
     for side in ["actor", "critic"] {
@@ -202,27 +193,21 @@ fn vac(
                 let name = format!("model.{side}.layers.{i}.{kind}");
                 let (shape, values) = ck.tensor(&name)?;
                 let (shape, values) = torch_layout(ck, &name, shape, values)?;
-                if side == "actor" && i == k {
-                    if conditioned {
-                        // One output layer [mean; log-std] → VAC's `mu` and `log_sigma_layer`.
-                        let act = shape[0] / 2;
-                        let row = values.len() / shape[0];
-                        let (mu, ls) = values.split_at(act * row);
-                        let mut s = shape.clone();
-                        s[0] = act;
-                        out.insert(format!("actor_head.mu.{kind}"), (s.clone(), mu.to_vec()));
-                        out.insert(
-                            format!("actor_head.log_sigma_layer.{kind}"),
-                            (s, ls.to_vec()),
-                        );
-                    } else if continuous {
-                        out.insert(format!("actor_head.mu.{kind}"), (shape, values));
-                    } else {
-                        out.insert(format!("actor_head.Q.1.0.{kind}"), (shape, values));
-                    }
-                } else {
-                    out.insert(format!("{}.{kind}", head(side, i)), (shape, values));
+                if let Some(module) = head(side, i) {
+                    out.insert(format!("{module}.{kind}"), (shape, values));
+                    continue;
                 }
+                // One output layer [mean; log-std] → VAC's `mu` and `log_sigma_layer`.
+                let act = shape[0] / 2;
+                let row = values.len() / shape[0];
+                let (mu, ls) = values.split_at(act * row);
+                let mut s = shape.clone();
+                s[0] = act;
+                out.insert(format!("actor_head.mu.{kind}"), (s.clone(), mu.to_vec()));
+                out.insert(
+                    format!("actor_head.log_sigma_layer.{kind}"),
+                    (s, ls.to_vec()),
+                );
             }
         }
     }
