@@ -12,7 +12,7 @@ rounds=${3:-3}
 drill=${DRILL:-target/release/drill}
 for r in $(seq "$rounds"); do
   for n in 1 8; do
-    "$drill" bench env --env "gymnasium:$id" --num-envs "$n" --threads 1 --iters "$steps" | tail -1
+    "$drill" bench env --env "gymnasium:$id" --num-envs "$n" --env-threads 1 --iters "$steps" | tail -1
     "$VIRTUAL_ENV/bin/python" scripts/bench_gym_vector.py "$id" "$n" "$steps"
   done
 done

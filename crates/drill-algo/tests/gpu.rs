@@ -1,19 +1,23 @@
 //! The GPU backend (`--features gpu`: burn's wgpu on Vulkan) against the CPU one: tensor
-//! operations with their gradients, one DQN update and one PPO update, equal within float
-//! tolerance. CI runs it on Mesa's lavapipe, a software Vulkan device; with no adapter it
+//! operations with their gradients, one DQN update and one PPO update, and DataParallel's
+//! batch split over the GPU (twice, and beside the CPU), equal within float tolerance. CI runs it on Mesa's lavapipe, a software Vulkan device; with no adapter it
 //! fails (naming what to install) rather than skipping.
 #![cfg(feature = "gpu")]
 
 use burn::tensor::{Device, Distribution, Tensor, TensorData};
 use drill_algo::compute::{conv2d, linear, select_device};
 use drill_algo::data::{Batch, Rollout};
+use drill_algo::ddp::DataParallel;
 use drill_algo::dqn::Dqn;
+use drill_algo::nets::QNet;
+use drill_algo::optim::Trainer;
 use drill_algo::policy::{LearnOutput, Policy};
 use drill_algo::ppo::Ppo;
 use drill_config::{Config, Policy as PolicyConfig};
 use drill_env::{ActionBuf, ObsBuf};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use std::ops::Range;
 
 fn config(name: &str, overrides: &[&str]) -> Config {
     let path = format!("{}/../../configs/{name}", env!("CARGO_MANIFEST_DIR"));
@@ -167,4 +171,37 @@ fn one_ppo_update_agrees_with_the_cpu() {
         .unwrap();
     close(&[out_gpu.loss], &[out_cpu.loss], 1e-3, "loss");
     close(&on_gpu.weights(), &on_cpu.weights(), 1e-3, "parameters");
+}
+
+/// DataParallel (torch's `nn.DataParallel`) with a replica on the GPU: the batch split over
+/// [GPU, GPU] (two replicas on one adapter, as on a one-GPU machine) and over [CPU, GPU] (two
+/// devices in one process) gives the whole batch's gradient as computed on the CPU alone.
+#[test]
+fn data_parallel_over_the_gpu_gives_the_whole_batch_gradient() {
+    let cpu = Device::flex();
+    cpu.seed(3);
+    let rows = 37;
+    let data: Vec<f32> = (0..rows * 4)
+        .map(|i| ((i * 13) % 17) as f32 / 8.0 - 1.0)
+        .collect();
+    let loss = |net: &QNet, rows: Range<usize>, device: &Device| {
+        let x = Tensor::<2>::from_data(
+            TensorData::new(data[rows.start * 4..rows.end * 4].to_vec(), [rows.len(), 4]),
+            device,
+        );
+        let y = net.forward(x);
+        (y.clone() * y).mean()
+    };
+    let mut one = Trainer::new(
+        QNet::new(4, &[32, 32], 2, true, &cpu.clone().autodiff()),
+        1e-8,
+    );
+    one.backward(loss(one.model(), 0..rows, &cpu.clone().autodiff()))
+        .unwrap();
+    for devices in [vec![gpu(), gpu()], vec![cpu.clone(), gpu()]] {
+        let mut split = Trainer::new(one.model().clone(), 1e-8);
+        let mut dp = DataParallel::new(devices);
+        dp.backward(&mut split, rows, |m, r, d| loss(m, r, d));
+        close(&split.grads, &one.grads, 1e-4, "gradients");
+    }
 }

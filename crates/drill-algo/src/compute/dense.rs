@@ -1,7 +1,7 @@
 //! The CPU kernels of [`super::linear`]: `y = x W + b` (burn's `Linear` layout: `W` is
 //! `[in, out]`) and its gradients, each one GEMM on the batch, threaded by `gemm` itself.
 
-use super::gemm::{View, matmul, product};
+use super::gemm::{Epilogue, View, product, product_then};
 
 /// Shapes of one dense layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,28 +14,22 @@ pub struct Dims {
     pub d_out: usize,
 }
 
-/// Forward: `y [n, d_out] = x W + b`, then ReLU when `relu`.
+/// Forward: `y [n, d_out] = x W + b`, then ReLU when `relu`: bias and ReLU applied as the
+/// product is stored (see [`Epilogue`]).
 pub fn forward(x: &[f32], weight: &[f32], bias: &[f32], d: Dims, relu: bool) -> Vec<f32> {
     assert_eq!(x.len(), d.n * d.d_in, "linear input size");
     assert_eq!(weight.len(), d.d_in * d.d_out, "linear weight size");
     assert_eq!(bias.len(), d.d_out, "linear bias size");
-    let mut y = Vec::with_capacity(d.n * d.d_out);
-    for _ in 0..d.n {
-        y.extend_from_slice(bias);
-    }
-    matmul(
+    product_then(
         (d.n, d.d_out, d.d_in),
-        &mut y,
-        (d.d_out, 1),
-        true,
         View::rows(x, d.d_in),
         View::rows(weight, d.d_out),
+        Epilogue {
+            bias: Some(bias),
+            relu,
+        },
         true,
-    );
-    if relu {
-        super::relu_in_place(&mut y);
-    }
-    y
+    )
 }
 
 /// Weight and bias gradients for output gradient `dy`: `(dW [d_in, d_out], db [d_out])`.

@@ -1,5 +1,9 @@
-//! One safe entry point to the `gemm` crate (burn-flex's own GEMM; drill enables its AVX-512
-//! kernels, picked at run time): [`matmul`] over strided views of slices.
+//! One safe entry point for matrix products, [`matmul`] over strided views of slices: small
+//! products (dense layers of small nets) go to [`super::small_gemm`], the rest to the `gemm`
+//! crate (burn-flex's own GEMM; drill enables its AVX-512 kernels, picked at run time).
+
+use super::small_gemm;
+pub use super::small_gemm::Epilogue;
 
 /// A matrix view of a slice: element `(i, j)` is `data[i * rs + j * cs]`.
 #[derive(Clone, Copy)]
@@ -38,7 +42,9 @@ impl<'a> View<'a> {
 }
 
 /// `dst (m x n) = [dst +] a (m x k) * b (k x n)`. `dst` is strided by `(row, column)`
-/// strides `dst_strides`. Runs on the rayon pool when `parallel` and the pool has threads
+/// strides `dst_strides`. Products of at most [`small_gemm::MAX_MACS`] multiply-adds into a
+/// row-major destination run on one thread in [`super::small_gemm`]; the others run on the
+/// rayon pool when `parallel` and the pool has threads
 /// (callers that already split work over threads pass `false`).
 #[allow(clippy::too_many_arguments)]
 pub fn matmul(
@@ -66,6 +72,7 @@ pub fn matmul(
             accumulate,
             a,
             b,
+            Epilogue::default(),
             parallel,
         )
     }
@@ -80,21 +87,68 @@ pub fn product(
     b: View<'_>,
     parallel: bool,
 ) -> Vec<f32> {
+    product_then((m, n, k), a, b, Epilogue::default(), parallel)
+}
+
+/// [`product`] with `epilogue` applied to every element: in the small kernel's registers
+/// before the store, otherwise in one pass after the product.
+pub fn product_then(
+    (m, n, k): (usize, usize, usize),
+    a: View<'_>,
+    b: View<'_>,
+    epilogue: Epilogue<'_>,
+    parallel: bool,
+) -> Vec<f32> {
+    if let Some(bias) = epilogue.bias {
+        assert_eq!(bias.len(), n, "matmul: one bias per column");
+    }
     if m == 0 || n == 0 || k == 0 {
-        return vec![0.0; m * n];
+        let mut out = vec![0.0; m * n];
+        epilogue.apply(&mut out, n);
+        return out;
     }
     let mut out: Vec<f32> = Vec::with_capacity(m * n);
     // SAFETY: the allocation holds m * n elements, exactly what the row-major strides reach;
-    // with `accumulate` false and k > 0, gemm writes every one of them without reading any,
-    // so all are initialised before `set_len`.
+    // with `accumulate` false and k > 0, both kernels write every one of them without reading
+    // any, so all are initialised before `set_len`.
     unsafe {
-        gemm_into(out.as_mut_ptr(), (m, n, k), (n, 1), false, a, b, parallel);
+        gemm_into(
+            out.as_mut_ptr(),
+            (m, n, k),
+            (n, 1),
+            false,
+            a,
+            b,
+            epilogue,
+            parallel,
+        );
         out.set_len(m * n);
     }
     out
 }
 
-/// The call into `gemm`, after checking the operands.
+/// The `k x n` matrix `b` (stored transposed: row stride 1) copied row-major.
+fn row_major(b: View<'_>, k: usize, n: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(k * n);
+    let cells = out.spare_capacity_mut().as_mut_ptr();
+    for j in 0..n {
+        let column = &b.data[j * b.cs..j * b.cs + k];
+        // SAFETY: cell (p, j) of the k x n allocation, p < k and j < n.
+        let mut cell = unsafe { cells.add(j) };
+        for x in column {
+            // SAFETY: as above; the last step leaves `cell` one row past the end, unused.
+            unsafe {
+                (*cell).write(*x);
+                cell = cell.wrapping_add(n);
+            }
+        }
+    }
+    // SAFETY: the loops wrote all k * n cells.
+    unsafe { out.set_len(k * n) };
+    out
+}
+
+/// The call into `gemm` (or [`small_gemm`]), after checking the operands.
 ///
 /// # Safety
 /// `dst` must be valid for writes (and reads, when `accumulate`) at every element of the
@@ -107,10 +161,38 @@ unsafe fn gemm_into(
     accumulate: bool,
     a: View<'_>,
     b: View<'_>,
+    epilogue: Epilogue<'_>,
     parallel: bool,
 ) {
     a.check(m, k, "the left operand");
     b.check(k, n, "the right operand");
+    if m * n * k <= small_gemm::MAX_MACS && dst_strides.1 == 1 && (b.cs == 1 || b.rs == 1) {
+        // A transposed right operand (a dense layer's input gradient) is laid out row-major
+        // first: the small kernel reads whole vectors of a row.
+        let transposed;
+        let (rhs, ldb) = if b.cs == 1 {
+            (b.data, b.rs)
+        } else {
+            transposed = row_major(b, k, n);
+            (&transposed[..], n)
+        };
+        // SAFETY: the operands' elements lie inside their slices (checked above, and the
+        // transposed copy is exactly k x n); the caller vouches for the destination.
+        unsafe {
+            small_gemm::matmul(
+                (m, n, k),
+                dst,
+                dst_strides.0,
+                accumulate,
+                a.data.as_ptr(),
+                (a.rs, a.cs),
+                rhs.as_ptr(),
+                ldb,
+                epilogue,
+            );
+        }
+        return;
+    }
     let threads = if parallel {
         rayon::current_num_threads()
     } else {
@@ -145,5 +227,10 @@ unsafe fn gemm_into(
             false,
             parallelism,
         );
+    }
+    if epilogue.bias.is_some() || epilogue.relu {
+        // SAFETY: `product_then`, the only caller with an epilogue, passes its row-major
+        // m x n buffer, now fully written.
+        epilogue.apply(unsafe { std::slice::from_raw_parts_mut(dst, m * n) }, n);
     }
 }

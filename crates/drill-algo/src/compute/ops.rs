@@ -103,14 +103,29 @@ fn tensor(v: Vec<f32>, shape: impl Into<Shape>) -> FlexTensor {
     )
 }
 
-/// The gradient through a ReLU whose output was `y`: `dy` where `y > 0`, else 0.
-fn through_relu<'a>(dy: Cow<'a, [f32]>, y: Option<&FlexTensor>) -> Cow<'a, [f32]> {
+/// The gradient through a ReLU whose output was `y`: `dy` where `y > 0`, else 0; masked in
+/// place when `dy`'s buffer is its own (as a gradient consumed from the graph is), else into
+/// a new one.
+fn through_relu(mut dy: FlexTensor, y: Option<&FlexTensor>) -> FlexTensor {
     let Some(y) = y else { return dy };
-    let mut dz = dy.into_owned();
-    for (g, y) in dz.iter_mut().zip(values(y).iter()) {
-        *g = if *y > 0.0 || y.is_nan() { *g } else { 0.0 };
+    let y = values(y);
+    let mask = |g: f32, y: f32| if y > 0.0 || y.is_nan() { g } else { 0.0 };
+    let whole = dy.is_contiguous() && dy.layout().start_offset() == 0;
+    if let Some(g) = dy
+        .try_storage_mut::<f32>()
+        .filter(|g| whole && g.len() == y.len())
+    {
+        g.iter_mut()
+            .zip(y.iter())
+            .for_each(|(g, y)| *g = mask(*g, *y));
+        return dy;
     }
-    Cow::Owned(dz)
+    let dz = values(&dy)
+        .iter()
+        .zip(y.iter())
+        .map(|(g, y)| mask(*g, *y))
+        .collect();
+    tensor(dz, dy.shape())
 }
 
 impl FastOps for Flex {
@@ -157,7 +172,8 @@ impl Backward<Flex, 3> for LayerBackward {
         let (x_id, w_id, layer, relu_out) = ops.state;
         let x: FlexTensor = ck.retrieve_node_output(x_id);
         let weight: FlexTensor = ck.retrieve_node_output(w_id);
-        let dz = through_relu(values(&dy), relu_out.as_ref());
+        let dz = through_relu(dy, relu_out.as_ref());
+        let dz = values(&dz);
         let (params, dx) = match layer {
             Layer::Conv { stride } => {
                 let g = geometry(&x, &weight, stride);

@@ -72,9 +72,10 @@ impl ModuleVisitor for Collect<'_> {
 struct Write<'a> {
     slots: &'a [ParamSlot],
     next: usize,
-    src: &'a [f32],
-    /// On a GPU: `src` uploaded once, each parameter a slice of it (an upload per parameter
-    /// costs a round of driver calls each).
+    /// The new values, until the first parameter moves them onto its device as one tensor.
+    values: Option<Vec<f32>>,
+    /// That tensor: each parameter becomes a slice of it (no copy per parameter; on a GPU one
+    /// upload, where an upload per parameter costs a round of driver calls each).
     flat: Option<Tensor<1>>,
 }
 
@@ -87,18 +88,14 @@ impl ModuleMapper for Write<'_> {
             .clone()
             .try_into()
             .expect("rank matches the layout");
-        let (src, flat) = (self.src, &mut self.flat);
+        let (values, flat) = (&mut self.values, &mut self.flat);
         param.map(|t| {
             let (device, grad) = (t.device(), t.is_require_grad());
-            if device == Device::flex() {
-                let values = src[slot.offset..slot.offset + slot.len].to_vec();
-                return Tensor::from_data(TensorData::new(values, shape), &device)
-                    .set_require_grad(grad);
-            }
             let value = flat
                 .get_or_insert_with(|| {
-                    let data = TensorData::new(src.to_vec(), [src.len()]);
-                    Tensor::from_data(data, &device.clone().inner())
+                    let values = values.take().expect("values taken once");
+                    let n = values.len();
+                    Tensor::from_data(TensorData::new(values, [n]), &device.clone().inner())
                 })
                 .clone()
                 .slice(slot.offset..slot.offset + slot.len)
@@ -148,14 +145,23 @@ impl ParamLayout {
         )
     }
 
-    /// Overwrite `module`'s parameters with `src` (same layout). Parameter ids are kept. On a
-    /// GPU `src` crosses in one transfer.
+    /// Overwrite `module`'s parameters with `src` (same layout). Parameter ids are kept.
     pub fn write<M: Module>(&self, module: M, src: &[f32]) -> M {
-        assert_eq!(src.len(), self.len, "flat buffer does not match the layout");
+        self.write_owned(module, src.to_vec())
+    }
+
+    /// [`Self::write`] from a buffer of its own: it becomes the parameters' storage on the CPU
+    /// (each parameter a slice of it, no copy) and crosses in one transfer to a GPU.
+    pub fn write_owned<M: Module>(&self, module: M, values: Vec<f32>) -> M {
+        assert_eq!(
+            values.len(),
+            self.len,
+            "flat buffer does not match the layout"
+        );
         let mut w = Write {
             slots: &self.slots,
             next: 0,
-            src,
+            values: Some(values),
             flat: None,
         };
         module.map(&mut w)

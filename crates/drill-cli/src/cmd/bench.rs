@@ -20,7 +20,7 @@ use std::time::Instant;
 #[derive(clap::ValueEnum, Clone, Copy, PartialEq, Eq)]
 pub enum Target {
     /// Environment steps per second: CartPole single and vectorised, or `--env ID` vectorised
-    /// (`--num-envs`, `--threads`).
+    /// (`--num-envs`, `--env-threads`).
     Env,
     /// DQN updates (CartPole nets; DI-engine's Pong net), Nature-CNN updates and batch-8 inference; `scripts/bench_learner_vs_torch.sh` runs them side by side with PyTorch.
     Learner,
@@ -61,9 +61,10 @@ pub struct Args {
     /// env with --env: copies stepped together.
     #[arg(long, default_value_t = 8)]
     pub num_envs: usize,
-    /// env with --env: worker threads stepping them.
+    /// env with --env: worker threads stepping them (not the global `--threads`, which sizes
+    /// the tensor thread pool the learner cases run on).
     #[arg(long, default_value_t = 2)]
-    pub threads: usize,
+    pub env_threads: usize,
     /// comm: backend (tcp, mpi, nccl; default DRILL_BACKEND or tcp).
     #[arg(long)]
     pub backend: Option<String>,
@@ -256,7 +257,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let want = |name: &str| args.case.as_deref().is_none_or(|c| c == name);
     match args.target {
         Target::Env => match &args.env {
-            Some(id) => return vec_env_bench(&report, id, args.num_envs, args.threads, args.iters),
+            Some(id) => return vec_env_bench(&report, id, args.num_envs, args.env_threads, args.iters),
             None => env_bench(&report, &want, args.iters),
         },
         Target::Ddp => {

@@ -1,0 +1,338 @@
+//! Matrix products small enough that packing costs more than it saves: the dense layers of
+//! the small MLPs (CartPole's 4-128-128-2 at batch 64 is at most 1 M multiply-adds a product).
+//!
+//! Written by hand because the `gemm` crate packs both operands and goes through its full
+//! dispatch even for a 64x128 by 128x128 product, and its microkernel steps through an unpacked
+//! operand with an address computation per element: callgrind put the whole small-MLP DQN update
+//! at 3.0 M instructions, 2.0 M of them in `gemm` (`drill bench learner --case dqn-update`).
+//! `nano-gemm` (the same author's small-matrix crate) needs column-major operands and tops out
+//! at 4 columns a microkernel. Here one tile is [`MR`] rows by [`NV`] SIMD vectors of columns,
+//! read straight from the operands: per depth step `NV` loads, `MR` broadcasts and `MR x NV`
+//! fused multiply-adds. The SIMD level (AVX-512, AVX2+FMA, or scalar) is `pulp`'s runtime
+//! dispatch.
+
+use pulp::{Simd, WithSimd};
+
+/// Rows of the destination one tile computes.
+const MR: usize = 4;
+/// SIMD vectors of destination columns one tile computes.
+const NV: usize = 3;
+
+/// Products of at most this many multiply-adds come here (see [`super::gemm::matmul`]).
+pub const MAX_MACS: usize = 1 << 21;
+
+/// What happens to each product cell before it is stored: a bias per column is added, then
+/// ReLU (NaN stays NaN). A dense layer's forward pass in the same registers as its product.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Epilogue<'a> {
+    /// One value per column.
+    pub bias: Option<&'a [f32]>,
+    /// ReLU after the bias.
+    pub relu: bool,
+}
+
+impl Epilogue<'_> {
+    /// Applied to a row-major buffer with `n` columns (for products made elsewhere).
+    pub fn apply(&self, out: &mut [f32], n: usize) {
+        for row in out.chunks_exact_mut(n) {
+            if let Some(bias) = self.bias {
+                row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
+            }
+            if self.relu {
+                super::relu_in_place(row);
+            }
+        }
+    }
+}
+
+/// `c (m x n) = [c +] a (m x k) * b (k x n)`, where `c` and `b` are row-major with row
+/// strides `ldc` and `ldb`, and `a` has strides `(ars, acs)`; then `epilogue` (whose bias,
+/// if any, must hold `n` values).
+///
+/// # Safety
+/// Every element of the three matrices that the shapes and strides reach must be valid (for
+/// writes, in `c`, and reads when `accumulate`), and `c` must not alias `a` or `b`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn matmul(
+    (m, n, k): (usize, usize, usize),
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+    a: *const f32,
+    (ars, acs): (usize, usize),
+    b: *const f32,
+    ldb: usize,
+    epilogue: Epilogue<'_>,
+) {
+    if let Some(bias) = epilogue.bias {
+        assert_eq!(bias.len(), n, "one bias per column");
+    }
+    pulp::Arch::new().dispatch(Product {
+        m,
+        n,
+        k,
+        c,
+        ldc,
+        accumulate,
+        a,
+        ars,
+        acs,
+        b,
+        ldb,
+        bias: epilogue.bias.map_or(std::ptr::null(), <[f32]>::as_ptr),
+        relu: epilogue.relu,
+    });
+}
+
+/// One product's operands, for [`WithSimd`].
+struct Product {
+    m: usize,
+    n: usize,
+    k: usize,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+    a: *const f32,
+    ars: usize,
+    acs: usize,
+    b: *const f32,
+    ldb: usize,
+    /// `n` values, or null.
+    bias: *const f32,
+    relu: bool,
+}
+
+impl WithSimd for Product {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) {
+        let lanes = S::F32_LANES;
+        let mut i = 0;
+        while i < self.m {
+            let rows = (self.m - i).min(MR);
+            let mut j = 0;
+            while j < self.n {
+                let cols = (self.n - j).min(NV * lanes);
+                let (vectors, tail) = (cols.div_ceil(lanes), cols % lanes);
+                // SAFETY: the tile covers rows i..i+rows and columns j..j+cols, inside the
+                // matrices (the caller vouches for them); the last vector is masked to `tail`
+                // lanes when the columns do not fill it.
+                unsafe {
+                    match rows {
+                        1 => self.tile_rows::<S, 1>(simd, i, j, vectors, tail),
+                        2 => self.tile_rows::<S, 2>(simd, i, j, vectors, tail),
+                        3 => self.tile_rows::<S, 3>(simd, i, j, vectors, tail),
+                        _ => self.tile_rows::<S, MR>(simd, i, j, vectors, tail),
+                    }
+                }
+                j += cols;
+            }
+            i += rows;
+        }
+    }
+}
+
+impl Product {
+    /// The tile of `R` rows at `(i, j)` with `vectors` column vectors, the last one holding
+    /// `tail` columns (0: full).
+    #[inline(always)]
+    unsafe fn tile_rows<S: Simd, const R: usize>(
+        &self,
+        simd: S,
+        i: usize,
+        j: usize,
+        vectors: usize,
+        tail: usize,
+    ) {
+        // SAFETY: as for `tile`, forwarded from `with_simd`.
+        unsafe {
+            match (vectors, tail == 0) {
+                (1, true) => self.tile::<S, R, 1, false>(simd, i, j, tail),
+                (1, false) => self.tile::<S, R, 1, true>(simd, i, j, tail),
+                (2, true) => self.tile::<S, R, 2, false>(simd, i, j, tail),
+                (2, false) => self.tile::<S, R, 2, true>(simd, i, j, tail),
+                (_, true) => self.tile::<S, R, NV, false>(simd, i, j, tail),
+                (_, false) => self.tile::<S, R, NV, true>(simd, i, j, tail),
+            }
+        }
+    }
+
+    /// `c[i..i+R, j..]` over `V` vectors of columns, the last masked to `tail` lanes when
+    /// `PARTIAL`. Accumulators stay in registers over the whole depth.
+    #[inline(always)]
+    unsafe fn tile<S: Simd, const R: usize, const V: usize, const PARTIAL: bool>(
+        &self,
+        simd: S,
+        i: usize,
+        j: usize,
+        tail: usize,
+    ) {
+        let lanes = S::F32_LANES;
+        let mask = simd.mask_between_m32s(0, tail as u32);
+        let zero = simd.splat_f32s(0.0);
+        let mut acc = [[zero; V]; R];
+        let mut rows = [0usize; R];
+        for (r, offset) in rows.iter_mut().enumerate() {
+            *offset = r * self.ars;
+        }
+        // SAFETY: every pointer below stays inside the tile's rows of `a`, columns of `b`
+        // and cells of `c` (the caller's contract); masked lanes are neither read nor written.
+        unsafe {
+            let mut a = self.a.add(i * self.ars);
+            let mut b = self.b.add(j);
+            for _ in 0..self.k {
+                let mut bv = [zero; V];
+                for (v, bv) in bv.iter_mut().enumerate() {
+                    let p = b.add(v * lanes);
+                    *bv = if PARTIAL && v == V - 1 {
+                        simd.mask_load_ptr_f32s(mask, p)
+                    } else {
+                        (p as *const S::f32s).read_unaligned()
+                    };
+                }
+                for (acc, offset) in acc.iter_mut().zip(rows) {
+                    let x = simd.splat_f32s(*a.add(offset));
+                    for (acc, bv) in acc.iter_mut().zip(bv) {
+                        *acc = simd.mul_add_e_f32s(x, bv, *acc);
+                    }
+                }
+                a = a.add(self.acs);
+                b = b.add(self.ldb);
+            }
+            for (r, acc) in acc.iter().enumerate() {
+                let row = self.c.add((i + r) * self.ldc + j);
+                for (v, acc) in acc.iter().enumerate() {
+                    let p = row.add(v * lanes);
+                    let masked = PARTIAL && v == V - 1;
+                    let mut y = *acc;
+                    if self.accumulate {
+                        let old = if masked {
+                            simd.mask_load_ptr_f32s(mask, p)
+                        } else {
+                            (p as *const S::f32s).read_unaligned()
+                        };
+                        y = simd.add_f32s(y, old);
+                    }
+                    if !self.bias.is_null() {
+                        let p = self.bias.add(j + v * lanes);
+                        let bias = if masked {
+                            simd.mask_load_ptr_f32s(mask, p)
+                        } else {
+                            (p as *const S::f32s).read_unaligned()
+                        };
+                        y = simd.add_f32s(y, bias);
+                    }
+                    if self.relu {
+                        // Not `y <= 0` keeps NaN, as burn's ReLU does.
+                        y = simd.select_f32s(simd.less_than_or_equal_f32s(y, zero), zero, y);
+                    }
+                    if masked {
+                        simd.mask_store_ptr_f32s(mask, p, y);
+                    } else {
+                        (p as *mut S::f32s).write_unaligned(y);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every tile shape (1-4 rows, 1-3 vectors, full and masked last vectors), strided and
+    /// transposed left operands, accumulation, and the bias + ReLU epilogue, against the
+    /// definition, at every SIMD level
+    /// this machine has (AVX-512 and AVX2 vectors differ in width, so in tiling).
+    #[test]
+    fn products_of_every_tile_shape_match_the_definition() {
+        use pulp::x86::{V3, V4};
+        check(&|p| Simd::vectorize(pulp::Scalar::new(), p));
+        match V3::try_new() {
+            Some(simd) => check(&|p| Simd::vectorize(simd, p)),
+            None => eprintln!("no AVX2+FMA here: that level is untested"),
+        }
+        match V4::try_new() {
+            Some(simd) => check(&|p| Simd::vectorize(simd, p)),
+            None => eprintln!("no AVX-512 here: that level is untested"),
+        }
+    }
+
+    fn check(run: &dyn Fn(Product)) {
+        let v = |n: usize, s: f32| -> Vec<f32> {
+            (0..n).map(|i| (i as f32 * 0.61 + s).sin()).collect()
+        };
+        for (m, n, k) in [
+            (1, 1, 1),
+            (3, 5, 2),
+            (4, 8, 7),
+            (5, 17, 3),
+            (7, 33, 9),
+            (9, 48, 4),
+            (13, 50, 16),
+            (64, 130, 5),
+            (6, 2, 0),
+        ] {
+            for (transposed_a, accumulate, fused) in
+                (0..8).map(|c| (c & 1 > 0, c & 2 > 0, c & 4 > 0))
+            {
+                {
+                    let a = v(m * k, 0.3);
+                    let b = v(k * (n + 3), 0.7);
+                    let ldb = n + 3;
+                    let ldc = n + 1;
+                    let start = v(m * ldc, 1.1);
+                    let mut c = start.clone();
+                    let (ars, acs) = if transposed_a { (1, m) } else { (k, 1) };
+                    let bias = v(n, 2.3);
+                    run(Product {
+                        m,
+                        n,
+                        k,
+                        c: c.as_mut_ptr(),
+                        ldc,
+                        accumulate,
+                        a: a.as_ptr(),
+                        ars,
+                        acs,
+                        b: b.as_ptr(),
+                        ldb,
+                        bias: if fused {
+                            bias.as_ptr()
+                        } else {
+                            std::ptr::null()
+                        },
+                        relu: fused,
+                    });
+                    for i in 0..m {
+                        for j in 0..ldc {
+                            let got = c[i * ldc + j];
+                            if j >= n {
+                                assert_eq!(got, start[i * ldc + j], "column {j} is outside");
+                                continue;
+                            }
+                            let dot: f32 =
+                                (0..k).map(|p| a[i * ars + p * acs] * b[p * ldb + j]).sum();
+                            let mut want = if accumulate {
+                                start[i * ldc + j] + dot
+                            } else {
+                                dot
+                            };
+                            if fused {
+                                want = (want + bias[j]).max(0.0);
+                            }
+                            assert!(
+                                (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                                "{m}x{n}x{k} (transposed a: {transposed_a}, accumulate: \
+                                 {accumulate}, bias and relu: {fused}) at ({i}, {j}): {got} vs \
+                                 {want}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
