@@ -19,7 +19,7 @@ const MR: usize = 4;
 const NV: usize = 3;
 
 /// Products of at most this many multiply-adds come here (see [`super::gemm::matmul`]).
-pub const MAX_MACS: usize = 1 << 21;
+pub const MAX_MACS: usize = 1 << 20;
 
 /// What happens to each product cell before it is stored: a bias per column is added, then
 /// ReLU (NaN stays NaN). A dense layer's forward pass in the same registers as its product.

@@ -257,7 +257,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let want = |name: &str| args.case.as_deref().is_none_or(|c| c == name);
     match args.target {
         Target::Env => match &args.env {
-            Some(id) => return vec_env_bench(&report, id, args.num_envs, args.env_threads, args.iters),
+            Some(id) => {
+                return vec_env_bench(&report, id, args.num_envs, args.env_threads, args.iters);
+            }
             None => env_bench(&report, &want, args.iters),
         },
         Target::Ddp => {
