@@ -3,7 +3,7 @@
 //!
 //! Written by hand because the `gemm` crate packs both operands and goes through its full
 //! dispatch even for a 64x128 by 128x128 product, and its microkernel steps through an unpacked
-//! operand with an address computation per element: callgrind put the whole small-MLP DQN update
+//! operand with an address computation per broadcast: callgrind put the whole small-MLP DQN update
 //! at 3.0 M instructions, 2.0 M of them in `gemm` (`drill bench learner --case dqn-update`).
 //! `nano-gemm` (the same author's small-matrix crate) needs column-major operands and tops out
 //! at 4 columns a microkernel. Here one tile is [`MR`] rows by [`NV`] SIMD vectors of columns,
@@ -34,6 +34,9 @@ pub struct Epilogue<'a> {
 impl Epilogue<'_> {
     /// Applied to a row-major buffer with `n` columns (for products made elsewhere).
     pub fn apply(&self, out: &mut [f32], n: usize) {
+        if n == 0 {
+            return;
+        }
         for row in out.chunks_exact_mut(n) {
             if let Some(bias) = self.bias {
                 row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
