@@ -27,6 +27,7 @@ use drill_env::{Actions, ObsBuf};
 use drill_exp::Checkpoint;
 use rand::{Rng, SeedableRng};
 
+use crate::compute::gemm::View;
 use crate::ddp::Ranks;
 use crate::dqn::Dqn;
 use crate::error::TrainError;
@@ -40,13 +41,10 @@ pub type StateDict = BTreeMap<String, (Vec<usize>, Vec<f32>)>;
 /// `(in, out)` → `(out, in)`.
 fn transpose(shape: &[usize], v: &[f32]) -> (Vec<usize>, Vec<f32>) {
     let (rows, cols) = (shape[0], shape[1]);
-    let mut out = vec![0.0; v.len()];
-    for r in 0..rows {
-        for c in 0..cols {
-            out[c * rows + r] = v[r * cols + c];
-        }
-    }
-    (vec![cols, rows], out)
+    (
+        vec![cols, rows],
+        View::transposed(v, cols).to_row_major(cols, rows),
+    )
 }
 
 /// DI-engine's name of drill's online-network layer `layer` (without `.weight`/`.bias`).

@@ -32,11 +32,57 @@ impl<'a> View<'a> {
         }
     }
 
+    /// The `m x n` matrix this view shows, copied into a new row-major buffer (e.g. a
+    /// transposed view laid out transposed).
+    pub fn to_row_major(&self, m: usize, n: usize) -> Vec<f32> {
+        self.check(m, n, "the copied matrix");
+        if m == 0 || n == 0 {
+            return Vec::new();
+        }
+        let mut out = Vec::with_capacity(m * n);
+        let cells = out.spare_capacity_mut().as_mut_ptr();
+        for j in 0..n {
+            let from = &self.data[j * self.cs..];
+            // SAFETY: j < n, and each column has m values (the check above).
+            unsafe {
+                if self.rs == 1 {
+                    write_column(cells, n, j, from[..m].iter());
+                } else {
+                    write_column(cells, n, j, from.iter().step_by(self.rs).take(m));
+                }
+            }
+        }
+        // SAFETY: the loops wrote all m * n cells (the check above keeps every column m long).
+        unsafe { out.set_len(m * n) };
+        out
+    }
+
     /// Panics unless every element of an `m x n` matrix lies in the slice.
     fn check(&self, m: usize, n: usize, what: &str) {
         if m > 0 && n > 0 {
             let last = (m - 1) * self.rs + (n - 1) * self.cs;
             assert!(last < self.data.len(), "matmul: {what} is too small");
+        }
+    }
+}
+
+/// Writes `column` down column `j` of the row-major buffer `cells` with `n` columns.
+///
+/// # Safety
+/// `cells` must hold `column`'s length rows of `n` cells, and `j < n`.
+unsafe fn write_column<'a>(
+    cells: *mut std::mem::MaybeUninit<f32>,
+    n: usize,
+    j: usize,
+    column: impl Iterator<Item = &'a f32>,
+) {
+    // SAFETY: cell (i, j), inside the buffer by the caller's contract; the last step leaves
+    // `cell` one row past the end, unused.
+    let mut cell = unsafe { cells.add(j) };
+    for x in column {
+        unsafe {
+            (*cell).write(*x);
+            cell = cell.wrapping_add(n);
         }
     }
 }
@@ -127,27 +173,6 @@ pub fn product_then(
     out
 }
 
-/// The `k x n` matrix `b` (stored transposed: row stride 1) copied row-major.
-fn row_major(b: View<'_>, k: usize, n: usize) -> Vec<f32> {
-    let mut out = Vec::with_capacity(k * n);
-    let cells = out.spare_capacity_mut().as_mut_ptr();
-    for j in 0..n {
-        let column = &b.data[j * b.cs..j * b.cs + k];
-        // SAFETY: cell (p, j) of the k x n allocation, p < k and j < n.
-        let mut cell = unsafe { cells.add(j) };
-        for x in column {
-            // SAFETY: as above; the last step leaves `cell` one row past the end, unused.
-            unsafe {
-                (*cell).write(*x);
-                cell = cell.wrapping_add(n);
-            }
-        }
-    }
-    // SAFETY: the loops wrote all k * n cells.
-    unsafe { out.set_len(k * n) };
-    out
-}
-
 /// The call into `gemm` (or [`small_gemm`]), after checking the operands.
 ///
 /// # Safety
@@ -173,7 +198,7 @@ unsafe fn gemm_into(
         let (rhs, ldb) = if b.cs == 1 {
             (b.data, b.rs)
         } else {
-            transposed = row_major(b, k, n);
+            transposed = b.to_row_major(k, n);
             (&transposed[..], n)
         };
         // SAFETY: the operands' elements lie inside their slices (checked above, and the

@@ -68,16 +68,13 @@ pub fn linear(x: Tensor<2>, weight: Tensor<2>, bias: Tensor<1>, relu: bool) -> T
     if relu { relu_op(y) } else { y }
 }
 
-/// ReLU as burn-flex's (NaN stays NaN). Written as a select, not a branch: the sign of a
-/// pre-activation is a coin flip, and a mispredicted branch per element cost more than the
-/// layer's GEMM.
-fn relu(x: f32) -> f32 {
-    if x > 0.0 || x.is_nan() { x } else { 0.0 }
-}
-
-/// [`relu`] over a buffer.
+/// ReLU over a buffer, as burn-flex's (NaN stays NaN). Written as a select, not a branch:
+/// the sign of a pre-activation is a coin flip, and a mispredicted branch per element cost
+/// more than the layer's GEMM.
 fn relu_in_place(v: &mut [f32]) {
-    v.iter_mut().for_each(|x| *x = relu(*x));
+    for x in v {
+        *x = if *x > 0.0 || x.is_nan() { *x } else { 0.0 };
+    }
 }
 
 /// Have the C allocator keep freed memory for reuse instead of handing it back to the

@@ -143,8 +143,7 @@ impl<M: Module> Trainer<M> {
         let fresh = self
             .adam
             .step_copy(&mut self.params, &self.grads, lr as f32);
-        let model = self.model.take().expect("model present");
-        self.model = Some(self.layout.write_owned(model, fresh));
+        self.install(fresh);
         if let Some(sync) = &mut self.sync {
             sync.after_step(&self.params)?;
         }
@@ -153,8 +152,13 @@ impl<M: Module> Trainer<M> {
 
     /// Write [`Self::params`] into the model (after loading or broadcasting parameters).
     pub fn sync_model(&mut self) {
+        self.install(self.params.clone());
+    }
+
+    /// Make `values` (a copy of [`Self::params`]) the model's parameter storage.
+    fn install(&mut self, values: Vec<f32>) {
         let model = self.model.take().expect("model present");
-        self.model = Some(self.layout.write(model, &self.params));
+        self.model = Some(self.layout.write_owned(model, values));
     }
 }
 
