@@ -115,7 +115,7 @@ pub fn estimate(cfg: &Config, spec: &EnvSpec) -> Vec<Item> {
         Err(steps) => Item {
             key: "policy.collect.n_sample",
             what: format!("a rollout of {steps} steps"),
-            bytes: steps as f64 * (2.0 * obs * F32 + 64.0),
+            bytes: steps as f64 * (obs * F32 + 64.0),
         },
     });
     items

@@ -5,7 +5,7 @@
 //! | side | methods | called by |
 //! |---|---|---|
 //! | eval | [`Policy::eval`] | `InteractionEvaluator` |
-//! | collect | [`Policy::collect`] (+ [`Policy::values`] on-policy) | `StepCollector`, `RolloutCollector`, `GaeEstimator` |
+//! | collect | [`Policy::collect`] (+ [`Policy::values`] on-policy) | `StepCollector`, `RolloutCollector` |
 //! | learn | [`Policy::learn`], [`Policy::train_iter`] | `OffPolicyLearner`, `OnPolicyLearner` |
 //! | state | [`Policy::state_dict`], [`Policy::load_state_dict`], [`Policy::weights`], [`Policy::load_weights`] | `CkptSaver`, `ModelExchanger`, resume |
 //!
@@ -37,6 +37,10 @@ pub struct Acted {
     /// Log-probability of each action under the behaviour policy (on-policy algorithms;
     /// left empty by the others).
     pub logp: Vec<f32>,
+    /// The critic's value of each observation, from the same forward pass as the actions
+    /// (on-policy algorithms with a value critic; left empty by the others, and the rollout
+    /// collector then asks [`Policy::values`]).
+    pub values: Vec<f32>,
 }
 
 /// What one call of the learn side reports.
@@ -74,8 +78,9 @@ pub trait Policy {
     /// of observations into `out`.
     fn collect(&mut self, obs: Obs<'_>, explore: &Explore, rng: &mut ChaCha8Rng, out: &mut Acted);
 
-    /// Collect side, on-policy: the critic's state values of a batch of observations (for
-    /// GAE). Policies without a state-value critic keep the default, which says so.
+    /// Collect side, on-policy: the critic's state values of a batch of observations (GAE's
+    /// bootstrap values: the rollout's last observations and truncated episodes' final ones).
+    /// Policies without a state-value critic keep the default, which says so.
     fn values(&mut self, obs: Obs<'_>, out: &mut Vec<f32>) -> Result<(), TrainError> {
         let _ = (obs, out);
         Err(TrainError::Unsupported {

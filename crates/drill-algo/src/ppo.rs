@@ -127,7 +127,8 @@ pub fn act_deterministic(
 }
 
 /// Sample actions for a batch of observations from the stochastic policy: the actions
-/// (continuous ones unclipped: the env clips) and their log-probabilities into `out`.
+/// (continuous ones unclipped: the env clips), their log-probabilities and the critic's values
+/// (from the same trunk features: one forward pass) into `out`.
 pub fn sample_actions(
     agent: &ActorCritic,
     space: &ActionSpace,
@@ -140,6 +141,10 @@ pub fn sample_actions(
     let n = obs.len() / obs_dim;
     let x = agent.features(input(obs, obs_dim, device));
     out.logp.resize(n, 0.0);
+    let v = agent.critic.forward(x.clone()).into_data();
+    out.values.clear();
+    out.values
+        .extend_from_slice(v.as_slice::<f32>().expect("f32 values"));
     match space {
         ActionSpace::Discrete(k) => {
             let logp = log_softmax(agent.actor.logits(x), 1).into_data();
@@ -414,11 +419,10 @@ pub fn train(
         collector = collector.reward_norm(p.collect.discount_factor);
     }
     task.use_mw(collector);
-    // ALGO: values of every state and next state, then GAE advantages and returns.
+    // ALGO: GAE advantages and returns from the collector's values.
     task.use_mw(GaeEstimator::new(
         p.collect.discount_factor as f32,
         p.collect.gae_lambda as f32,
-        &ppo,
     ));
     // ALGO: the update (Ppo::learn): epochs of shuffled minibatches.
     task.use_mw(OnPolicyLearner::new(&ppo, &rng, ranks.clone()));

@@ -17,10 +17,11 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     command: Command,
-    /// Intra-op threads for tensor operations (default 1: measured faster for small nets on
-    /// 2 cores; see `drill bench learner`). Also DRILL_THREADS.
-    #[arg(long, global = true, env = "DRILL_THREADS", default_value_t = 1)]
-    threads: usize,
+    /// Intra-op threads for tensor operations. Default: `drill train` and `drill eval` choose
+    /// from the work (every core for convolutional nets, shared among the ranks of this
+    /// machine; 1 for small MLPs, measured faster), the other commands 1. Also DRILL_THREADS.
+    #[arg(long, global = true, env = "DRILL_THREADS")]
+    threads: Option<usize>,
 }
 
 #[derive(Subcommand)]
@@ -56,18 +57,15 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .init();
-    if let Err(e) = rayon::ThreadPoolBuilder::new()
-        .num_threads(cli.threads.max(1))
-        .build_global()
-    {
-        tracing::warn!("could not size the tensor thread pool: {e}");
+    if !matches!(cli.command, Command::Train(_) | Command::Eval(_)) {
+        init_threads(cli.threads.unwrap_or(1));
     }
     let result = match cli.command {
-        Command::Train(args) => match cmd::train::run(args) {
+        Command::Train(args) => match cmd::train::run(args, cli.threads) {
             Ok(code) => return ExitCode::from(code.clamp(0, 255) as u8),
             Err(e) => Err(e),
         },
-        Command::Eval(args) => cmd::eval::run(args),
+        Command::Eval(args) => cmd::eval::run(args, cli.threads),
         Command::Export(args) => cmd::export::run(args),
         Command::Plot(args) => cmd::plot::run(args),
         Command::Env(args) => cmd::env::run(args),
@@ -83,6 +81,18 @@ fn main() -> ExitCode {
             eprintln!("error: {}", message(&e));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Size the tensor thread pool (burn's and drill's kernels run on rayon's global pool): once,
+/// before any tensor work.
+pub(crate) fn init_threads(n: usize) {
+    let n = n.max(1);
+    if let Err(e) = rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .build_global()
+    {
+        tracing::warn!("could not size the tensor thread pool to {n}: {e}");
     }
 }
 

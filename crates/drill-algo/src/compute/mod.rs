@@ -15,6 +15,7 @@ pub mod device;
 pub mod gemm;
 pub mod im2col;
 pub mod ops;
+pub mod peak;
 pub mod small_gemm;
 
 use burn::backend::Dispatch;

@@ -2,8 +2,8 @@
 
 use drill_env::{ActionBuf, ObsBuf};
 
-/// One rollout, filled by the `RolloutCollector` and completed by the `GaeEstimator`
-/// (values, advantages, returns); what an on-policy [`Policy`](crate::policy::Policy) learns
+/// One rollout with its values, filled by the `RolloutCollector` and completed by the
+/// `GaeEstimator` (advantages, returns); what an on-policy [`Policy`](crate::policy::Policy) learns
 /// from.
 #[derive(Debug, Clone, Default)]
 pub struct Rollout {
@@ -13,8 +13,6 @@ pub struct Rollout {
     pub num_envs: usize,
     /// `[rows, obs_dim]`.
     pub obs: ObsBuf,
-    /// `[rows, obs_dim]`: the next observation (the episode's last when it ended).
-    pub next_obs: ObsBuf,
     /// `[rows]` the sampled actions (continuous ones before clipping).
     pub actions: ActionBuf,
     /// Log-probabilities under the behaviour policy.
@@ -27,6 +25,9 @@ pub struct Rollout {
     pub ended: Vec<bool>,
     /// Values under the behaviour critic.
     pub values: Vec<f32>,
+    /// Values of the next observations (the episode's last when it was truncated; unused
+    /// where it terminated).
+    pub next_values: Vec<f32>,
     /// GAE advantages.
     pub adv: Vec<f32>,
     /// Value targets `adv + values`.

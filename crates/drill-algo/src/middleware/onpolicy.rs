@@ -42,7 +42,11 @@ impl RewardScaler {
 }
 
 /// Rolls out `steps` steps in every env copy with the policy's collect side into a
-/// [`Rollout`]; adds every rank's env steps to `ctx.env_step`.
+/// [`Rollout`], with the critic's values of every state (from the collect side's own forward
+/// pass) and of every next state: the next row's value while the episode goes on, one
+/// forward pass over the last observations for the final step, and one over the final
+/// observations of truncated episodes (DI-engine bootstraps truncation from the final
+/// observation); adds every rank's env steps to `ctx.env_step`.
 pub struct RolloutCollector<'a, P> {
     venv: Box<dyn DynVecEnv>,
     steps: usize,
@@ -51,6 +55,9 @@ pub struct RolloutCollector<'a, P> {
     ranks: Ranks,
     scaler: Option<RewardScaler>,
     acted: Acted,
+    /// Final observations of the truncated episodes of one rollout, and their rows.
+    truncated: (ObsBuf, Vec<usize>),
+    bootstrap: Vec<f32>,
 }
 
 impl<'a, P: Policy<Data = Rollout>> RolloutCollector<'a, P> {
@@ -62,6 +69,7 @@ impl<'a, P: Policy<Data = Rollout>> RolloutCollector<'a, P> {
         rng: &'a RefCell<ChaCha8Rng>,
         ranks: Ranks,
     ) -> Self {
+        let dtype = venv.spec().obs.dtype;
         Self {
             venv,
             steps: steps.max(1),
@@ -70,6 +78,8 @@ impl<'a, P: Policy<Data = Rollout>> RolloutCollector<'a, P> {
             ranks,
             scaler: None,
             acted: Acted::default(),
+            truncated: (ObsBuf::new(dtype), Vec::new()),
+            bootstrap: Vec::new(),
         }
     }
 
@@ -102,12 +112,13 @@ impl<P: Policy<Data = Rollout>> Middleware<OnlineRLContext> for RolloutCollector
             obs_dim: d,
             num_envs: n,
             obs: ObsBuf::zeros(spec.obs.dtype, rows * d),
-            next_obs: ObsBuf::zeros(spec.obs.dtype, rows * d),
             actions: ActionBuf::for_space(&spec.action_space, 0),
             logp: vec![0.0; rows],
             rewards: vec![0.0; rows],
             terminated: vec![false; rows],
             ended: vec![false; rows],
+            values: vec![0.0; rows],
+            next_values: vec![0.0; rows],
             ..Rollout::default()
         };
         let explore = Explore {
@@ -118,18 +129,25 @@ impl<P: Policy<Data = Rollout>> Middleware<OnlineRLContext> for RolloutCollector
         let world = self.ranks.world() as u64;
         let mut rng = self.rng.borrow_mut();
         let mut policy = self.policy.borrow_mut();
+        let (trunc_obs, trunc_rows) = &mut self.truncated;
+        trunc_obs.clear();
+        trunc_rows.clear();
         for t in 0..self.steps {
             let rows = t * n..(t + 1) * n;
             let obs = self.venv.obs();
             r.obs.write(rows.start * d, obs);
+            self.acted.values.clear();
             policy.collect(obs, &explore, &mut rng, &mut self.acted);
+            if self.acted.values.len() != n {
+                policy.values(obs, &mut self.acted.values).map_err(task_err)?;
+            }
+            r.values[rows.clone()].copy_from_slice(&self.acted.values);
             r.actions.extend(&self.acted.actions);
             r.logp[rows.clone()].copy_from_slice(&self.acted.logp);
             self.venv
                 .step(self.acted.actions.as_actions())
                 .map_err(task_err)?;
             let v = &self.venv;
-            r.next_obs.write(rows.start * d, v.final_obs());
             for i in 0..n {
                 let (term, done) = (v.terminated()[i], v.terminated()[i] || v.truncated()[i]);
                 let rew = v.rewards()[i];
@@ -142,7 +160,36 @@ impl<P: Policy<Data = Rollout>> Middleware<OnlineRLContext> for RolloutCollector
                 if done {
                     let at = ctx.env_step + (t * n) as u64 * world;
                     returns.0.push((v.final_returns()[i], at));
+                    if !term {
+                        trunc_obs.extend(v.final_obs().rows(i..i + 1, d));
+                        trunc_rows.push(rows.start + i);
+                    }
                 }
+            }
+        }
+        // ALGO: V(next state): the next row's value while the episode goes on; after the
+        // last step, one forward pass over the current observations; for a truncated
+        // episode, its final observation's (a terminated one does not bootstrap).
+        for k in 0..rows - n {
+            if !r.ended[k] {
+                r.next_values[k] = r.values[k + n];
+            }
+        }
+        policy
+            .values(self.venv.obs(), &mut self.bootstrap)
+            .map_err(task_err)?;
+        for (i, v) in self.bootstrap.iter().enumerate() {
+            let k = rows - n + i;
+            if !r.ended[k] {
+                r.next_values[k] = *v;
+            }
+        }
+        if !trunc_rows.is_empty() {
+            policy
+                .values(trunc_obs.as_obs(), &mut self.bootstrap)
+                .map_err(task_err)?;
+            for (&k, v) in trunc_rows.iter().zip(&self.bootstrap) {
+                r.next_values[k] = *v;
             }
         }
         drop((rng, policy));
@@ -151,28 +198,21 @@ impl<P: Policy<Data = Rollout>> Middleware<OnlineRLContext> for RolloutCollector
     }
 }
 
-/// Values of every state and next state under the behaviour critic (the policy's
-/// [`Policy::values`]), then GAE advantages and returns (DI-engine's `gae_estimator`).
-pub struct GaeEstimator<'a, P> {
-    policy: &'a RefCell<P>,
+/// GAE advantages and returns from the rollout's values and next values (DI-engine's
+/// `gae_estimator`; the values come from the collector's forward passes).
+pub struct GaeEstimator {
     gamma: f32,
     lambda: f32,
-    next_values: Vec<f32>,
 }
 
-impl<'a, P: Policy> GaeEstimator<'a, P> {
+impl GaeEstimator {
     /// Discount `gamma`, GAE `lambda`.
-    pub fn new(gamma: f32, lambda: f32, policy: &'a RefCell<P>) -> Self {
-        Self {
-            policy,
-            gamma,
-            lambda,
-            next_values: Vec::new(),
-        }
+    pub fn new(gamma: f32, lambda: f32) -> Self {
+        Self { gamma, lambda }
     }
 }
 
-impl<P: Policy> Middleware<OnlineRLContext> for GaeEstimator<'_, P> {
+impl Middleware<OnlineRLContext> for GaeEstimator {
     fn name(&self) -> String {
         "gae_estimator".into()
     }
@@ -181,18 +221,11 @@ impl<P: Policy> Middleware<OnlineRLContext> for GaeEstimator<'_, P> {
         let Some(r) = ctx.ext.get_mut::<Rollout>() else {
             return Ok(());
         };
-        let mut policy = self.policy.borrow_mut();
-        policy
-            .values(r.obs.as_obs(), &mut r.values)
-            .map_err(task_err)?;
-        policy
-            .values(r.next_obs.as_obs(), &mut self.next_values)
-            .map_err(task_err)?;
         r.adv = vec![0.0; r.len()];
         gae(
             &r.rewards,
             &r.values,
-            &self.next_values,
+            &r.next_values,
             &r.terminated,
             &r.ended,
             r.num_envs,
@@ -259,5 +292,91 @@ impl<P: Policy<Data = Rollout>> Middleware<OnlineRLContext> for OnPolicyLearner<
         }
         ctx.train_iter = policy.train_iter();
         log_scalars(ctx, &self.ranks, &self.out, &mut self.logged)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ppo::Ppo;
+    use crate::session;
+    use burn::tensor::Device;
+    use drill_config::Config;
+    use drill_task::Task;
+    use rand::SeedableRng;
+
+    /// Pendulum truncates at 200 steps, so a 256-step rollout of 2 copies holds truncated
+    /// episodes, steps that go on, and a last step that bootstraps. The collector's values
+    /// (reused from its forward passes, plus the bootstrap passes) give the advantages that
+    /// recomputing every value and next value in whole-rollout passes gives.
+    #[test]
+    fn reused_values_give_the_advantages_of_recomputed_ones() {
+        let cfg = Config::parse(
+            "seed = 3\n[env]\nid = \"Pendulum-v1\"\ncollector_env_num = 2\n[policy]\ntype = \"ppo\"\n",
+            "t.toml",
+            &[],
+        )
+        .unwrap();
+        let drill_config::Policy::Ppo(p) = &cfg.policy else {
+            unreachable!("a PPO config")
+        };
+        let ppo = RefCell::new(Ppo::from_config(&cfg, p, &Device::flex(), Ranks::alone()).unwrap());
+        let rng = RefCell::new(ChaCha8Rng::seed_from_u64(1));
+        let steps = 256;
+        let mut task = Task::<OnlineRLContext>::new();
+        let venv = session::collector_envs(&cfg, 0).unwrap();
+        task.use_mw(RolloutCollector::new(venv, steps, &ppo, &rng, Ranks::alone()));
+        task.use_mw(GaeEstimator::new(0.99, 0.95));
+        task.step().unwrap();
+        let r = task.ctx().ext.get::<Rollout>().unwrap();
+        let (n, d) = (r.num_envs, r.obs_dim);
+        let truncated = (0..r.len()).filter(|&k| r.ended[k] && !r.terminated[k]);
+        assert_eq!(truncated.count(), 2, "one truncation per copy");
+
+        // The same episodes again, with the rollout's actions, keeping every next observation
+        // (the episode's last one where it ended).
+        let mut twin = session::collector_envs(&cfg, 0).unwrap();
+        let mut next_obs = ObsBuf::new(r.obs.dtype());
+        let ActionBuf::Continuous { dim, values } = &r.actions else {
+            unreachable!("Pendulum's actions are continuous")
+        };
+        for t in 0..steps {
+            assert_eq!(
+                twin.obs(),
+                r.obs.as_obs().rows(t * n..(t + 1) * n, d),
+                "the twin follows the rollout"
+            );
+            let a = ActionBuf::Continuous {
+                dim: *dim,
+                values: values[t * n * dim..(t + 1) * n * dim].to_vec(),
+            };
+            twin.step(a.as_actions()).unwrap();
+            next_obs.extend(twin.final_obs());
+        }
+        let (mut values, mut next_values) = (Vec::new(), Vec::new());
+        let mut policy = ppo.borrow_mut();
+        policy.values(r.obs.as_obs(), &mut values).unwrap();
+        policy.values(next_obs.as_obs(), &mut next_values).unwrap();
+        let mut adv = vec![0.0; r.len()];
+        gae(
+            &r.rewards,
+            &values,
+            &next_values,
+            &r.terminated,
+            &r.ended,
+            n,
+            0.99,
+            0.95,
+            &mut adv,
+        );
+        for (k, (got, want)) in r.adv.iter().zip(&adv).enumerate() {
+            assert!(
+                (got - want).abs() <= 1e-4 * want.abs().max(1.0),
+                "row {k}: advantage {got} from reused values, {want} recomputed"
+            );
+        }
+        for (k, (got, want)) in r.values.iter().zip(&values).enumerate() {
+            assert!((got - want).abs() <= 1e-5, "row {k}: value {got} vs {want}");
+        }
     }
 }

@@ -653,5 +653,46 @@ fn learner_bench(
             n,
             &format!("4x84x84, batch 32, Adam, {threads} thread(s)"),
         );
+        // The roofline: the update's multiply-adds (target forward, online forward, weight
+        // gradients, input gradients but the first layer's) against the measured FMA peak.
+        let (fwd, first) = nature_cnn_macs(6);
+        let gflop = 2.0 * bs as f64 * (4.0 * fwd - first) / 1e9;
+        let peak = drill_algo::compute::peak::fma_peak_gflops() * threads as f64;
+        let achieved = gflop / (us * 1e-6);
+        report.row(
+            "fma-peak",
+            "GFLOP/s",
+            peak,
+            5,
+            &format!("f32 FMA peak measured on {threads} thread(s)"),
+        );
+        report.row(
+            "nature-cnn-update-rate",
+            "GFLOP/s",
+            achieved,
+            n,
+            &format!(
+                "{:.1} % of the f32 FMA peak ({gflop:.2} GFLOP per update)",
+                100.0 * achieved / peak
+            ),
+        );
     }
+}
+
+/// Multiply-adds of one 4x84x84 frame through the Nature CNN (convolutions 32 8x8/4,
+/// 64 4x4/2, 64 3x3/1, dense 3136-512-`actions`), and those of its first layer (whose input
+/// gradient no update needs).
+fn nature_cnn_macs(actions: usize) -> (f64, f64) {
+    let (mut side, mut c_in, mut total, mut first) = (84, 4, 0.0, 0.0);
+    for (c_out, k, stride) in [(32, 8, 4), (64, 4, 2), (64, 3, 1)] {
+        side = (side - k) / stride + 1;
+        let macs = (c_out * c_in * k * k * side * side) as f64;
+        if first == 0.0 {
+            first = macs;
+        }
+        total += macs;
+        c_in = c_out;
+    }
+    total += (c_in * side * side * 512 + 512 * actions) as f64;
+    (total, first)
 }

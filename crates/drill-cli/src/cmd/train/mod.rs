@@ -116,14 +116,27 @@ pub enum PlatformArg {
     Slurm,
 }
 
-pub(crate) fn load_config(args: &Args) -> anyhow::Result<Config> {
+/// The run's config, checked; sizes the tensor thread pool first (`threads`, else chosen from
+/// the config, shared among this machine's training processes).
+pub(crate) fn load_config(args: &Args, threads: Option<usize>) -> anyhow::Result<Config> {
     let mut overrides = args.set.clone();
     if let Some(seed) = args.seed {
         overrides.push(format!("seed={seed}"));
     }
     let config = Config::load(&args.config_path()?, &overrides)?;
+    // A rank started by a launcher shares the machine with LOCAL_WORLD_SIZE ranks.
+    let local_ranks = std::env::var("LOCAL_WORLD_SIZE")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    let processes = args
+        .nproc_per_node
+        .or(args.parallel_workers)
+        .or(local_ranks)
+        .unwrap_or(1);
+    crate::init_threads(
+        threads.unwrap_or_else(|| drill_algo::session::default_threads(&config, processes)),
+    );
     // Before validate, which builds the networks: a size that cannot fit is named, not hit.
-    let processes = args.nproc_per_node.or(args.parallel_workers).unwrap_or(1);
     drill_algo::memory::check(&config, processes)?;
     drill_algo::validate(&config)?;
     Ok(config)
@@ -184,9 +197,10 @@ impl Args {
     }
 }
 
-/// Train; returns the process exit code.
-pub fn run(args: Args) -> anyhow::Result<i32> {
-    let config = load_config(&args)?;
+/// Train with `threads` intra-op threads (None: chosen from the config); returns the process
+/// exit code.
+pub fn run(args: Args, threads: Option<usize>) -> anyhow::Result<i32> {
+    let config = load_config(&args, threads)?;
     if args.save_replay && config.policy.kind() == "ppo" {
         anyhow::bail!(
             "--save-replay: policy.type {:?} keeps no replay buffer (DQN and SAC do)",

@@ -21,6 +21,8 @@ pub(super) fn launch_ranks(args: &Args, config: &Config, n: usize) -> anyhow::Re
     drill_algo::session::check_data_parallel(config, "--nproc-per-node")?;
     let mut child = vec!["train".to_string()];
     child.extend(args.config.clone());
+    // Each rank's share of the cores (or what --threads said), as sized by load_config.
+    child.extend(["--threads".into(), rayon::current_num_threads().to_string()]);
     if let Some(s) = args.seed {
         child.extend(["--seed".into(), s.to_string()]);
     }

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# `drill train configs/pong_ppo.toml` side by side with CleanRL's ppo_atari in PyTorch
+# (scripts/cleanrl_ppo_atari.py: ale-py's AtariVectorEnv, the same hyper-parameters),
+# interleaved round by round so both see the same machine load. Each side's figure is the
+# median env steps/s over its iterations after the first (drill's from metrics.jsonl: env steps
+# and wall time of each iteration's log; no evaluation inside the window).
+#
+#   scripts/bench_pong_ppo_vs_torch.sh [PYTHON] [ROUNDS] [ITERATIONS] [TORCH_THREADS] [DRILL_ARGS...]
+#   e.g. ALE_ROM_DIR=$PWD/roms scripts/bench_pong_ppo_vs_torch.sh /tmp/v/bin/python 3 12 2
+# DRILL_ARGS go to drill (e.g. `--threads 1`, `--set policy.precision=\"bf16\"`).
+set -euo pipefail
+PY=${1:-python3}
+ROUNDS=${2:-3}
+ITERS=${3:-12}
+TT=${4:-2}
+shift $(($# < 4 ? $# : 4))
+DRILL=${DRILL:-target/release/drill}
+[ -x "$DRILL" ] || { echo "build drill first: cargo build --release --features atari (or set DRILL)" >&2; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for ((r = 1; r <= ROUNDS; r++)); do
+  "$DRILL" "$@" train configs/pong_ppo.toml --quiet --exp-dir "$tmp/drill$r" \
+    --set max_env_step=$((ITERS * 1024)) --set policy.eval.evaluator.eval_freq=100000000 \
+    >"$tmp/log$r" 2>&1 || { cat "$tmp/log$r"; exit 1; }
+  d=$("$PY" - "$tmp/drill$r/metrics.jsonl" <<'PY'
+import json, statistics, sys
+pts = [(r["step"], r["wall_time"]) for r in map(json.loads, open(sys.argv[1])) if r["tag"] == "charts/SPS"]
+rates = [(s1 - s0) / (w1 - w0) for (s0, w0), (s1, w1) in zip(pts, pts[1:])]
+print(f"{statistics.median(rates):.1f}")
+PY
+)
+  t=$("$PY" scripts/cleanrl_ppo_atari.py --threads "$TT" --iterations "$ITERS" | tail -1 |
+    sed -n 's/.*median \([0-9.]*\) env.*/\1/p')
+  printf 'round %s: drill %s env steps/s, torch %s env steps/s\n' "$r" "$d" "$t" | tee -a "$tmp/rows"
+done
+awk '{ d[n] = $4; t[n] = $7; n++ }
+  function med(a, n,   i, j, x) { for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (a[j] < a[i]) { x = a[i]; a[i] = a[j]; a[j] = x }
+    return n % 2 ? a[int(n / 2)] : (a[n / 2 - 1] + a[n / 2]) / 2 }
+  END { md = med(d, n); mt = med(t, n); printf "median: drill %.1f, torch %.1f env steps/s: drill/torch %.2fx (%d rounds)\n", md, mt, md / mt, n }' "$tmp/rows"

@@ -1,0 +1,167 @@
+"""The anchor for `drill train configs/pong_ppo.toml`: CleanRL's `ppo_atari` as a user would write
+it in PyTorch, on ale-py's vectorised Atari (AtariVectorEnv, C++ threads), with pong_ppo.toml's
+hyper-parameters: 8 envs x 128 steps, 4 epochs x 4 minibatches of 256, lr 2.5e-4 annealed,
+clip 0.1 (policy and value), entropy 0.01, value 0.5, GAE 0.99/0.95, advantage normalisation,
+gradient norm 0.5, the Nature CNN with orthogonal init. It prints env steps/s per iteration
+and, at the end, the median after the first iteration (the figure drill's is compared with).
+
+    python3 -m venv /tmp/v && /tmp/v/bin/pip install torch numpy ale-py==0.12.1 gymnasium
+    /tmp/v/bin/python scripts/cleanrl_ppo_atari.py [--threads 2] [--iterations 20] [--env-threads 2]
+
+`--threads` is torch's intra-op threads (its best on 2 cores is measured, not assumed:
+run 1 and 2). Side by side with drill: scripts/bench_pong_ppo_vs_torch.sh.
+"""
+
+import argparse
+import statistics
+import time
+
+import ale_py
+import numpy as np
+import torch
+import torch.nn as nn
+from torch.distributions.categorical import Categorical
+
+
+def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class Agent(nn.Module):
+    def __init__(self, actions):
+        super().__init__()
+        self.network = nn.Sequential(
+            layer_init(nn.Conv2d(4, 32, 8, stride=4)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+            nn.ReLU(),
+            nn.Flatten(),
+            layer_init(nn.Linear(64 * 7 * 7, 512)),
+            nn.ReLU(),
+        )
+        self.actor = layer_init(nn.Linear(512, actions), std=0.01)
+        self.critic = layer_init(nn.Linear(512, 1), std=1)
+
+    def get_value(self, x):
+        return self.critic(self.network(x / 255.0))
+
+    def get_action_and_value(self, x, action=None):
+        hidden = self.network(x / 255.0)
+        probs = Categorical(logits=self.actor(hidden))
+        if action is None:
+            action = probs.sample()
+        return action, probs.log_prob(action), probs.entropy(), self.critic(hidden)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--game", default="pong")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--env-threads", type=int, default=2)
+    p.add_argument("--iterations", type=int, default=20)
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    num_envs, num_steps, epochs, minibatches = 8, 128, 4, 4
+    lr, gamma, lam, clip, ent, vf, max_norm = 2.5e-4, 0.99, 0.95, 0.1, 0.01, 0.5, 0.5
+    total_steps = 10_000_000
+    batch = num_envs * num_steps
+    mb_size = batch // minibatches
+
+    # The same chain as drill's training default: noop 30, frame skip 4 with max-pool, fire
+    # reset, 84x84 grayscale, reward clipping, stack 4, episodic life, no sticky actions.
+    envs = ale_py.vector_env.AtariVectorEnv(
+        game=a.game,
+        num_envs=num_envs,
+        num_threads=a.env_threads,
+        repeat_action_probability=0.0,
+        episodic_life=True,
+        reward_clipping=True,
+    )
+    n_act = envs.single_action_space.n
+    agent = Agent(n_act)
+    opt = torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5)
+    obs = torch.zeros((num_steps, num_envs, 4, 84, 84), dtype=torch.uint8)
+    actions = torch.zeros((num_steps, num_envs), dtype=torch.long)
+    logprobs = torch.zeros((num_steps, num_envs))
+    rewards = torch.zeros((num_steps, num_envs))
+    dones = torch.zeros((num_steps, num_envs))
+    values = torch.zeros((num_steps, num_envs))
+    next_obs, _ = envs.reset(seed=a.seed)
+    next_obs = torch.as_tensor(next_obs)
+    next_done = torch.zeros(num_envs)
+    step = 0
+    rates = []
+    for it in range(1, a.iterations + 1):
+        t0 = time.perf_counter()
+        opt.param_groups[0]["lr"] = lr * (1.0 - (it - 1.0) * batch / total_steps)
+        for s in range(num_steps):
+            step += num_envs
+            obs[s] = next_obs
+            dones[s] = next_done
+            with torch.no_grad():
+                action, logprob, _, value = agent.get_action_and_value(next_obs.float())
+                values[s] = value.flatten()
+            actions[s] = action
+            logprobs[s] = logprob
+            o, r, term, trunc, _ = envs.step(action.numpy())
+            rewards[s] = torch.as_tensor(r, dtype=torch.float32)
+            next_obs = torch.as_tensor(o)
+            next_done = torch.as_tensor(np.logical_or(term, trunc), dtype=torch.float32)
+        with torch.no_grad():
+            next_value = agent.get_value(next_obs.float()).reshape(1, -1)
+            adv = torch.zeros_like(rewards)
+            last = 0
+            for t in reversed(range(num_steps)):
+                if t == num_steps - 1:
+                    nonterminal, nextvalues = 1.0 - next_done, next_value
+                else:
+                    nonterminal, nextvalues = 1.0 - dones[t + 1], values[t + 1]
+                delta = rewards[t] + gamma * nextvalues * nonterminal - values[t]
+                adv[t] = last = delta + gamma * lam * nonterminal * last
+            returns = adv + values
+        b_obs = obs.reshape((-1, 4, 84, 84))
+        b_logprobs, b_actions = logprobs.reshape(-1), actions.reshape(-1)
+        b_adv, b_returns, b_values = adv.reshape(-1), returns.reshape(-1), values.reshape(-1)
+        inds = np.arange(batch)
+        for _ in range(epochs):
+            np.random.shuffle(inds)
+            for start in range(0, batch, mb_size):
+                mb = inds[start : start + mb_size]
+                _, newlogprob, entropy, newvalue = agent.get_action_and_value(
+                    b_obs[mb].float(), b_actions[mb]
+                )
+                logratio = newlogprob - b_logprobs[mb]
+                ratio = logratio.exp()
+                mb_adv = b_adv[mb]
+                mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
+                pg_loss = torch.max(
+                    -mb_adv * ratio, -mb_adv * torch.clamp(ratio, 1 - clip, 1 + clip)
+                ).mean()
+                newvalue = newvalue.view(-1)
+                v_unclipped = (newvalue - b_returns[mb]) ** 2
+                v_clipped = b_values[mb] + torch.clamp(newvalue - b_values[mb], -clip, clip)
+                v_loss = 0.5 * torch.max(v_unclipped, (v_clipped - b_returns[mb]) ** 2).mean()
+                loss = pg_loss - ent * entropy.mean() + v_loss * vf
+                opt.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(agent.parameters(), max_norm)
+                opt.step()
+        rate = batch / (time.perf_counter() - t0)
+        if it > 1:
+            rates.append(rate)
+        print(f"iteration {it}: {step} env steps, {rate:.1f} env steps/s", flush=True)
+    envs.close()
+    print(
+        f"torch ppo_atari: median {statistics.median(rates):.1f} env steps/s after the first "
+        f"iteration ({a.threads} torch threads, {a.env_threads} env threads)"
+    )
+
+
+if __name__ == "__main__":
+    main()
