@@ -225,6 +225,9 @@ pub struct DqnPolicy {
     pub kind: String,
     /// Run on CUDA (needs a binary built with `--features cuda`).
     pub cuda: bool,
+    /// Precision of the large matrix products on the CPU: `f32`, or `bf16` (operands rounded
+    /// to bfloat16, f32 accumulation, f32 weights and Adam state).
+    pub precision: Precision,
     /// Data-parallel training across ranks (DI-engine's name; `ddp` is an alias).
     #[serde(alias = "ddp")]
     pub multi_gpu: bool,
@@ -257,6 +260,7 @@ impl Default for DqnPolicy {
         Self {
             kind: "dqn".into(),
             cuda: false,
+            precision: Precision::F32,
             multi_gpu: false,
             ddp_split_batch: false,
             ddp_bucket_cap_mb: 25.0,
@@ -270,6 +274,20 @@ impl Default for DqnPolicy {
             other: DqnOther::default(),
         }
     }
+}
+
+/// `policy.precision`: the arithmetic of the large matrix products (convolutions and wide
+/// dense layers) on the CPU.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// f32 throughout.
+    #[default]
+    F32,
+    /// Operands rounded to bfloat16 (round to nearest even), products accumulated in f32:
+    /// AVX-512 BF16 dot products where the CPU has them, the same arithmetic in portable code
+    /// elsewhere. Weights, gradients and Adam state stay f32.
+    Bf16,
 }
 
 /// How PPO's Gaussian policy gets its standard deviation.
@@ -405,6 +423,9 @@ pub struct PpoPolicy {
     pub kind: String,
     /// Run on CUDA (needs a binary built with `--features cuda`).
     pub cuda: bool,
+    /// Precision of the large matrix products on the CPU: `f32`, or `bf16` (operands rounded
+    /// to bfloat16, f32 accumulation, f32 weights and Adam state).
+    pub precision: Precision,
     /// Data-parallel training across ranks (`ddp` is an alias).
     #[serde(alias = "ddp")]
     pub multi_gpu: bool,
@@ -431,6 +452,7 @@ impl Default for PpoPolicy {
         Self {
             kind: "ppo".into(),
             cuda: false,
+            precision: Precision::F32,
             multi_gpu: false,
             ddp_split_batch: false,
             ddp_bucket_cap_mb: 25.0,
@@ -544,6 +566,9 @@ pub struct SacPolicy {
     pub kind: String,
     /// Run on CUDA (needs a binary built with `--features cuda`).
     pub cuda: bool,
+    /// Precision of the large matrix products on the CPU: `f32`, or `bf16` (operands rounded
+    /// to bfloat16, f32 accumulation, f32 weights and Adam state).
+    pub precision: Precision,
     /// Data-parallel training across ranks (`ddp` is an alias).
     #[serde(alias = "ddp")]
     pub multi_gpu: bool,
@@ -573,6 +598,7 @@ impl Default for SacPolicy {
         Self {
             kind: "sac".into(),
             cuda: false,
+            precision: Precision::F32,
             multi_gpu: false,
             ddp_split_batch: false,
             ddp_bucket_cap_mb: 25.0,

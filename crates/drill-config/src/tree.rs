@@ -162,6 +162,15 @@ impl Policy {
         }
     }
 
+    /// `policy.precision`.
+    pub fn precision(&self) -> crate::Precision {
+        match self {
+            Policy::Dqn(p) => p.precision,
+            Policy::Ppo(p) => p.precision,
+            Policy::Sac(p) => p.precision,
+        }
+    }
+
     /// `policy.multi_gpu`.
     pub fn multi_gpu(&self) -> bool {
         self.ddp().multi_gpu

@@ -1,4 +1,5 @@
-//! [`select_device`]: where a run's tensors live, from DI-engine's `policy.cuda`.
+//! [`select_device`]: where a run's tensors live, from DI-engine's `policy.cuda`, and in what
+//! precision its large products run (`policy.precision`).
 
 use crate::error::TrainError;
 use burn::tensor::Device;
@@ -6,8 +7,19 @@ use burn::tensor::Device;
 /// The device for `policy.cuda`: the CPU (burn's flex backend, with [`super::conv2d`] and
 /// [`super::linear`]'s own kernels) when false, else [`gpu`]. A binary without a GPU backend,
 /// or a machine without an adapter, is refused here, before anything trains, naming
-/// `policy.cuda`.
+/// `policy.cuda`. Sets this process's product precision from `policy.precision` (bf16 is
+/// a CPU path: refused with `policy.cuda`).
 pub fn select_device(config: &drill_config::Config) -> Result<Device, TrainError> {
+    let bf16 = config.policy.precision() == drill_config::Precision::Bf16;
+    if bf16 && config.policy.cuda() {
+        return Err(config
+            .error(
+                "policy.precision",
+                "is \"bf16\", which drill's CPU kernels compute; on the GPU (policy.cuda = true) keep \"f32\"",
+            )
+            .into());
+    }
+    super::bf16::set_enabled(bf16);
     if !config.policy.cuda() {
         return Ok(Device::flex());
     }

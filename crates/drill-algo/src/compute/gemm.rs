@@ -1,6 +1,7 @@
 //! One safe entry point for matrix products, [`matmul`] over strided views of slices: small
 //! products (dense layers of small nets) go to [`super::small_gemm`], the rest to the `gemm`
-//! crate (burn-flex's own GEMM; drill enables its AVX-512 kernels, picked at run time).
+//! crate (burn-flex's own GEMM; drill enables its AVX-512 kernels, picked at run time), or
+//! with `policy.precision = "bf16"` to [`super::bf16`].
 
 use super::small_gemm;
 pub use super::small_gemm::Epilogue;
@@ -8,9 +9,9 @@ pub use super::small_gemm::Epilogue;
 /// A matrix view of a slice: element `(i, j)` is `data[i * rs + j * cs]`.
 #[derive(Clone, Copy)]
 pub struct View<'a> {
-    data: &'a [f32],
-    rs: usize,
-    cs: usize,
+    pub(super) data: &'a [f32],
+    pub(super) rs: usize,
+    pub(super) cs: usize,
 }
 
 impl<'a> View<'a> {
@@ -29,6 +30,15 @@ impl<'a> View<'a> {
             data,
             rs: 1,
             cs: cols,
+        }
+    }
+
+    /// The transpose of this view (no copy).
+    pub fn t(self) -> Self {
+        Self {
+            data: self.data,
+            rs: self.cs,
+            cs: self.rs,
         }
     }
 
@@ -215,6 +225,27 @@ unsafe fn gemm_into(
                 ldb,
                 epilogue,
             );
+        }
+        return;
+    }
+    if super::bf16::enabled() {
+        // SAFETY: as for `gemm` below: the operands were checked, the caller vouches for
+        // the destination.
+        unsafe {
+            super::bf16::gemm(
+                super::bf16::Level::current(),
+                dst,
+                (m, n, k),
+                dst_strides,
+                accumulate,
+                a,
+                b,
+                parallel,
+            );
+        }
+        if epilogue.bias.is_some() || epilogue.relu {
+            // SAFETY: as below.
+            epilogue.apply(unsafe { std::slice::from_raw_parts_mut(dst, m * n) }, n);
         }
         return;
     }

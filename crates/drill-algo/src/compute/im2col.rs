@@ -12,8 +12,48 @@
 //! batch element when the rayon pool has more than one. No padding, no dilation, one group:
 //! what the Atari encoders use.
 
+use super::bf16;
 use super::gemm::{View, matmul};
 use rayon::prelude::*;
+
+/// A layer's weight as the left operand of every batch element's product: in bf16 precision
+/// packed once per layer call, not once per element.
+enum Left<'a> {
+    F32(View<'a>),
+    Bf16(bf16::Level, bf16::PackedLeft),
+}
+
+impl<'a> Left<'a> {
+    /// `a (m x k)`, packed when this process computes in bf16.
+    fn new(a: View<'a>, m: usize, k: usize) -> Self {
+        if bf16::enabled() {
+            let level = bf16::Level::current();
+            Left::Bf16(level, bf16::PackedLeft::new(level, a, m, k))
+        } else {
+            Left::F32(a)
+        }
+    }
+
+    /// `dst (m x n, row-major) = [dst +] self * b (k x n)` on this thread.
+    fn times(
+        &self,
+        (m, n, k): (usize, usize, usize),
+        dst: &mut [f32],
+        accumulate: bool,
+        b: View<'_>,
+    ) {
+        match self {
+            Left::F32(a) => matmul((m, n, k), dst, (n, 1), accumulate, *a, b, false),
+            Left::Bf16(level, a) => {
+                assert!(dst.len() >= m * n, "conv product destination");
+                // SAFETY: dst holds the m x n row-major product and is borrowed mutably.
+                unsafe {
+                    bf16::gemm_left_packed(*level, dst.as_mut_ptr(), (n, 1), accumulate, a, b, n)
+                }
+            }
+        }
+    }
+}
 
 /// Shapes of one convolution (no padding, no dilation, one group).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -257,21 +297,14 @@ pub fn forward(x: &[f32], weight: &[f32], bias: &[f32], g: &Geometry, relu: bool
     assert_eq!(weight.len(), g.c_out * k, "conv weight size");
     assert_eq!(bias.len(), g.c_out, "conv bias size");
     let mut y = vec![0f32; g.batch * g.out_len()];
+    let w = Left::new(View::rows(weight, k), g.c_out, k);
     per_batch(&mut y, g.out_len(), scratch_len(g), |b, yb, scratch| {
         let (col, xs) = scratch.split_at_mut(k * p);
         patches(x, b, g, xs, col);
         for (row, &bv) in yb.chunks_exact_mut(p).zip(bias) {
             row.fill(bv);
         }
-        matmul(
-            (g.c_out, p, k),
-            yb,
-            (p, 1),
-            true,
-            View::rows(weight, k),
-            View::rows(col, p),
-            false,
-        );
+        w.times((g.c_out, p, k), yb, true, View::rows(col, p));
         if relu {
             super::relu_in_place(yb);
         }
@@ -335,18 +368,12 @@ pub fn backward_input(weight: &[f32], dy: &[f32], g: &Geometry) -> Vec<f32> {
     let (k, p, co) = (g.k(), g.p(), g.c_out);
     assert_eq!(dy.len(), g.batch * g.out_len(), "conv output gradient size");
     let mut dx = vec![0f32; g.batch * g.in_len()];
+    let wt = Left::new(View::transposed(weight, k), k, co);
     per_batch(&mut dx, g.in_len(), scratch_len(g), |b, dxb, scratch| {
         let (dcol, dxs) = scratch.split_at_mut(k * p);
         // dcol (K x P) = W^T (K x c_out) * dy[b] (c_out x P).
-        matmul(
-            (k, p, co),
-            dcol,
-            (p, 1),
-            false,
-            View::transposed(weight, k),
-            View::rows(&dy[b * g.out_len()..(b + 1) * g.out_len()], p),
-            false,
-        );
+        let dyb = &dy[b * g.out_len()..(b + 1) * g.out_len()];
+        wt.times((k, p, co), dcol, false, View::rows(dyb, p));
         if g.sw == 1 {
             col2im_add(dcol, g, dxb);
         } else {

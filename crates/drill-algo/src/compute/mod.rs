@@ -10,6 +10,7 @@
 //! every matmul output twice; the Nature-DQN update spent most of its time there
 //! (`drill bench learner --case nature-cnn-update`).
 
+pub mod bf16;
 pub mod dense;
 pub mod device;
 pub mod gemm;

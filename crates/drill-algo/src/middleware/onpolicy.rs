@@ -139,7 +139,9 @@ impl<P: Policy<Data = Rollout>> Middleware<OnlineRLContext> for RolloutCollector
             self.acted.values.clear();
             policy.collect(obs, &explore, &mut rng, &mut self.acted);
             if self.acted.values.len() != n {
-                policy.values(obs, &mut self.acted.values).map_err(task_err)?;
+                policy
+                    .values(obs, &mut self.acted.values)
+                    .map_err(task_err)?;
             }
             r.values[rows.clone()].copy_from_slice(&self.acted.values);
             r.actions.extend(&self.acted.actions);
@@ -325,7 +327,13 @@ mod tests {
         let steps = 256;
         let mut task = Task::<OnlineRLContext>::new();
         let venv = session::collector_envs(&cfg, 0).unwrap();
-        task.use_mw(RolloutCollector::new(venv, steps, &ppo, &rng, Ranks::alone()));
+        task.use_mw(RolloutCollector::new(
+            venv,
+            steps,
+            &ppo,
+            &rng,
+            Ranks::alone(),
+        ));
         task.use_mw(GaeEstimator::new(0.99, 0.95));
         task.step().unwrap();
         let r = task.ctx().ext.get::<Rollout>().unwrap();

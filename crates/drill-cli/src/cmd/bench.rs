@@ -617,66 +617,102 @@ fn learner_bench(
             ),
         );
     }
-    if want("nature-cnn-update") {
-        let ad = device.clone().autodiff();
-        let mut trainer = Trainer::new(NatureCnn::new(6, &ad), 1e-8);
-        let target = NatureCnn::new(6, &device);
-        let bs = 32;
-        let obs = Tensor::<4>::random([bs, 4, 84, 84], Distribution::Uniform(0.0, 1.0), &device)
-            .into_data();
-        let actions = TensorData::new((0..bs as i64).map(|k| k % 6).collect::<Vec<_>>(), [bs, 1]);
-        let n = iters.unwrap_or(30);
-        let us = time_us(2.min(n), n, || {
-            let next = target
-                .forward(Tensor::<4>::from_data(obs.clone(), &device))
-                .max_dim(1)
-                .reshape([bs]);
-            let y = next.mul_scalar(0.99).add_scalar(1.0);
-            let x = Tensor::<4>::from_data(obs.clone(), &ad);
-            let q = trainer
-                .model()
-                .forward(x)
-                .gather(1, Tensor::<2, Int>::from_data(actions.clone(), &ad))
-                .reshape([bs]);
-            let td = q - Tensor::<1>::from_data(y.into_data(), &ad);
-            trainer
-                .backward((td.clone() * td).mean())
-                .expect("one process: nothing to fail");
-            trainer
-                .step(1e-4, 0.0)
-                .expect("one process: nothing to fail");
-        });
-        report.row(
-            "nature-cnn-update",
-            "us",
-            us,
-            n,
-            &format!("4x84x84, batch 32, Adam, {threads} thread(s)"),
-        );
+    if want("nature-cnn-update") || want("nature-cnn-update-bf16") {
         // The roofline: the update's multiply-adds (target forward, online forward, weight
-        // gradients, input gradients but the first layer's) against the measured FMA peak.
+        // gradients, input gradients but the first layer's) against the FMA peak measured on
+        // every thread of the pool at once.
+        let bs = 32;
         let (fwd, first) = nature_cnn_macs(6);
         let gflop = 2.0 * bs as f64 * (4.0 * fwd - first) / 1e9;
-        let peak = drill_algo::compute::peak::fma_peak_gflops() * threads as f64;
-        let achieved = gflop / (us * 1e-6);
+        let peak: f64 = rayon::broadcast(|_| drill_algo::compute::peak::fma_peak_gflops())
+            .into_iter()
+            .sum();
         report.row(
             "fma-peak",
             "GFLOP/s",
             peak,
             5,
-            &format!("f32 FMA peak measured on {threads} thread(s)"),
+            &format!("f32 FMA peak measured on {threads} thread(s) at once"),
         );
-        report.row(
-            "nature-cnn-update-rate",
-            "GFLOP/s",
-            achieved,
-            n,
-            &format!(
-                "{:.1} % of the f32 FMA peak ({gflop:.2} GFLOP per update)",
-                100.0 * achieved / peak
-            ),
-        );
+        let mut f32_us = None;
+        for (name, bf16) in [
+            ("nature-cnn-update", false),
+            ("nature-cnn-update-bf16", true),
+        ] {
+            // `--case nature-cnn-update` runs both precisions, side by side.
+            if !(want(name) || want("nature-cnn-update")) {
+                continue;
+            }
+            drill_algo::compute::bf16::set_enabled(bf16);
+            let us = nature_cnn_update_us(&device, bs, iters.unwrap_or(30));
+            drill_algo::compute::bf16::set_enabled(false);
+            let level = if bf16 {
+                format!(
+                    ", bf16 products ({:?})",
+                    drill_algo::compute::bf16::Level::current()
+                )
+            } else {
+                String::new()
+            };
+            report.row(
+                name,
+                "us",
+                us,
+                iters.unwrap_or(30),
+                &format!("4x84x84, batch 32, Adam, {threads} thread(s){level}"),
+            );
+            let achieved = gflop / (us * 1e-6);
+            let versus = match f32_us {
+                Some(f) if bf16 => format!(", {:.2}x the f32 update", f / us),
+                _ => String::new(),
+            };
+            report.row(
+                &format!("{name}-rate"),
+                "GFLOP/s",
+                achieved,
+                iters.unwrap_or(30),
+                &format!(
+                    "{:.1} % of the f32 FMA peak ({gflop:.2} GFLOP per update){versus}",
+                    100.0 * achieved / peak
+                ),
+            );
+            if !bf16 {
+                f32_us = Some(us);
+            }
+        }
     }
+}
+
+/// Median microseconds of a Nature-CNN DQN update (batch `bs`, 4x84x84, 6 actions: target
+/// forward, online forward, gather, MSE, backward, Adam) over `n` iterations.
+fn nature_cnn_update_us(device: &Device, bs: usize, n: usize) -> f64 {
+    device.seed(0);
+    let ad = device.clone().autodiff();
+    let mut trainer = Trainer::new(NatureCnn::new(6, &ad), 1e-8);
+    let target = NatureCnn::new(6, device);
+    let obs =
+        Tensor::<4>::random([bs, 4, 84, 84], Distribution::Uniform(0.0, 1.0), device).into_data();
+    let actions = TensorData::new((0..bs as i64).map(|k| k % 6).collect::<Vec<_>>(), [bs, 1]);
+    time_us(2.min(n), n, || {
+        let next = target
+            .forward(Tensor::<4>::from_data(obs.clone(), device))
+            .max_dim(1)
+            .reshape([bs]);
+        let y = next.mul_scalar(0.99).add_scalar(1.0);
+        let x = Tensor::<4>::from_data(obs.clone(), &ad);
+        let q = trainer
+            .model()
+            .forward(x)
+            .gather(1, Tensor::<2, Int>::from_data(actions.clone(), &ad))
+            .reshape([bs]);
+        let td = q - Tensor::<1>::from_data(y.into_data(), &ad);
+        trainer
+            .backward((td.clone() * td).mean())
+            .expect("one process: nothing to fail");
+        trainer
+            .step(1e-4, 0.0)
+            .expect("one process: nothing to fail");
+    })
 }
 
 /// Multiply-adds of one 4x84x84 frame through the Nature CNN (convolutions 32 8x8/4,

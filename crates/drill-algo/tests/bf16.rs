@@ -1,0 +1,108 @@
+//! `policy.precision = "bf16"` at the layer level: the Nature CNN's convolutions (forward,
+//! weight and input gradients) and a wide dense product against f32, at every kernel level
+//! this CPU has (AVX-512 BF16 where present, and the portable path). Its own test binary:
+//! the precision is process-wide, and one test sets it for the others' duration.
+
+use drill_algo::compute::bf16::{self, Level};
+use drill_algo::compute::gemm::{View, product};
+use drill_algo::compute::im2col::{Geometry, backward_input, backward_params, forward};
+
+fn values(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2654435761).wrapping_add(7);
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s % 20001) as f32 / 10000.0 - 1.0
+        })
+        .collect()
+}
+
+/// Relative error of `got` against `want` in the 2-norm.
+fn rel_err(got: &[f32], want: &[f32]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let num: f64 = got
+        .iter()
+        .zip(want)
+        .map(|(g, w)| (f64::from(*g) - f64::from(*w)).powi(2))
+        .sum();
+    let den: f64 = want.iter().map(|w| f64::from(*w).powi(2)).sum();
+    (num / den.max(1e-30)).sqrt()
+}
+
+/// What each layer computes, in the process's current precision.
+fn layers() -> Vec<Vec<f32>> {
+    let mut out = Vec::new();
+    // The Nature CNN's three convolutions, batch 3.
+    for (c_in, h, c_out, k, s) in [(4, 84, 32, 8, 4), (32, 20, 64, 4, 2), (64, 9, 64, 3, 1)] {
+        let g = Geometry {
+            batch: 3,
+            c_in,
+            h,
+            w: h,
+            c_out,
+            kh: k,
+            kw: k,
+            sh: s,
+            sw: s,
+        };
+        let x = values(g.batch * c_in * h * h, c_in as u32);
+        let w = values(c_out * g.k(), c_out as u32 + 1);
+        let b = values(c_out, 3);
+        let dy = values(g.batch * c_out * g.p(), 4);
+        out.push(forward(&x, &w, &b, &g, false));
+        let (dw, db) = backward_params(&x, &dy, &g);
+        out.extend([dw, db, backward_input(&w, &dy, &g)]);
+    }
+    // The dense layer after them: 3136 features to 512, batch 40, and its input gradient
+    // (a transposed right operand).
+    let x = values(40 * 3136, 5);
+    let w = values(3136 * 512, 6);
+    out.push(product(
+        (40, 512, 3136),
+        View::rows(&x, 3136),
+        View::rows(&w, 512),
+        true,
+    ));
+    let dy = values(40 * 512, 7);
+    out.push(product(
+        (40, 3136, 512),
+        View::rows(&dy, 512),
+        View::transposed(&w, 512),
+        true,
+    ));
+    out
+}
+
+/// bf16 keeps 8 significant bits per operand (relative rounding error at most 2^-9), so a
+/// sum of products of random-signed operands is off by about 2^-9 relative: 1 % bounds it
+/// with room. The bias gradient (no product) is exact.
+#[test]
+fn bf16_layers_match_f32_within_bf16_rounding_at_every_level() {
+    let f32_out = layers();
+    let mut per_level = Vec::new();
+    for level in Level::available() {
+        bf16::set_enabled(true);
+        Level::force_portable(level == Level::Portable);
+        let out = layers();
+        bf16::set_enabled(false);
+        Level::force_portable(false);
+        for (i, (got, want)) in out.iter().zip(&f32_out).enumerate() {
+            let e = rel_err(got, want);
+            assert!(e < 1e-2, "{level:?}, output {i}: relative error {e}");
+            assert!(
+                e > 0.0 || i % 4 == 2,
+                "{level:?}, output {i}: not computed in bf16"
+            );
+        }
+        per_level.push(out);
+    }
+    // The levels agree with each other to f32 rounding: the same rounded operands.
+    for other in &per_level[1..] {
+        for (i, (a, b)) in other.iter().zip(&per_level[0]).enumerate() {
+            let e = rel_err(a, b);
+            assert!(e < 1e-5, "levels differ on output {i}: relative error {e}");
+        }
+    }
+}
