@@ -137,3 +137,51 @@ fn pong_ppo_trains_through_the_real_ale() {
     assert!((-21.0..=21.0).contains(&ret), "a whole game of Pong: {r}");
     assert!(exp.join("ckpt/final.safetensors").exists());
 }
+
+/// `policy.precision = "bf16"` through the real ALE: a few iterations train, the log says
+/// which kernels ran, and a convolutional net gets every core by default.
+#[cfg(feature = "atari")]
+#[test]
+fn pong_ppo_trains_in_bf16_on_every_core() {
+    let tmp = tempfile::tempdir().unwrap();
+    let exp = tmp.path().join("pong");
+    let out = drill()
+        .arg("train")
+        .arg(repo().join("configs/pong_ppo.toml"))
+        .args(["--quiet", "--exp-dir"])
+        .arg(&exp)
+        .args([
+            "--set",
+            "max_env_step=3072",
+            "--set",
+            "policy.precision=\"bf16\"",
+        ])
+        .args(["--set", "env.evaluator_env_num=1"])
+        .args(["--set", "env.n_evaluator_episode=1"])
+        .env_remove("DRILL_THREADS")
+        .output()
+        .unwrap();
+    let log = text(&out);
+    assert!(out.status.success(), "{log}");
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let threads = if cores == 1 {
+        "1 thread".to_string()
+    } else {
+        format!("{cores} threads")
+    };
+    assert!(
+        log.contains(&format!("(rank 0 of 1, {threads}, bf16 products (")),
+        "{log}"
+    );
+    let r = common::result(&exp);
+    assert_eq!(r["train_iters"].as_u64().unwrap(), 48, "{r}");
+    let losses = std::fs::read_to_string(exp.join("metrics.jsonl")).unwrap();
+    assert!(
+        losses
+            .lines()
+            .filter(|l| l.contains("losses/total_loss"))
+            .count()
+            >= 3,
+        "{losses}"
+    );
+}

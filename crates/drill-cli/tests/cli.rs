@@ -448,3 +448,60 @@ fn export_writes_the_online_network_under_di_engines_names_with_a_probe() {
         stderr(&out)
     );
 }
+
+/// Threads follow the work: a small MLP trains on one by default, `--threads` overrides;
+/// `policy.precision` takes f32 or bf16, and bf16 is refused on the GPU, naming the key.
+#[test]
+fn threads_follow_the_net_and_precision_is_checked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = repo().join("configs/cartpole_dqn.toml");
+    let config = config.to_str().unwrap();
+    let short = ["--set", "max_env_step=300", "--quiet"];
+    let run = |extra: &[&str], dir: &str| {
+        let mut args = vec!["train", config, "--exp-dir", dir];
+        args.extend(short);
+        args.extend(extra);
+        let mut c = Command::new(env!("CARGO_BIN_EXE_drill"));
+        c.args(&args)
+            .current_dir(tmp.path())
+            .env_remove("DRILL_THREADS");
+        c.output().unwrap()
+    };
+    let out = run(&[], "one");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("(rank 0 of 1, 1 thread)"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run(&["--threads", "2"], "two");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("(rank 0 of 1, 2 threads)"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run(&["--set", "policy.precision=\"bf16\""], "bf16");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("bf16 products ("), "{}", stderr(&out));
+    let out = run(&["--set", "policy.precision=\"fp8\""], "fp8");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("policy.precision"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run(
+        &[
+            "--set",
+            "policy.precision=\"bf16\"",
+            "--set",
+            "policy.cuda=true",
+        ],
+        "gpu",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let e = stderr(&out);
+    assert!(e.contains("`policy.precision`: is \"bf16\""), "{e}");
+    assert!(!tmp.path().join("gpu").exists() && !tmp.path().join("fp8").exists());
+}

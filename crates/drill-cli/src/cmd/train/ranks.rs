@@ -94,11 +94,21 @@ pub(super) fn train_rank(args: &Args, config: Config) -> anyhow::Result<i32> {
     if let Err(e) = crate::log::also_to(&log) {
         tracing::warn!("cannot write {}: {e}", log.display());
     }
+    let threads = rayon::current_num_threads();
+    let precision = if drill_algo::compute::bf16::enabled() {
+        format!(
+            ", bf16 products ({:?})",
+            drill_algo::compute::bf16::Level::current()
+        )
+    } else {
+        String::new()
+    };
     tracing::info!(
-        "training {} on {} → {} (rank {rank} of {world})",
+        "training {} on {} → {} (rank {rank} of {world}, {threads} thread{}{precision})",
         config.policy.kind(),
         config.env.id,
-        dir.display()
+        dir.display(),
+        if threads == 1 { "" } else { "s" }
     );
     let mut null = NullReporter;
     let reporter: &mut dyn Reporter = match &mut exp {
