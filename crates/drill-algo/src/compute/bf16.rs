@@ -23,8 +23,8 @@ use super::gemm::View;
 const MR: usize = 6;
 /// Vectors of 16 columns per tile.
 const NV: usize = 4;
-/// Columns per tile.
-const NR: usize = NV * 16;
+/// Columns per tile: the right operand's panel width.
+pub const NR: usize = NV * 16;
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
 /// Whether [`Level::Portable`] is forced (tests, comparisons).
@@ -126,7 +126,7 @@ fn pairs_along(level: Level, src: &[f32], dst: &mut [u32]) {
 }
 
 /// `dst[c] = pair(lo[c], hi[c])` (`hi` missing: 0): two runs at consecutive depths.
-fn pairs_across(level: Level, lo: &[f32], hi: Option<&[f32]>, dst: &mut [u32]) {
+pub fn pairs_across(level: Level, lo: &[f32], hi: Option<&[f32]>, dst: &mut [u32]) {
     #[cfg(target_arch = "x86_64")]
     if level == Level::Avx512Bf16 {
         // SAFETY: the level is chosen only where the CPU has these features.
@@ -335,6 +335,18 @@ impl PackedRight {
         p
     }
 
+    /// Fill this buffer for a `k x n` right operand with `f(data)`, which must write every
+    /// element of `data` in the packed layout (panel `t`, depth pair `p`, column `c` at
+    /// `(t * k.div_ceil(2) + p) * NR + c`; zeros past `n` and past the depth): e.g. im2col
+    /// writing patches straight into it.
+    pub fn build(&mut self, k: usize, n: usize, f: impl FnOnce(&mut [u32])) {
+        assert!(k > 0, "bf16 product: empty depth");
+        self.len = n;
+        self.k = k;
+        self.data.resize(n.div_ceil(NR) * k.div_ceil(2) * NR, 0);
+        f(&mut self.data);
+    }
+
     /// Pack `b (k x n)` into this buffer (keeping its allocation).
     pub fn repack(&mut self, level: Level, b: View<'_>, k: usize, n: usize, parallel: bool) {
         self.pack(level, b.t(), n, k, parallel);
@@ -519,6 +531,30 @@ pub unsafe fn gemm_packed(
     } else {
         (0..panels).for_each(panel);
     }
+}
+
+/// `dst = [dst +] a * b` with `a` packed already and `b` built by `fill` (see
+/// [`PackedRight::build`]) into this thread's buffer, for a `k x n` right operand; one thread.
+///
+/// # Safety
+/// As for [`gemm`].
+pub unsafe fn gemm_built(
+    level: Level,
+    dst: *mut f32,
+    strides: (usize, usize),
+    accumulate: bool,
+    a: &PackedLeft,
+    n: usize,
+    fill: impl FnOnce(&mut [u32]),
+) {
+    if a.len == 0 || n == 0 {
+        return;
+    }
+    let mut bp = RIGHT.with_borrow_mut(std::mem::take);
+    bp.build(a.k, n, fill);
+    // SAFETY: forwarded from the caller.
+    unsafe { gemm_packed(level, dst, strides, accumulate, a, &bp, false) };
+    RIGHT.with_borrow_mut(|cache| *cache = bp);
 }
 
 /// `dst (m x n) = [dst +] a * b (k x n)` in bf16 at `level` with `a` packed already (e.g. a

@@ -118,9 +118,10 @@ fn split_len(g: &Geometry) -> usize {
     g.c_in * g.h * g.sw * phase_width(g)
 }
 
-/// Per-worker scratch: one batch element's patch matrix (`K x P`), then its split input.
+/// Per-worker scratch: one batch element's patch matrix (`K x P`, and at least the two rows
+/// [`im2col_bf16`] stages), then its split input.
 fn scratch_len(g: &Geometry) -> usize {
-    g.k() * g.p() + split_len(g)
+    g.k().max(2) * g.p() + split_len(g)
 }
 
 /// Rearrange one batch element `x` (`c_in x h x w`) so that every horizontal stride phase of a
@@ -201,6 +202,51 @@ fn for_each_run(g: &Geometry, mut f: impl FnMut(usize, usize, usize)) {
                 }
                 r += 1;
             }
+        }
+    }
+}
+
+/// Where, in the split layout, tap `r` (patch-matrix row `(c, ky, kx)`) sees output row 0's
+/// inputs; each further output row is [`row_step`] on.
+fn tap_start(g: &Geometry, r: usize) -> usize {
+    let pw = phase_width(g);
+    let (c, rest) = (r / (g.kh * g.kw), r % (g.kh * g.kw));
+    let (ky, kx) = (rest / g.kw, rest % g.kw);
+    (c * g.h + ky) * g.sw * pw + (kx % g.sw) * pw + kx / g.sw
+}
+
+/// How far one output row moves a tap's inputs in the split layout.
+fn row_step(g: &Geometry) -> usize {
+    g.sh * g.sw * phase_width(g)
+}
+
+/// The patch matrix of one batch element (given in the split layout) written straight into a
+/// bf16 right operand (`data`, [`bf16::PackedRight::build`]'s layout): taps `2p` and `2p + 1`
+/// make depth pair `p`, output positions the columns. The two taps' rows are gathered into
+/// `stage` (`2 * P` floats, in L1) and converted a panel's width at a time; no f32 patch
+/// matrix in between.
+fn im2col_bf16(level: bf16::Level, xs: &[f32], g: &Geometry, stage: &mut [f32], data: &mut [u32]) {
+    const NR: usize = bf16::NR;
+    let (k, p, ow) = (g.k(), g.p(), g.ow());
+    let kp = k.div_ceil(2);
+    let step = row_step(g);
+    let (lo_row, hi_row) = stage[..2 * p].split_at_mut(p);
+    for pair in 0..kp {
+        let has_hi = 2 * pair + 1 < k;
+        for (tap, row) in [(2 * pair, &mut *lo_row), (2 * pair + 1, &mut *hi_row)] {
+            if tap < k {
+                let start = tap_start(g, tap);
+                for (oy, out) in row.chunks_exact_mut(ow).enumerate() {
+                    let at = start + oy * step;
+                    copy_short(out, &xs[at..at + ow]);
+                }
+            }
+        }
+        for (t, lo) in lo_row.chunks(NR).enumerate() {
+            let at = (t * kp + pair) * NR;
+            let hi = has_hi.then(|| &hi_row[t * NR..t * NR + lo.len()]);
+            bf16::pairs_across(level, lo, hi, &mut data[at..at + lo.len()]);
+            data[at + lo.len()..at + NR].fill(0);
         }
     }
 }
@@ -299,12 +345,28 @@ pub fn forward(x: &[f32], weight: &[f32], bias: &[f32], g: &Geometry, relu: bool
     let mut y = vec![0f32; g.batch * g.out_len()];
     let w = Left::new(View::rows(weight, k), g.c_out, k);
     per_batch(&mut y, g.out_len(), scratch_len(g), |b, yb, scratch| {
-        let (col, xs) = scratch.split_at_mut(k * p);
-        patches(x, b, g, xs, col);
+        let (col, xs) = scratch.split_at_mut(k.max(2) * p);
         for (row, &bv) in yb.chunks_exact_mut(p).zip(bias) {
             row.fill(bv);
         }
-        w.times((g.c_out, p, k), yb, true, View::rows(col, p));
+        if let Left::Bf16(level, packed) = &w {
+            let xb = &x[b * g.in_len()..(b + 1) * g.in_len()];
+            let xs: &[f32] = if g.sw == 1 {
+                xb
+            } else {
+                split_columns(xb, g, xs);
+                xs
+            };
+            // SAFETY: yb is this element's c_out x P output, row-major, borrowed mutably.
+            unsafe {
+                bf16::gemm_built(*level, yb.as_mut_ptr(), (p, 1), true, packed, p, |data| {
+                    im2col_bf16(*level, xs, g, col, data)
+                })
+            };
+        } else {
+            patches(x, b, g, xs, col);
+            w.times((g.c_out, p, k), yb, true, View::rows(col, p));
+        }
         if relu {
             super::relu_in_place(yb);
         }
