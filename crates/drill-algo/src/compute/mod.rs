@@ -5,11 +5,13 @@
 //! On the CPU (flex) device with `f32` tensors they run drill's own kernels and backward
 //! pass ([`ops`]: the burn backend extension; [`im2col`], [`dense`]: the kernels; [`gemm`]: the
 //! matrix product under both). Anywhere else (the GPU, other dtypes) they are burn's own
-//! operations. With `policy.precision = "bf16"` their large products run in [`bf16`] (operands
-//! rounded to bfloat16, f32 accumulation). Why: burn-flex 0.22.1 builds convolution patches through NHWC copies, computes
+//! operations. Why: burn-flex 0.22.1 builds convolution patches through NHWC copies, computes
 //! the weight gradient as a convolution with the output gradient as kernel, and allocates
 //! every matmul output twice; the Nature-DQN update spent most of its time there
 //! (`drill bench learner --case nature-cnn-update`).
+//!
+//! With `policy.precision = "bf16"` their large products run in [`bf16`] (operands rounded
+//! to bfloat16, f32 accumulation); [`peak`] measures the f32 FMA roof they are compared with.
 
 pub mod bf16;
 pub mod dense;
