@@ -7,7 +7,7 @@
 #
 #   scripts/bench_pong_ppo_vs_torch.sh [PYTHON] [ROUNDS] [ITERATIONS] [TORCH_THREADS] [DRILL_ARGS...]
 #   e.g. ALE_ROM_DIR=$PWD/roms scripts/bench_pong_ppo_vs_torch.sh /tmp/v/bin/python 3 12 2
-# DRILL_ARGS go to drill (e.g. `--threads 1`, `--set policy.precision=\"bf16\"`).
+# DRILL_ARGS go to `drill train` (e.g. `--threads 1`, `--set 'policy.precision="bf16"'`).
 set -euo pipefail
 PY=${1:-python3}
 ROUNDS=${2:-3}
@@ -19,8 +19,8 @@ DRILL=${DRILL:-target/release/drill}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for ((r = 1; r <= ROUNDS; r++)); do
-  "$DRILL" "$@" train configs/pong_ppo.toml --quiet --exp-dir "$tmp/drill$r" \
-    --set max_env_step=$((ITERS * 1024)) --set policy.eval.evaluator.eval_freq=100000000 \
+  "$DRILL" train configs/pong_ppo.toml --quiet --exp-dir "$tmp/drill$r" \
+    --set max_env_step=$((ITERS * 1024)) --set policy.eval.evaluator.eval_freq=100000000 "$@" \
     >"$tmp/log$r" 2>&1 || { cat "$tmp/log$r"; exit 1; }
   d=$("$PY" - "$tmp/drill$r/metrics.jsonl" <<'PY'
 import json, statistics, sys

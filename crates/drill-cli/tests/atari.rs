@@ -110,25 +110,30 @@ fn obs_header(npz: &std::path::Path) -> (String, Vec<u64>) {
     (arr.dtype().descr(), arr.shape().to_vec())
 }
 
+/// `pong_ppo.toml` for `steps` env steps into `exp`, evaluated on one whole game, with the
+/// thread count left to drill.
+#[cfg(feature = "atari")]
+fn short_pong_ppo(exp: &std::path::Path, steps: u64, extra: &[&str]) -> std::process::Output {
+    drill()
+        .arg("train")
+        .arg(repo().join("configs/pong_ppo.toml"))
+        .args(["--quiet", "--exp-dir"])
+        .arg(exp)
+        .args(["--set", &format!("max_env_step={steps}")])
+        .args(["--set", "env.evaluator_env_num=1"])
+        .args(["--set", "env.n_evaluator_episode=1"])
+        .args(extra)
+        .env_remove("DRILL_THREADS")
+        .output()
+        .unwrap()
+}
+
 #[cfg(feature = "atari")]
 #[test]
 fn pong_ppo_trains_through_the_real_ale() {
     let tmp = tempfile::tempdir().unwrap();
     let exp = tmp.path().join("pong");
-    let out = drill()
-        .arg("train")
-        .arg(repo().join("configs/pong_ppo.toml"))
-        .args(["--quiet", "--exp-dir"])
-        .arg(&exp)
-        .args([
-            "--set",
-            "max_env_step=2048",
-            "--set",
-            "env.evaluator_env_num=1",
-        ])
-        .args(["--set", "env.n_evaluator_episode=1"])
-        .output()
-        .unwrap();
+    let out = short_pong_ppo(&exp, 2048, &[]);
     assert!(out.status.success(), "{}", text(&out));
     let r = common::result(&exp);
     assert!(r["env_steps"].as_u64().unwrap() >= 2048, "{r}");
@@ -145,22 +150,7 @@ fn pong_ppo_trains_through_the_real_ale() {
 fn pong_ppo_trains_in_bf16_on_every_core() {
     let tmp = tempfile::tempdir().unwrap();
     let exp = tmp.path().join("pong");
-    let out = drill()
-        .arg("train")
-        .arg(repo().join("configs/pong_ppo.toml"))
-        .args(["--quiet", "--exp-dir"])
-        .arg(&exp)
-        .args([
-            "--set",
-            "max_env_step=3072",
-            "--set",
-            "policy.precision=\"bf16\"",
-        ])
-        .args(["--set", "env.evaluator_env_num=1"])
-        .args(["--set", "env.n_evaluator_episode=1"])
-        .env_remove("DRILL_THREADS")
-        .output()
-        .unwrap();
+    let out = short_pong_ppo(&exp, 3072, &["--set", "policy.precision=\"bf16\""]);
     let log = text(&out);
     assert!(out.status.success(), "{log}");
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
