@@ -458,3 +458,38 @@ fn plot_draws_a_png_of_the_expected_size_from_a_fixture_folder() {
         text(&out)
     );
 }
+
+/// A run still writing its metrics (its last line cut short) plots; a broken line with more
+/// after it is named.
+#[test]
+fn plot_reads_a_run_in_progress_and_names_a_broken_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fixtures = repo().join("crates/drill-cli/tests/fixtures/plot/cp_seed0");
+    let run = tmp.path().join("run");
+    std::fs::create_dir(&run).unwrap();
+    for f in std::fs::read_dir(&fixtures).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, run.join(f.file_name().unwrap())).unwrap();
+    }
+    let metrics = run.join("metrics.jsonl");
+    let whole = std::fs::read_to_string(&metrics).unwrap();
+    std::fs::write(&metrics, format!("{whole}{{\"tag\":\"eval/episo")).unwrap();
+    let plot = || {
+        drill()
+            .args(["plot", "run", "-o", "curve.png"])
+            .current_dir(tmp.path())
+            .output()
+            .unwrap()
+    };
+    let out = plot();
+    assert!(out.status.success(), "{}", text(&out));
+    let lines = whole.lines().count();
+    std::fs::write(&metrics, format!("{whole}{{\"tag\":\"eval/episo\n{whole}")).unwrap();
+    let out = plot();
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains(&format!("metrics.jsonl:{}: not JSON", lines + 1)),
+        "{}",
+        text(&out)
+    );
+}

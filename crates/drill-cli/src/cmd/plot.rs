@@ -56,7 +56,10 @@ fn series(dir: &Path, tag: &str, x: XAxis) -> anyhow::Result<Vec<(f64, f64)>> {
         .with_context(|| format!("cannot read {}", path.display()))?;
     let mut points = vec![];
     let mut first_wall = None;
-    for (n, line) in text.lines().enumerate() {
+    // A run still going may be halfway through writing its last line (no newline yet): that
+    // line is left for the next plot; a bad line anywhere else is an error.
+    let complete = text.rfind('\n').map_or("", |end| &text[..=end]);
+    for (n, line) in complete.lines().enumerate() {
         let v: serde_json::Value = serde_json::from_str(line)
             .with_context(|| format!("{}:{}: not JSON", path.display(), n + 1))?;
         let wall = v["wall_time"].as_f64().unwrap_or(0.0);
