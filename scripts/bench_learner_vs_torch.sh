@@ -23,7 +23,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
 done
 echo "case: median drill us, median torch us, torch/drill ($ROUNDS rounds, $THREADS thread(s))"
 for case in ${CASES//,/ }; do
-  awk -v c="$case" '$1 == c { d[n] = $2; t[n] = $3; n++ }
+  awk -v c="$case" '$1 == c { d[n + 0] = $2; t[n + 0] = $3; n++ }
     function med(a, n,   i, j, x) { for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (a[j] < a[i]) { x = a[i]; a[i] = a[j]; a[j] = x }
       return n % 2 ? a[int(n / 2)] : (a[n / 2 - 1] + a[n / 2]) / 2 }
     END { md = med(d, n); mt = med(t, n); printf "%s: %.0f us, %.0f us, %.2fx\n", c, md, mt, mt / md }' "$out"

@@ -33,7 +33,7 @@ PY
     sed -n 's/.*median \([0-9.]*\) env.*/\1/p')
   printf 'round %s: drill %s env steps/s, torch %s env steps/s\n' "$r" "$d" "$t" | tee -a "$tmp/rows"
 done
-awk '{ d[n] = $4; t[n] = $7; n++ }
+awk '{ d[n + 0] = $4; t[n + 0] = $8; n++ }
   function med(a, n,   i, j, x) { for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (a[j] < a[i]) { x = a[i]; a[i] = a[j]; a[j] = x }
     return n % 2 ? a[int(n / 2)] : (a[n / 2 - 1] + a[n / 2]) / 2 }
   END { md = med(d, n); mt = med(t, n); printf "median: drill %.1f, torch %.1f env steps/s: drill/torch %.2fx (%d rounds)\n", md, mt, md / mt, n }' "$tmp/rows"
