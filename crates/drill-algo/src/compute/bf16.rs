@@ -17,7 +17,7 @@
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::gemm::View;
+use super::view::View;
 
 /// Rows of the left operand per tile.
 const MR: usize = 6;

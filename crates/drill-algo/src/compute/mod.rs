@@ -21,6 +21,7 @@ pub mod im2col;
 pub mod ops;
 pub mod peak;
 pub mod small_gemm;
+pub mod view;
 
 use burn::backend::Dispatch;
 use burn::tensor::activation::relu as relu_op;
