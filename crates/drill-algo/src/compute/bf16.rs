@@ -1,9 +1,12 @@
 //! bf16 matrix products (`policy.precision = "bf16"`): both operands rounded to bfloat16
 //! (round to nearest even), products accumulated in f32, the destination f32.
 //!
-//! The operands are packed once per product into pairs of bf16 along the depth (one `u32`
-//! holds rows `2p` and `2p + 1` of a column of the right operand, or columns `2p`, `2p + 1` of
-//! a row of the left): the layout of AVX-512 BF16's `vdpbf16ps`, which adds two products per
+//! The operands are packed into pairs of bf16 along the depth (one `u32` holds rows `2p` and
+//! `2p + 1` of a column of the right operand, or columns `2p`, `2p + 1` of a row of the left):
+//! once per product in [`gemm`]; a layer's weight once per layer call ([`PackedLeft`],
+//! [`gemm_left_packed`]), and im2col's patches straight into the packed layout
+//! ([`PackedRight::build`], [`gemm_built`]). It is the layout of AVX-512 BF16's `vdpbf16ps`,
+//! which adds two products per
 //! f32 lane, twice the f32 FMA rate on CPUs that have it (AMD Zen 4, Intel Cooper Lake and
 //! Sapphire Rapids). The [`Level`] is chosen at run time; CPUs without it run
 //! [`Level::Portable`], the same arithmetic on the same packed operands in plain Rust (no
