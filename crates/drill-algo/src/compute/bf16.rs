@@ -553,11 +553,11 @@ pub unsafe fn gemm_built(
     if a.len == 0 || n == 0 {
         return;
     }
-    let mut bp = RIGHT.with_borrow_mut(std::mem::take);
-    bp.build(a.k, n, fill);
-    // SAFETY: forwarded from the caller.
-    unsafe { gemm_packed(level, dst, strides, accumulate, a, &bp, false) };
-    RIGHT.with_borrow_mut(|cache| *cache = bp);
+    with_right(|bp| {
+        bp.build(a.k, n, fill);
+        // SAFETY: forwarded from the caller.
+        unsafe { gemm_packed(level, dst, strides, accumulate, a, bp, false) };
+    });
 }
 
 /// `dst (m x n) = [dst +] a * b (k x n)` in bf16 at `level` with `a` packed already (e.g. a
@@ -578,10 +578,18 @@ pub unsafe fn gemm_left_packed(
     if a.len == 0 || n == 0 {
         return;
     }
+    with_right(|bp| {
+        bp.repack(level, b, a.k, n, false);
+        // SAFETY: forwarded from the caller.
+        unsafe { gemm_packed(level, dst, strides, accumulate, a, bp, false) };
+    });
+}
+
+/// `f` with this thread's right-operand buffer, taken out of the cache for the call (so a
+/// rayon worker that steals another product meanwhile packs into a buffer of its own).
+fn with_right(f: impl FnOnce(&mut PackedRight)) {
     let mut bp = RIGHT.with_borrow_mut(std::mem::take);
-    bp.repack(level, b, a.k, n, false);
-    // SAFETY: forwarded from the caller.
-    unsafe { gemm_packed(level, dst, strides, accumulate, a, &bp, false) };
+    f(&mut bp);
     RIGHT.with_borrow_mut(|cache| *cache = bp);
 }
 
