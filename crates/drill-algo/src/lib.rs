@@ -160,3 +160,8 @@ pub fn evaluate(
         }
     }
 }
+
+/// Notes the largest allocation of each fuzzed input (see `drill_fuzz`).
+#[cfg(test)]
+#[global_allocator]
+static ALLOC: drill_fuzz::CountingAlloc = drill_fuzz::CountingAlloc;

@@ -221,6 +221,7 @@ pub fn result(
         world_size,
         restarts,
         interrupted: ctx.ext.get::<crate::middleware::Interrupted>().is_some(),
+        error: None,
     }
 }
 

@@ -2,6 +2,8 @@
 //! arguments and calls the library crates; each subcommand lives in `cmd/`.
 
 mod cmd;
+#[cfg(test)]
+mod fuzz;
 mod log;
 
 use clap::{Parser, Subcommand};
@@ -46,6 +48,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    install_panic_hook();
     drill_algo::compute::keep_freed_memory();
     let cli = Cli::parse();
     tracing_subscriber::fmt()
@@ -82,6 +85,37 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// What a panic prints. Output to a pipe its reader closed (`drill env list | head -1`) ends
+/// the command quietly with exit code 0, as command-line tools do (ripgrep); SIGPIPE stays
+/// ignored, so a closed socket is an error for the collectives to report, not a silent
+/// death. Any other panic is a bug: one line naming it and where, and the backtrace only
+/// when `RUST_BACKTRACE` asks for one.
+fn install_panic_hook() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let text = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        if text.starts_with("failed printing to std") && text.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        if std::env::var_os("RUST_BACKTRACE").is_some_and(|v| v != "0") {
+            return default(info);
+        }
+        let at = info
+            .location()
+            .map_or(String::new(), |l| format!(" at {}:{}", l.file(), l.line()));
+        let thread = std::thread::current();
+        let thread = thread.name().unwrap_or("unnamed");
+        eprintln!(
+            "drill: internal error (a bug, please report it): {text}{at} (thread {thread}; RUST_BACKTRACE=1 shows the backtrace)"
+        );
+    }));
 }
 
 /// Size the tensor thread pool (burn's and drill's kernels run on rayon's global pool): once,

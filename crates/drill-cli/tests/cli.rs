@@ -505,3 +505,29 @@ fn threads_follow_the_net_and_precision_is_checked() {
     assert!(e.contains("`policy.precision`: is \"bf16\""), "{e}");
     assert!(!tmp.path().join("gpu").exists() && !tmp.path().join("fp8").exists());
 }
+
+/// A reader that closed its end of the pipe (`drill env list | head -1`) ends the command
+/// quietly with exit code 0; `bench comm` refuses a size under one element per rank.
+#[test]
+fn a_closed_pipe_ends_quietly_and_bench_comm_refuses_empty_messages() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_drill"))
+        .args(["env", "list"])
+        .stdout(writer)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stderr(&out), "", "nothing on stderr");
+
+    let out = drill(&["bench", "comm", "--sizes", "1K,1"], tmp.path());
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("--sizes: 1 bytes is under one f32 element per rank (4 bytes"),
+        "{}",
+        stderr(&out)
+    );
+    let out = drill(&["bench", "comm", "--sizes", "99999999999999G"], tmp.path());
+    assert!(stderr(&out).contains("is not a size"), "{}", stderr(&out));
+}

@@ -212,6 +212,7 @@ fn interrupt(args: &[&str], cwd: &Path, exp: &str) -> (Output, std::time::Durati
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     std::thread::sleep(std::time::Duration::from_millis(500));
+    // SAFETY: kill(2) touches no memory of this process.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let sent = std::time::Instant::now();
     let out = child.wait_with_output().unwrap();

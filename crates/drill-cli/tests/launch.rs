@@ -125,6 +125,7 @@ fn sigterm_reaches_every_worker() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(800));
+    // SAFETY: kill(2) touches no memory of this process.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let t = Instant::now();
     let out = child.wait_with_output().unwrap();

@@ -96,6 +96,19 @@ pub fn accept(stream: &mut TcpStream, token: &Token) -> Result<Vec<u8>> {
     stream
         .set_write_timeout(Some(HANDSHAKE_TIMEOUT))
         .map_err(io)?;
+    let ident = accept_on(stream, &peer, token)?;
+    stream.set_read_timeout(None).map_err(io)?;
+    stream.set_write_timeout(None).map_err(io)?;
+    Ok(ident)
+}
+
+/// [`accept`]'s exchange on any byte stream (`peer` names it in errors).
+pub(crate) fn accept_on(
+    stream: &mut (impl Read + Write),
+    peer: &str,
+    token: &Token,
+) -> Result<Vec<u8>> {
+    let io = |e: std::io::Error| auth_err(peer, format!("handshake I/O: {e}"));
     let na = nonce();
     let mut hello = Vec::with_capacity(38);
     hello.extend_from_slice(MAGIC);
@@ -105,12 +118,12 @@ pub fn accept(stream: &mut TcpStream, token: &Token) -> Result<Vec<u8>> {
     let mut head = [0u8; 4 + 2 + 32 + 32 + 4];
     stream.read_exact(&mut head).map_err(io)?;
     if &head[..4] != MAGIC {
-        return Err(auth_err(&peer, "not a drill peer (bad magic)"));
+        return Err(auth_err(peer, "not a drill peer (bad magic)"));
     }
     let version = u16::from_le_bytes([head[4], head[5]]);
     if version != VERSION {
         return Err(auth_err(
-            &peer,
+            peer,
             format!("protocol version {version}, expected {VERSION}"),
         ));
     }
@@ -119,20 +132,18 @@ pub fn accept(stream: &mut TcpStream, token: &Token) -> Result<Vec<u8>> {
     let len = u32::from_le_bytes(head[70..74].try_into().unwrap()) as usize;
     if len > MAX_HELLO {
         return Err(auth_err(
-            &peer,
+            peer,
             format!("identity of {len} bytes (limit {MAX_HELLO})"),
         ));
     }
     let mut ident = vec![0u8; len];
     stream.read_exact(&mut ident).map_err(io)?;
     if !same(mac_c, &token.mac(&[b"drill-connect", &na, nc, &ident])) {
-        return Err(auth_err(&peer, "wrong job token (DRILL_JOB_TOKEN differs)"));
+        return Err(auth_err(peer, "wrong job token (DRILL_JOB_TOKEN differs)"));
     }
     stream
         .write_all(&token.mac(&[b"drill-accept", &na, nc]))
         .map_err(io)?;
-    stream.set_read_timeout(None).map_err(io)?;
-    stream.set_write_timeout(None).map_err(io)?;
     Ok(ident)
 }
 
@@ -155,10 +166,29 @@ pub fn connect(stream: &mut TcpStream, token: &Token, ident: &[u8]) -> Result<()
     stream
         .set_write_timeout(Some(HANDSHAKE_TIMEOUT))
         .map_err(io)?;
+    connect_on(stream, &peer, token, ident)?;
+    stream.set_read_timeout(None).map_err(io)?;
+    stream.set_write_timeout(None).map_err(io)?;
+    Ok(())
+}
+
+/// [`connect`]'s exchange on any byte stream (`peer` names it in errors).
+pub(crate) fn connect_on(
+    stream: &mut (impl Read + Write),
+    peer: &str,
+    token: &Token,
+    ident: &[u8],
+) -> Result<()> {
+    let io = |e: std::io::Error| {
+        auth_err(
+            peer,
+            format!("handshake I/O: {e} (the other side may have rejected our DRILL_JOB_TOKEN)"),
+        )
+    };
     let mut hello = [0u8; 38];
     stream.read_exact(&mut hello).map_err(io)?;
     if &hello[..4] != MAGIC || u16::from_le_bytes([hello[4], hello[5]]) != VERSION {
-        return Err(auth_err(&peer, "not a drill endpoint of this version"));
+        return Err(auth_err(peer, "not a drill endpoint of this version"));
     }
     let na = &hello[6..38];
     let nc = nonce();
@@ -173,13 +203,8 @@ pub fn connect(stream: &mut TcpStream, token: &Token, ident: &[u8]) -> Result<()
     let mut mac_a = [0u8; 32];
     stream.read_exact(&mut mac_a).map_err(io)?;
     if !same(&mac_a, &token.mac(&[b"drill-accept", na, &nc])) {
-        return Err(auth_err(
-            &peer,
-            "the other side does not know the job token",
-        ));
+        return Err(auth_err(peer, "the other side does not know the job token"));
     }
-    stream.set_read_timeout(None).map_err(io)?;
-    stream.set_write_timeout(None).map_err(io)?;
     Ok(())
 }
 

@@ -33,6 +33,9 @@ pub mod spawn;
 pub mod store;
 pub mod work;
 
+#[cfg(test)]
+mod fuzz;
+
 pub use auth::Token;
 pub use backend::BackendKind;
 pub use dtype::{DType, Element, ReduceOp};

@@ -290,6 +290,7 @@ fn run_child(name: &str) {
             let t = Instant::now();
             let first = pg.barrier();
             if pg.rank() == 2 {
+                // SAFETY: kill(2) touches no memory of this process.
                 unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
             }
             let mut buf = vec![1.0f32; 256];
@@ -324,6 +325,7 @@ fn run_child(name: &str) {
                     .args(["-c", &format!("sleep 8; kill -CONT {pid}")])
                     .spawn()
                     .expect("start the helper that resumes rank 2");
+                // SAFETY: kill(2) touches no memory of this process.
                 unsafe { libc::kill(libc::getpid(), libc::SIGSTOP) };
                 return;
             }

@@ -15,3 +15,6 @@ mod tree;
 pub use error::ConfigError;
 pub use policy::*;
 pub use tree::{Config, DdpKeys, EnvConfig, Policy, TASK_ROLES, TaskConfig};
+
+#[cfg(test)]
+mod fuzz;

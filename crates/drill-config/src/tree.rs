@@ -563,7 +563,7 @@ impl Config {
                 );
                 c.check(
                     p.collect.n_sample >= e.collector_env_num
-                        && p.collect.n_sample % e.collector_env_num == 0,
+                        && p.collect.n_sample.checked_rem(e.collector_env_num) == Some(0),
                     "policy.collect.n_sample",
                     &format!(
                         "must be a positive multiple of env.collector_env_num ({})",
@@ -924,6 +924,12 @@ batch_size = 64
             &[],
         );
         assert!(e.contains("`policy.collect.n_sample`: must be a positive multiple of env.collector_env_num (3)"), "{e}");
+        // Found by the fuzzer: no envs at all is an error naming the key, not a division by 0.
+        let e = err(
+            "[env]\nid = \"CartPole-v1\"\n[policy]\ntype = \"ppo\"\n",
+            &["env.collector_env_num=0"],
+        );
+        assert!(e.contains("`env.collector_env_num`"), "{e}");
         let e = err("[env\nid=1", &[]);
         assert!(e.starts_with("t.toml: not valid TOML"), "{e}");
         let e = err(DQN, &["policy.learn"]);

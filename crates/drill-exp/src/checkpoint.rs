@@ -1,6 +1,7 @@
 //! [`Checkpoint`]: named f32 tensors plus string metadata, stored as safetensors (PyTorch's
-//! `safetensors.torch.load_file` reads them). Written to a temporary file and renamed, so a
-//! crash never leaves a half-written checkpoint. The file format only: filling one from a
+//! `safetensors.torch.load_file` reads them). Written durably ([`crate::durable`]: a
+//! temporary file, `fsync`, rename, `fsync` of the folder), so neither a crash of the process
+//! nor of the machine leaves a half-written checkpoint. The file format only: filling one from a
 //! model is drill-algo's (`CheckpointExt`).
 
 use safetensors::tensor::{Dtype, TensorView};
@@ -98,15 +99,13 @@ impl Checkpoint {
         safetensors::serialize(views, Some(meta)).expect("serialising in memory cannot fail")
     }
 
-    /// Write to `path` atomically (temporary file in the same folder, then rename).
+    /// Write to `path` atomically and durably ([`crate::durable::write_atomic`]); on a full
+    /// disk the error says how many bytes the file needed, and the previous file stays.
     pub fn save(&self, path: &Path) -> Result<(), CheckpointError> {
-        let io = |source| CheckpointError::Io {
+        crate::durable::write_atomic(path, &self.to_bytes()).map_err(|source| CheckpointError::Io {
             path: path.to_path_buf(),
             source,
-        };
-        let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-        std::fs::write(&tmp, self.to_bytes()).map_err(io)?;
-        std::fs::rename(&tmp, path).map_err(io)
+        })
     }
 
     /// Read a checkpoint written by [`Self::save`].
@@ -151,7 +150,7 @@ impl Checkpoint {
     }
 
     /// The checkpoint with the most train iterations among `final`, `latest` and `best` in
-    /// `dir/ckpt` (each is complete: written to a temporary file and renamed); unreadable ones
+    /// `dir/ckpt` (each is complete: written by [`Self::save`]); unreadable ones
     /// are skipped with a warning. What a restarted run resumes from.
     pub fn newest_in(dir: &Path) -> Option<Checkpoint> {
         let mut best: Option<(u64, Checkpoint)> = None;
@@ -169,5 +168,51 @@ impl Checkpoint {
             }
         }
         best.map(|(_, ck)| ck)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Checkpoint files from anywhere (`--resume`, `drill eval`), fuzzed: headers that lie
+    /// about sizes and offsets, truncations, other dtypes.
+    #[test]
+    fn fuzz_hostile_checkpoints() {
+        let mut ck = Checkpoint::default();
+        ck.tensors
+            .insert("q.0.weight".into(), (vec![4, 3], vec![0.5; 12]));
+        ck.tensors
+            .insert("q.0.bias".into(), (vec![3], vec![0.1; 3]));
+        ck.meta.insert("train_iters".into(), "40".into());
+        ck.meta.insert("algo".into(), "dqn".into());
+        let seeds = vec![ck.to_bytes(), Checkpoint::default().to_bytes()];
+        let path = Path::new("fuzz.safetensors");
+        // Words of the JSON header: dtypes, shapes and offsets that lie.
+        let dict = [
+            "\"F16\"",
+            "\"I64\"",
+            "\"BOOL\"",
+            "[]",
+            "[0]",
+            "[4,3]",
+            "[18446744073709551615]",
+            "[4294967296,4294967296]",
+            "[0,48]",
+            "[48,0]",
+            "[0,99999999999]",
+            "\"data_offsets\"",
+            "\"shape\"",
+            "\"dtype\"",
+            "\"__metadata__\"",
+            "{}",
+            "null",
+            "-1",
+        ];
+        drill_fuzz::fuzz_with("checkpoint file", &seeds, &dict, |b| {
+            if let Ok(ck) = Checkpoint::from_bytes(b, path) {
+                let _ = ck.counter("train_iters");
+            }
+        });
     }
 }

@@ -6,7 +6,7 @@ use crate::report::{Progress, Reporter, TrainResult};
 use drill_config::Config;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -27,7 +27,9 @@ pub fn suspend_bar<R>(f: impl FnOnce() -> R) -> R {
 pub struct Experiment {
     dir: PathBuf,
     tb: EventWriter,
-    metrics: BufWriter<File>,
+    metrics: Metrics,
+    /// The last counters reported: what `result.json` says when the run fails.
+    last: Progress,
     bar: Option<ProgressBar>,
     first_draw: bool,
     last_draw: Instant,
@@ -35,6 +37,81 @@ pub struct Experiment {
     epoch: f64,
     last_latest: Option<Instant>,
     latest_every: Duration,
+}
+
+/// `metrics.jsonl`, appended whole lines at a time: a line is written with one `write` of
+/// itself and the lines before it, never split across two, so a crash leaves at most one
+/// partial last line, which [`Metrics::open`] cuts off before appending again.
+struct Metrics {
+    file: File,
+    /// Whole lines not written yet.
+    pending: String,
+}
+
+/// Lines are written once this many bytes wait.
+const METRICS_BUFFER: usize = 8 << 10;
+
+impl Metrics {
+    /// Open `path`: appending (after cutting a partial last line) or from empty.
+    fn open(path: &Path, append: bool) -> std::io::Result<Self> {
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .read(true)
+            .write(true)
+            .truncate(!append)
+            .open(path)?;
+        if append {
+            let whole = whole_lines_len(&mut file)?;
+            file.set_len(whole)?;
+            file.seek(SeekFrom::Start(whole))?;
+        }
+        Ok(Self {
+            file,
+            pending: String::new(),
+        })
+    }
+
+    fn line(&mut self, line: std::fmt::Arguments<'_>) -> std::io::Result<()> {
+        use std::fmt::Write as _;
+        let _ = writeln!(self.pending, "{line}");
+        if self.pending.len() >= METRICS_BUFFER {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if !self.pending.is_empty() {
+            self.file.write_all(self.pending.as_bytes())?;
+            self.pending.clear();
+        }
+        Ok(())
+    }
+
+    /// Flush, then `fsync` the lines (with each checkpoint: the log holds what the
+    /// checkpoint's counters say happened).
+    fn sync(&mut self) -> std::io::Result<()> {
+        self.flush()?;
+        self.file.sync_data()
+    }
+}
+
+/// The length of `file` up to and including its last newline.
+fn whole_lines_len(file: &mut File) -> std::io::Result<u64> {
+    let len = file.metadata()?.len();
+    let mut end = len;
+    let mut block = [0u8; 4096];
+    while end > 0 {
+        let start = end.saturating_sub(block.len() as u64);
+        let chunk = &mut block[..(end - start) as usize];
+        file.seek(SeekFrom::Start(start))?;
+        file.read_exact(chunk)?;
+        if let Some(i) = chunk.iter().rposition(|&b| b == b'\n') {
+            return Ok(start + i as u64 + 1);
+        }
+        end = start;
+    }
+    Ok(0)
 }
 
 /// `ckpt/latest.safetensors` is rewritten at most this often (`best` and `final` always are),
@@ -92,13 +169,8 @@ impl Experiment {
 
     fn open(chosen: PathBuf, config: &Config, quiet: bool, append: bool) -> std::io::Result<Self> {
         std::fs::create_dir_all(chosen.join("ckpt"))?;
-        std::fs::write(chosen.join("config.toml"), config.to_toml())?;
-        let metrics = std::fs::OpenOptions::new()
-            .create(true)
-            .append(append)
-            .write(true)
-            .truncate(!append)
-            .open(chosen.join("metrics.jsonl"))?;
+        crate::durable::write_atomic(&chosen.join("config.toml"), config.to_toml().as_bytes())?;
+        let metrics = Metrics::open(&chosen.join("metrics.jsonl"), append)?;
         let bar = (!quiet).then(|| {
             let (bar, template) = match config.max_env_step {
                 Some(n) => (
@@ -124,7 +196,8 @@ impl Experiment {
             .as_secs_f64();
         Ok(Self {
             tb: EventWriter::create(&chosen.join("tb"))?,
-            metrics: BufWriter::new(metrics),
+            metrics,
+            last: Progress::default(),
             dir: chosen,
             bar,
             first_draw: true,
@@ -144,18 +217,38 @@ impl Experiment {
         &self.dir
     }
 
-    /// Write `result.json`, flush the logs and clear the progress bar.
+    /// Write `result.json` (durably), flush the logs and clear the progress bar.
     pub fn finish(&mut self, result: &TrainResult) -> std::io::Result<()> {
         if let Some(bar) = self.bar.take() {
             bar.finish_and_clear();
             BAR.lock().unwrap_or_else(|p| p.into_inner()).take();
         }
         self.tb.flush()?;
-        self.metrics.flush()?;
+        self.metrics.sync()?;
         let json = serde_json::to_string_pretty(result).expect("result serialises");
-        let tmp = self.dir.join("result.json.tmp");
-        std::fs::write(&tmp, json + "\n")?;
-        std::fs::rename(tmp, self.dir.join("result.json"))
+        crate::durable::write_atomic(&self.dir.join("result.json"), (json + "\n").as_bytes())
+    }
+
+    /// End a run of `world_size` ranks (restarted `restarts` times) that failed with `error`:
+    /// `result.json` holds the last counters reported and the error (written if the disk lets
+    /// it); what no evaluation measured is `null`.
+    pub fn fail(&mut self, error: &str, world_size: usize, restarts: u32) -> std::io::Result<()> {
+        let p = self.last;
+        let wall_seconds = self.start.elapsed().as_secs_f64();
+        self.finish(&TrainResult {
+            stop_reached: false,
+            env_steps: p.env_steps,
+            train_iters: p.train_iters,
+            wall_seconds,
+            env_steps_per_sec: p.env_steps_per_sec,
+            eval_reward_mean: p.last_eval.unwrap_or(f64::NAN),
+            eval_reward_std: f64::NAN,
+            eval_episodes: 0,
+            world_size,
+            restarts,
+            interrupted: false,
+            error: Some(error.to_string()),
+        })
     }
 }
 
@@ -166,11 +259,10 @@ impl Reporter for Experiment {
             .tb
             .scalar(tag, value as f32, step as i64, wall)
             .and_then(|_| {
-                writeln!(
-                    self.metrics,
+                self.metrics.line(format_args!(
                     r#"{{"tag":"{tag}","step":{step},"value":{},"wall_time":{wall:.3}}}"#,
                     serde_json::json!(value)
-                )
+                ))
             });
         if let Err(e) = written {
             tracing::warn!("cannot write metrics to {}: {e}", self.dir.display());
@@ -178,6 +270,7 @@ impl Reporter for Experiment {
     }
 
     fn progress(&mut self, p: &Progress) {
+        self.last = *p;
         let Some(bar) = &self.bar else { return };
         if self.last_draw.elapsed() < Duration::from_millis(100) {
             return;
@@ -220,7 +313,7 @@ impl Reporter for Experiment {
         }
         // Logs up to this point land with the checkpoint; failing to flush them is a logging
         // problem (warned, as in `scalar`), not a reason to lose the checkpoint.
-        if let Err(e) = self.tb.flush().and_then(|_| self.metrics.flush()) {
+        if let Err(e) = self.tb.flush().and_then(|_| self.metrics.sync()) {
             tracing::warn!("cannot flush metrics in {}: {e}", self.dir.display());
         }
         build().save(&self.dir.join("ckpt").join(format!("{name}.safetensors")))

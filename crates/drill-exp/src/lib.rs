@@ -5,8 +5,8 @@
 //!   config.toml        resolved configuration (every default written out)
 //!   tb/events.out.tfevents.*   TensorBoard scalars
 //!   metrics.jsonl      the same scalars, one JSON object per line
-//!   ckpt/{latest,best,final}.safetensors   checkpoints (temp file + rename)
-//!   result.json        the run's outcome
+//!   ckpt/{latest,best,final}.safetensors   checkpoints (durable: temp file, fsync, rename)
+//!   result.json        the run's outcome (durable, as checkpoints; `error` when it failed)
 //! ```
 //!
 //! [`Experiment`] implements [`Reporter`], so algorithms (drill-algo, which depends on this
@@ -14,6 +14,7 @@
 //! format. No tensor library is needed to write or read any of it.
 
 pub mod checkpoint;
+pub mod durable;
 mod experiment;
 mod report;
 mod tensorboard;
@@ -22,3 +23,8 @@ pub use checkpoint::{Checkpoint, CheckpointError};
 pub use experiment::{Experiment, suspend_bar};
 pub use report::{NullReporter, Progress, Reporter, TrainResult};
 pub use tensorboard::{EventWriter, read_scalars};
+
+/// Notes the largest allocation of each fuzzed input (see `drill_fuzz`).
+#[cfg(test)]
+#[global_allocator]
+static ALLOC: drill_fuzz::CountingAlloc = drill_fuzz::CountingAlloc;

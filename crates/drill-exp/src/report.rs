@@ -77,4 +77,7 @@ pub struct TrainResult {
     /// The run stopped on SIGINT/SIGTERM (its `final` checkpoint continues it).
     #[serde(default)]
     pub interrupted: bool,
+    /// Why the run failed (a full disk, a lost rank, …); absent when it did not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }

@@ -104,33 +104,38 @@ impl EventWriter {
 /// Read back `(tag, step, value)` scalars from an event file, checking every CRC: the inverse
 /// of [`EventWriter`], used by tests and `drill plot`.
 pub fn read_scalars(path: &Path) -> std::io::Result<Vec<(String, i64, f32)>> {
+    scalars_in(&std::fs::read(path)?, path)
+}
+
+/// [`read_scalars`] of an event file's bytes (`path` names it in errors).
+fn scalars_in(data: &[u8], path: &Path) -> std::io::Result<Vec<(String, i64, f32)>> {
     let bad = |m: &str| {
         std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!("{}: {m}", path.display()),
         )
     };
-    let data = std::fs::read(path)?;
     let mut out = vec![];
     let mut at = 0;
     while at < data.len() {
         let header = data
             .get(at..at + 12)
             .ok_or_else(|| bad("truncated record header"))?;
-        let len = u64::from_le_bytes(header[..8].try_into().unwrap()) as usize;
+        let len = u64::from_le_bytes(header[..8].try_into().unwrap());
         if masked_crc(&header[..8]) != u32::from_le_bytes(header[8..12].try_into().unwrap()) {
             return Err(bad("length CRC mismatch"));
         }
-        let body = data
-            .get(at + 12..at + 12 + len)
+        let end = usize::try_from(len)
+            .ok()
+            .and_then(|len| (at + 12).checked_add(len))
+            .filter(|&end| end + 4 <= data.len())
             .ok_or_else(|| bad("truncated record"))?;
-        let crc = data
-            .get(at + 12 + len..at + 16 + len)
-            .ok_or_else(|| bad("truncated CRC"))?;
+        let body = &data[at + 12..end];
+        let crc = &data[end..end + 4];
         if masked_crc(body) != u32::from_le_bytes(crc.try_into().unwrap()) {
             return Err(bad("data CRC mismatch"));
         }
-        at += 16 + len;
+        at = end + 4;
         if let Some(s) = parse_event(body) {
             out.push(s);
         }
@@ -165,9 +170,10 @@ fn fields(b: &[u8]) -> Option<Vec<(u64, &[u8], u64)>> {
                 at += 8;
             }
             2 => {
-                let len = read_varint(b, &mut at)? as usize;
-                out.push((field, b.get(at..at + len)?, 0));
-                at += len;
+                let len = usize::try_from(read_varint(b, &mut at)?).ok()?;
+                let end = at.checked_add(len)?;
+                out.push((field, b.get(at..end)?, 0));
+                at = end;
             }
             5 => {
                 out.push((field, b.get(at..at + 4)?, 0));
@@ -193,6 +199,38 @@ fn parse_event(b: &[u8]) -> Option<(String, i64, f32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Event files from anywhere (`drill plot` reads what it is given), fuzzed: whole files,
+    /// and event records inside valid framing (the CRCs recomputed, so the protobuf parser is
+    /// reached).
+    #[test]
+    fn fuzz_hostile_event_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = EventWriter::create(dir.path()).unwrap();
+        w.scalar("charts/episodic_return", 195.5, 1234, 1.0)
+            .unwrap();
+        w.scalar("losses/td_loss", -0.25, 99, 2.0).unwrap();
+        w.flush().unwrap();
+        let file = std::fs::read_dir(dir.path())
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        let bytes = std::fs::read(&file).unwrap();
+        drill_fuzz::fuzz("tensorboard event file", std::slice::from_ref(&bytes), |b| {
+            let _ = scalars_in(b, &file);
+        });
+        let first_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        let body = bytes[12..12 + first_len].to_vec();
+        drill_fuzz::fuzz("tensorboard event record", &[body], |b| {
+            let mut rec = (b.len() as u64).to_le_bytes().to_vec();
+            rec.extend_from_slice(&masked_crc(&rec).to_le_bytes());
+            rec.extend_from_slice(b);
+            rec.extend_from_slice(&masked_crc(b).to_le_bytes());
+            let _ = scalars_in(&rec, &file);
+        });
+    }
 
     #[test]
     fn crc_matches_tensorflow_and_scalars_round_trip() {

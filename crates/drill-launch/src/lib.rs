@@ -135,6 +135,8 @@ pub fn launch(cfg: &LaunchConfig) -> Result<Outcome, LaunchError> {
     ] {
         let s = signal.clone();
         // Record the signal; the monitor loop forwards it to the workers.
+        // SAFETY: the handler only stores into an atomic (`Signals::record`), which is
+        // async-signal-safe: no allocation, no lock.
         unsafe {
             signal_hook::low_level::register(sig, move || s.record(sig)).map_err(|e| {
                 LaunchError::Io {

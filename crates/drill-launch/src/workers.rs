@@ -160,6 +160,8 @@ pub fn run_round(
         }
         // Each worker leads its own process group, so signals reach the programs it starts
         // too, and dies with the launcher, even if that is SIGKILLed: no orphans.
+        // SAFETY: the closure runs in the forked child before exec and only makes two
+        // async-signal-safe system calls (setpgid, prctl), allocating nothing.
         unsafe {
             cmd.pre_exec(|| {
                 if libc::setpgid(0, 0) != 0
@@ -321,6 +323,7 @@ fn signal_name(sig: i32) -> String {
 fn signal_all(workers: &mut [Worker], sig: i32) {
     for w in workers.iter_mut() {
         if w.status.is_none() && matches!(w.child.try_wait(), Ok(None)) {
+            // SAFETY: kill(2) touches no memory of this process; the group is the worker's own.
             unsafe { libc::kill(-(w.child.id() as i32), sig) };
         }
     }
@@ -339,6 +342,7 @@ fn stop_all(workers: &mut [Worker], sig: i32, grace: Duration) {
     }
     for w in workers.iter_mut() {
         if matches!(w.child.try_wait(), Ok(None)) {
+            // SAFETY: kill(2) touches no memory of this process; the group is the worker's own.
             unsafe { libc::kill(-(w.child.id() as i32), libc::SIGKILL) };
         }
         if let Ok(s) = w.child.wait() {
@@ -350,6 +354,7 @@ fn stop_all(workers: &mut [Worker], sig: i32, grace: Duration) {
 /// Kill what the workers left behind in their process groups, then wait for their output.
 fn join_pumps(workers: &mut [Worker]) {
     for w in workers.iter() {
+        // SAFETY: kill(2) touches no memory of this process; the group is the worker's own.
         unsafe { libc::kill(-(w.child.id() as i32), libc::SIGKILL) };
     }
     for w in workers.iter_mut() {

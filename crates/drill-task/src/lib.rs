@@ -32,6 +32,9 @@ mod stage;
 mod task;
 mod timer;
 
+#[cfg(test)]
+mod fuzz;
+
 pub use ctx::{Context, Extensions, OnlineRLContext};
 pub use error::TaskError;
 pub use events::{Event, EventBus, HandlerId};

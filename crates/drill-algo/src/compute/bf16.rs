@@ -368,6 +368,7 @@ struct Dst {
 // SAFETY: tiles write disjoint cells (each tile owns its rows x columns), so sharing the
 // pointer between threads that take different tiles is sound.
 unsafe impl Send for Dst {}
+// SAFETY: as for Send: threads sharing a `Dst` write disjoint tiles.
 unsafe impl Sync for Dst {}
 
 impl Dst {

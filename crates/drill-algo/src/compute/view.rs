@@ -85,6 +85,8 @@ unsafe fn write_column<'a>(
     // `cell` one row past the end, unused.
     let mut cell = unsafe { cells.add(j) };
     for x in column {
+        // SAFETY: the column's cells lie inside the buffer (the caller's contract); `cell`
+        // steps one row (n) per element.
         unsafe {
             (*cell).write(*x);
             cell = cell.wrapping_add(n);

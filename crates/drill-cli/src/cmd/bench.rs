@@ -73,7 +73,8 @@ pub struct Args {
     /// plain TCP stream between ranks 0 and 1, on the network that reaches the store).
     #[arg(long)]
     pub ops: Option<String>,
-    /// comm: message sizes in bytes, comma-separated (K/M/G suffixes), default 1K,64K,1M,16M,64M.
+    /// comm: message sizes in bytes, comma-separated (K/M/G suffixes), default 1K,64K,1M,16M,64M;
+    /// each at least one f32 per rank, rounded down to a whole number of them.
     #[arg(long)]
     pub sizes: Option<String>,
 }

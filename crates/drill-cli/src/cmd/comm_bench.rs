@@ -35,7 +35,8 @@ pub fn parse_sizes(s: &str) -> anyhow::Result<Vec<usize>> {
                 x => (x.to_string(), 1),
             };
             num.parse::<usize>()
-                .map(|n| n * mul)
+                .ok()
+                .and_then(|n| n.checked_mul(mul))
                 .with_context(|| format!("--sizes: {t:?} is not a size"))
         })
         .collect()
@@ -213,7 +214,8 @@ fn bench_one(
 
 fn bytemuck_bytes(v: &mut [f32]) -> &mut [u8] {
     let len = std::mem::size_of_val(v);
-    // f32 has no invalid bit patterns; this views the same memory as bytes.
+    // SAFETY: the same memory, exclusively borrowed for the result's lifetime, seen as
+    // `len` bytes; u8 has no alignment or validity requirement.
     unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), len) }
 }
 
@@ -254,6 +256,13 @@ pub fn run(
         None => DEFAULT_SIZES.to_vec(),
     };
     let (n, r) = (pg.world_size(), pg.rank());
+    // Every rank parsed the same list, so every rank refuses it alike (none waits on another).
+    if let Some(&small) = sizes.iter().find(|&&s| s < 4 * n) {
+        bail!(
+            "--sizes: {small} bytes is under one f32 element per rank ({} bytes with {n} ranks)",
+            4 * n
+        );
+    }
     let mut tcp = None;
     if ops.iter().any(|o| o == "tcp_stream") && n >= 2 {
         // A plain TCP stream between ranks 0 and 1 (the single-stream limit), on the address

@@ -92,6 +92,7 @@ pub fn kill_and_expect_resume(
 ) -> serde_json::Value {
     let pid = rank_pid(child.id(), rank, exp);
     std::thread::sleep(delay);
+    // SAFETY: kill(2) touches no memory of this process.
     unsafe { libc::kill(pid, libc::SIGKILL) };
     let out = child.wait_with_output().unwrap();
     let log = text(&out);
@@ -117,6 +118,7 @@ pub fn kill_and_expect_failure(
     let pid = rank_pid(child.id(), rank, exp);
     std::thread::sleep(delay);
     let t = Instant::now();
+    // SAFETY: kill(2) touches no memory of this process.
     unsafe { libc::kill(pid, libc::SIGKILL) };
     let out = child.wait_with_output().unwrap();
     let dt = t.elapsed();

@@ -24,7 +24,7 @@ pub struct Mpi {
     local_size: usize,
 }
 
-// MPI is initialised with MPI_THREAD_SERIALIZED and drill-comm's executor runs one operation
+// SAFETY: MPI is initialised with MPI_THREAD_SERIALIZED and drill-comm's executor runs one operation
 // at a time per process, so moving the communicator between threads is allowed.
 unsafe impl Send for Mpi {}
 

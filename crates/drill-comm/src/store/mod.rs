@@ -4,7 +4,7 @@
 
 mod client;
 mod heartbeat;
-mod proto;
+pub(crate) mod proto;
 mod server;
 
 pub use client::Store;

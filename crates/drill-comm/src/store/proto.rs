@@ -70,8 +70,13 @@ fn read_bytes(r: &mut impl Read, limit: usize, what: &str) -> io::Result<Vec<u8>
             "{what} of {n} bytes exceeds the limit of {limit}"
         )));
     }
-    let mut v = vec![0u8; n];
-    r.read_exact(&mut v)?;
+    // Grown as the bytes arrive, not reserved from the length field: a frame that claims the
+    // limit and then stops costs what it sent, not 64 MiB.
+    let mut v = Vec::with_capacity(n.min(64 << 10));
+    r.take(n as u64).read_to_end(&mut v)?;
+    if v.len() < n {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
     Ok(v)
 }
 

@@ -19,8 +19,8 @@
 //! ```
 
 #[cfg(feature = "redis")]
-mod redis;
-mod router;
+pub(crate) mod redis;
+pub(crate) mod router;
 
 use std::time::Duration;
 

@@ -24,16 +24,17 @@ pub const HEARTBEAT: Duration = Duration::from_millis(500);
 pub const LOST_AFTER: Duration = Duration::from_secs(3);
 
 #[derive(Serialize, Deserialize)]
-enum Kind {
+pub(crate) enum Kind {
     Event { name: String, payload: Vec<u8> },
     Heartbeat,
     Bye,
 }
 
+/// What goes over the channel (postcard).
 #[derive(Serialize, Deserialize)]
-struct Frame {
-    from: u32,
-    kind: Kind,
+pub(crate) struct Frame {
+    pub(crate) from: u32,
+    pub(crate) kind: Kind,
 }
 
 /// This worker's connection to the Redis channel of its run.

@@ -58,7 +58,7 @@ fn err(detail: String) -> TaskError {
 
 /// Encode `event` from `origin`: u32 length of the rest, u16 origin, u16 name length, name,
 /// payload. Length 0 is the goodbye.
-fn frame(origin: usize, event: &Event) -> Vec<u8> {
+pub(crate) fn frame(origin: usize, event: &Event) -> Vec<u8> {
     let rest = 4 + event.name.len() + event.payload.len();
     let mut f = Vec::with_capacity(4 + rest);
     f.extend_from_slice(&(rest as u32).to_le_bytes());
@@ -70,7 +70,7 @@ fn frame(origin: usize, event: &Event) -> Vec<u8> {
 }
 
 /// Read one frame: `None` for a goodbye.
-fn read_frame(r: &mut impl Read) -> std::io::Result<Option<(usize, Event)>> {
+pub(crate) fn read_frame(r: &mut impl Read) -> std::io::Result<Option<(usize, Event)>> {
     let mut len = [0u8; 4];
     r.read_exact(&mut len)?;
     let len = u32::from_le_bytes(len) as usize;
@@ -81,8 +81,12 @@ fn read_frame(r: &mut impl Read) -> std::io::Result<Option<(usize, Event)>> {
     if !(4..=MAX_FRAME).contains(&len) {
         return Err(bad("frame length out of bounds"));
     }
-    let mut body = vec![0u8; len];
-    r.read_exact(&mut body)?;
+    // Grown as the bytes arrive: a frame that claims 256 MiB and stops costs what it sent.
+    let mut body = Vec::with_capacity(len.min(64 << 10));
+    r.take(len as u64).read_to_end(&mut body)?;
+    if body.len() < len {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
     let origin = u16::from_le_bytes([body[0], body[1]]) as usize;
     let name_len = u16::from_le_bytes([body[2], body[3]]) as usize;
     if 4 + name_len > len {

@@ -4,7 +4,7 @@
 //! experiment folder and checkpoint) and end in [`finish`].
 
 mod finish;
-mod parallel;
+pub(crate) mod parallel;
 mod ranks;
 
 use drill_config::Config;

@@ -61,7 +61,7 @@ pub fn run(args: &Args, config: Config, n: usize) -> anyhow::Result<i32> {
             PlatformArg::Slurm => Platform::Slurm,
         });
     for spec in &args.attach_to {
-        let (node, peers) = parse_attach(spec)?;
+        let (node, peers) = parse_attach(spec, n)?;
         runner = runner.attach_to(node, &peers);
     }
     let mut local: Vec<usize> = (0..n).collect();
@@ -106,15 +106,24 @@ pub fn run(args: &Args, config: Config, n: usize) -> anyhow::Result<i32> {
     }
 }
 
-/// `NODE=PEER,PEER`.
-fn parse_attach(spec: &str) -> anyhow::Result<(usize, Vec<usize>)> {
+/// `NODE=PEER,PEER`, each one of the `n` workers, a node never its own peer.
+pub(crate) fn parse_attach(spec: &str, n: usize) -> anyhow::Result<(usize, Vec<usize>)> {
     let bad = || anyhow::anyhow!("--attach-to {spec:?}: expected NODE=PEER[,PEER...], e.g. 0=1,2");
     let (node, peers) = spec.split_once('=').ok_or_else(bad)?;
-    let node = node.trim().parse().map_err(|_| bad())?;
-    let peers = peers
+    let node: usize = node.trim().parse().map_err(|_| bad())?;
+    let peers: Vec<usize> = peers
         .split(',')
         .map(|p| p.trim().parse().map_err(|_| bad()))
         .collect::<anyhow::Result<_>>()?;
+    if let Some(w) = std::iter::once(node)
+        .chain(peers.iter().copied())
+        .find(|&w| w >= n)
+    {
+        bail!("--attach-to {spec:?}: there is no worker {w} among the {n} (0..{n})");
+    }
+    if peers.contains(&node) {
+        bail!("--attach-to {spec:?}: worker {node} cannot attach to itself");
+    }
     Ok((node, peers))
 }
 

@@ -115,7 +115,7 @@ pub(super) fn train_rank(args: &Args, config: Config) -> anyhow::Result<i32> {
         Some(e) => e,
         None => &mut null,
     };
-    let result = drill_algo::train(
+    let trained = drill_algo::train(
         &config,
         &mut RunContext {
             device,
@@ -125,8 +125,21 @@ pub(super) fn train_rank(args: &Args, config: Config) -> anyhow::Result<i32> {
             restarts,
             replay_dir: args.save_replay.then(|| dir.join("ckpt")),
         },
-    )
-    .map_err(whose)?;
+    );
+    let result = match trained {
+        Ok(result) => result,
+        Err(e) => {
+            let e = whose(e);
+            // The failed run's folder says why (a full disk lets this small file through
+            // once the checkpoint that failed removed its temporary file).
+            if let Some(exp) = &mut exp
+                && let Err(write) = exp.fail(&format!("{e:#}"), world, restarts)
+            {
+                tracing::warn!("cannot write {}/result.json: {write}", dir.display());
+            }
+            return Err(e);
+        }
+    };
     let code = if result.interrupted { 130 } else { 0 };
     let Some(exp) = exp else {
         return Ok(code);

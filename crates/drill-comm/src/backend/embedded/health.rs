@@ -168,6 +168,7 @@ fn watch(mut conns: Vec<Watched>, health: Arc<Health>, world: usize, me: usize, 
         let wait = next_beat
             .saturating_duration_since(Instant::now())
             .min(Duration::from_millis(100));
+        // SAFETY: `fds` is a live, exclusively borrowed array of `fds.len()` pollfd structs.
         let rc = unsafe {
             libc::poll(
                 fds.as_mut_ptr(),

@@ -27,11 +27,11 @@ impl Link {
     pub(super) fn write_some(&mut self, hdr: &[u8], payload: &[u8]) -> io::Result<usize> {
         match self {
             Link::Shm { tx, .. } => {
-                let n = tx.write_some(hdr);
+                let n = tx.write_some(hdr)?;
                 if n < hdr.len() {
                     return Ok(n);
                 }
-                Ok(n + tx.write_some(payload))
+                Ok(n + tx.write_some(payload)?)
             }
             Link::Tcp(s) => match s.write_vectored(&[IoSlice::new(hdr), IoSlice::new(payload)]) {
                 Ok(n) => Ok(n),
@@ -45,7 +45,7 @@ impl Link {
     #[inline]
     pub(super) fn read_some(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
-            Link::Shm { rx, .. } => Ok(rx.read_some(buf)),
+            Link::Shm { rx, .. } => rx.read_some(buf),
             Link::Tcp(s) => match s.read(buf) {
                 Ok(0) if !buf.is_empty() => Err(io::ErrorKind::UnexpectedEof.into()),
                 Ok(n) => Ok(n),

@@ -404,6 +404,15 @@ fn lost(cx: &Cx, rank: usize, detail: String) -> CommError {
 }
 
 fn io_lost(cx: &Cx, rank: usize, e: &io::Error) -> CommError {
+    if e.kind() == io::ErrorKind::InvalidData {
+        // The peer is there but what it wrote makes no sense (a corrupt shared-memory ring).
+        return CommError::Protocol {
+            op: cx.op.name().into(),
+            group: cx.name.into(),
+            rank,
+            detail: e.to_string(),
+        };
+    }
     let detail = match e.kind() {
         io::ErrorKind::UnexpectedEof => {
             "its connection closed (process exited or was killed)".to_string()

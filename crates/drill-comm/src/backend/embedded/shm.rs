@@ -6,6 +6,7 @@
 //! writes the progress engine needs.
 
 use std::fs::{File, OpenOptions};
+use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -83,86 +84,146 @@ impl Segment {
     /// Ring `i` (0 or 1) of this segment.
     pub fn ring(self: &Arc<Self>, i: usize) -> Ring {
         assert!(i < 2);
+        // SAFETY: the mapping holds two rings of RING_HEADER + cap bytes (sized so by
+        // `create` and checked by `open`), so ring i's start lies inside it.
         let base = unsafe { self.map.as_mut_ptr().add(i * (RING_HEADER + self.cap)) };
+        // SAFETY: `base` is 8-aligned (a page-aligned mapping plus multiples of 256 bytes)
+        // and the counters lie in the ring's header, inside the mapping, which `seg` keeps
+        // alive as long as the ring; other processes only touch them atomically.
+        let (head, tail) = unsafe {
+            (
+                (*(base as *const AtomicU64)).load(Ordering::Acquire),
+                (*(base.add(TAIL_OFFSET) as *const AtomicU64)).load(Ordering::Acquire),
+            )
+        };
         Ring {
             seg: self.clone(),
             base,
             cap: self.cap,
+            head,
+            tail,
         }
     }
 }
 
 /// One direction of a pair: the writer side calls [`Ring::write_some`], the reader side
 /// [`Ring::read_some`]; each side only ever uses one of the two.
+///
+/// Each side keeps its own counter here and only publishes it to the mapping, and checks the
+/// peer's counter before trusting it: a peer that writes nonsense into the shared counters
+/// (a bug, memory corruption) gets an error, never a copy outside the ring.
 pub struct Ring {
     seg: Arc<Segment>,
     base: *mut u8,
     cap: usize,
+    /// Bytes written so far (the writer's own count; the reader's last check of it).
+    head: u64,
+    /// Bytes read so far (the reader's own count; the writer's last check of it).
+    tail: u64,
 }
 
-// The ring is used by one thread at a time on each side; the counters are atomics in the
-// shared mapping and the data region is only touched between them (SPSC protocol).
+// SAFETY: the ring is used by one thread at a time on each side; the counters are atomics in
+// the shared mapping and the data region is only touched between them (SPSC protocol).
 unsafe impl Send for Ring {}
 
 impl Ring {
     fn head(&self) -> &AtomicU64 {
+        // SAFETY: see `Segment::ring`: aligned, inside the mapping, alive with `seg`.
         unsafe { &*(self.base as *const AtomicU64) }
     }
 
     fn tail(&self) -> &AtomicU64 {
+        // SAFETY: as for `head`, TAIL_OFFSET bytes on, still inside the header.
         unsafe { &*(self.base.add(TAIL_OFFSET) as *const AtomicU64) }
     }
 
     fn data(&self) -> *mut u8 {
+        // SAFETY: the data region follows the header inside the mapping.
         unsafe { self.base.add(RING_HEADER) }
     }
 
-    /// Copy as much of `buf` as fits; returns the bytes written (0 when full).
+    /// The peer's published counter `seen` (the reader's `tail` for a writer, the writer's
+    /// `head` for a reader), checked against ours: the bytes between them must be within the
+    /// capacity and the counter must not go backwards.
+    fn check(&self, what: &str, used: u64, seen: u64, last: u64) -> io::Result<()> {
+        let moved = seen.wrapping_sub(last);
+        if used > self.cap as u64 || moved > self.cap as u64 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "shared-memory ring corrupt: the peer's {what} counter reads {seen}, against {last} before and {} bytes of capacity",
+                    self.cap
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Copy as much of `buf` as fits; returns the bytes written (0 when full), or an error
+    /// when the peer's read counter is out of range.
     #[inline]
-    pub fn write_some(&mut self, buf: &[u8]) -> usize {
-        let head = self.head().load(Ordering::Relaxed);
+    pub fn write_some(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let head = self.head;
         let tail = self.tail().load(Ordering::Acquire);
-        let used = head.wrapping_sub(tail) as usize;
-        let n = buf.len().min(self.cap - used);
+        let used = head.wrapping_sub(tail);
+        self.check("read", used, tail, self.tail)?;
+        self.tail = tail;
+        let n = buf.len().min(self.cap - used as usize);
         if n == 0 {
-            return 0;
+            return Ok(0);
         }
         let pos = head as usize & (self.cap - 1);
         let first = n.min(self.cap - pos);
+        // SAFETY: pos < cap and first <= cap - pos, n - first <= pos (n <= cap): both copies
+        // stay inside the data region; the reader does not touch these bytes until the head
+        // store below publishes them (used + n <= cap, checked above).
         unsafe {
             std::ptr::copy_nonoverlapping(buf.as_ptr(), self.data().add(pos), first);
             std::ptr::copy_nonoverlapping(buf.as_ptr().add(first), self.data(), n - first);
         }
-        self.head()
-            .store(head.wrapping_add(n as u64), Ordering::Release);
-        n
+        self.head = head.wrapping_add(n as u64);
+        self.head().store(self.head, Ordering::Release);
+        Ok(n)
     }
 
-    /// Copy as many available bytes as fit into `buf`; returns the bytes read (0 when empty).
+    /// Copy as many available bytes as fit into `buf`; returns the bytes read (0 when empty),
+    /// or an error when the peer's write counter is out of range.
     #[inline]
-    pub fn read_some(&mut self, buf: &mut [u8]) -> usize {
-        let tail = self.tail().load(Ordering::Relaxed);
+    pub fn read_some(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let tail = self.tail;
         let head = self.head().load(Ordering::Acquire);
-        let avail = head.wrapping_sub(tail) as usize;
-        let n = buf.len().min(avail);
+        let avail = head.wrapping_sub(tail);
+        self.check("write", avail, head, self.head)?;
+        self.head = head;
+        let n = buf.len().min(avail as usize);
         if n == 0 {
-            return 0;
+            return Ok(0);
         }
         let pos = tail as usize & (self.cap - 1);
         let first = n.min(self.cap - pos);
+        // SAFETY: as in `write_some`, both copies stay inside the data region; the writer
+        // published these bytes (avail <= cap, checked above) and does not reuse them until
+        // the tail store below.
         unsafe {
             std::ptr::copy_nonoverlapping(self.data().add(pos), buf.as_mut_ptr(), first);
             std::ptr::copy_nonoverlapping(self.data(), buf.as_mut_ptr().add(first), n - first);
         }
-        self.tail()
-            .store(tail.wrapping_add(n as u64), Ordering::Release);
-        n
+        self.tail = tail.wrapping_add(n as u64);
+        self.tail().store(self.tail, Ordering::Release);
+        Ok(n)
     }
 
     /// Keep the mapping alive (for the borrow checker's sake, the field is read here).
     pub fn capacity(&self) -> usize {
         debug_assert!(self.seg.cap == self.cap);
         self.cap
+    }
+
+    /// Overwrite the shared counter the peer publishes (a test of the checks above).
+    #[cfg(test)]
+    fn corrupt(&self, head: bool, value: u64) {
+        let c = if head { self.head() } else { self.tail() };
+        c.store(value, Ordering::Release);
     }
 }
 
@@ -198,10 +259,46 @@ mod tests {
         let mut got = vec![0u8; msg.len()];
         let (mut w, mut r) = (0, 0);
         while r < msg.len() {
-            w += tx.write_some(&msg[w..(w + 3000).min(msg.len())]);
-            r += rx.read_some(&mut got[r..(r + 1234).min(msg.len())]);
+            w += tx.write_some(&msg[w..(w + 3000).min(msg.len())]).unwrap();
+            r += rx
+                .read_some(&mut got[r..(r + 1234).min(msg.len())])
+                .unwrap();
         }
         assert_eq!(got, msg);
-        assert_eq!(rx.read_some(&mut [0u8; 8]), 0);
+        assert_eq!(rx.read_some(&mut [0u8; 8]).unwrap(), 0);
+    }
+
+    /// A peer that writes nonsense into the counters it publishes gets an error naming the
+    /// counter, and no byte is copied (the copy would land outside the ring).
+    #[test]
+    fn a_corrupt_counter_is_an_error_not_a_wild_copy() {
+        let path = segment_path(0, 1);
+        let seg = Segment::create(&path, 4096).unwrap();
+        let other = Segment::open(&path, 4096).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let (mut tx, mut rx) = (seg.ring(0), other.ring(0));
+        assert_eq!(tx.write_some(&[1; 100]).unwrap(), 100);
+        // The reader's published count jumps past what was written: the writer would see
+        // 2^64 - 100 bytes in use.
+        rx.corrupt(false, 200);
+        let err = tx.write_some(&[2; 10]).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        assert!(err.to_string().contains("read counter reads 200"), "{err}");
+        // The writer's published count runs a whole ring ahead: the reader would copy from
+        // bytes never written.
+        rx.corrupt(false, 0);
+        tx.corrupt(true, 100 + 5000);
+        let mut buf = [0u8; 64];
+        let err = rx.read_some(&mut buf).unwrap_err();
+        assert!(
+            err.to_string().contains("write counter reads 5100"),
+            "{err}"
+        );
+        assert_eq!(buf, [0u8; 64]);
+        // Going backwards is caught too.
+        tx.corrupt(true, 100);
+        assert_eq!(rx.read_some(&mut buf[..10]).unwrap(), 10);
+        tx.corrupt(true, 50);
+        assert!(rx.read_some(&mut buf).is_err());
     }
 }

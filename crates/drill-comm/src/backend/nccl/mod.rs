@@ -54,7 +54,7 @@ pub struct Nccl {
     broken: Option<String>,
 }
 
-// The communicator and device buffers are used by one thread at a time: drill-comm's executor
+// SAFETY: the communicator and device buffers are used by one thread at a time: drill-comm's executor
 // runs one operation at a time per process, and each operation binds the CUDA context first.
 unsafe impl Send for Nccl {}
 
@@ -138,12 +138,9 @@ impl Nccl {
         let key = format!("nccl/{key}/id");
         let id = if rank == 0 {
             let mut id = UniqueId { internal: [0; 128] };
-            // SAFETY: writes the 128-byte id.
-            check(
-                api,
-                unsafe { (api.get_unique_id)(&mut id) },
-                "ncclGetUniqueId",
-            )?;
+            // SAFETY: writes the 128-byte id, an exclusively borrowed local.
+            let rc = unsafe { (api.get_unique_id)(&mut id) };
+            check(api, rc, "ncclGetUniqueId")?;
             let bytes: Vec<u8> = id.internal.iter().map(|&c| c as u8).collect();
             shared.store.set(&key, &bytes)?;
             id
