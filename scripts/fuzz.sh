@@ -8,13 +8,15 @@ cd "$(dirname "$0")/.."
 n=${1:-700000}
 seed=${2:-0}
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+trap 'rm -f "$log" "$log.lines"' EXIT
 start=$SECONDS
 DRILL_FUZZ_ITERS=$n DRILL_FUZZ_SEED=$seed cargo test --release --workspace --lib --bins -- fuzz --nocapture --test-threads 1 >"$log" 2>&1 || {
   grep -E "^fuzz|panicked|failed" "$log" >&2
   exit 1
 }
-grep -E "^fuzz " "$log" | sort
-grep -E "^fuzz " "$log" | awk -v s=$((SECONDS - start)) '
+# With --nocapture a target's line may follow the harness's "test NAME ... " on the same line.
+grep -oE "fuzz [a-z ]+: [0-9]+ inputs.*bytes" "$log" | sort >"$log.lines"
+cat "$log.lines"
+awk -v s=$((SECONDS - start)) '
   { split($0, a, ": "); split(a[2], b, " "); total += b[1]; bad += $0 ~ / 0 failing/ ? 0 : 1; t++ }
-  END { printf "fuzz total: %d targets, %d inputs, %d targets with failures, %d s\n", t, total, bad, s }'
+  END { printf "fuzz total: %d targets, %d inputs, %d targets with failures, %d s\n", t, total, bad, s }' "$log.lines"

@@ -132,7 +132,7 @@ pub(crate) fn init_threads(n: usize) {
 
 /// The error and its causes, `: `-joined, each cause said once: errors that already name
 /// their source in their message (`{path}: {source}`) do not repeat it.
-fn message(e: &anyhow::Error) -> String {
+pub(crate) fn message(e: &anyhow::Error) -> String {
     let mut out = String::new();
     for cause in e.chain() {
         let text = cause.to_string();

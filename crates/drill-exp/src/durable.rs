@@ -59,6 +59,20 @@ pub fn explain(e: io::Error, size: u64) -> io::Error {
     }
 }
 
+/// Remove the temporary files [`write_atomic`] left in `dir` when its writer died mid-write
+/// (call it only while nothing writes there).
+pub fn remove_temporaries(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') && name.contains(".tmp-") {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
 /// The temporary sibling of `path`, unique to this process and thread (ranks and threads of
 /// one run never share one).
 fn temporary(path: &Path) -> PathBuf {
@@ -99,6 +113,10 @@ mod tests {
         assert_eq!(err.kind(), io::ErrorKind::StorageFull);
         assert!(err.to_string().contains("for 7 bytes"), "{err}");
         assert_eq!(std::fs::read(&path).unwrap(), b"old");
+        assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 1);
+        // What a writer killed mid-write leaves is removed by the next one to take the folder.
+        std::fs::write(tmp.path().join(".ck.tmp-123-4"), b"torn").unwrap();
+        remove_temporaries(tmp.path());
         assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 1);
     }
 }

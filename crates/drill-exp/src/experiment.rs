@@ -169,6 +169,11 @@ impl Experiment {
 
     fn open(chosen: PathBuf, config: &Config, quiet: bool, append: bool) -> std::io::Result<Self> {
         std::fs::create_dir_all(chosen.join("ckpt"))?;
+        // A writer killed mid-write (kill -9, a lost machine) leaves its temporary file; the
+        // run that takes the folder over removes it.
+        for dir in [chosen.clone(), chosen.join("ckpt")] {
+            crate::durable::remove_temporaries(&dir);
+        }
         crate::durable::write_atomic(&chosen.join("config.toml"), config.to_toml().as_bytes())?;
         let metrics = Metrics::open(&chosen.join("metrics.jsonl"), append)?;
         let bar = (!quiet).then(|| {
@@ -230,15 +235,25 @@ impl Experiment {
     }
 
     /// End a run of `world_size` ranks (restarted `restarts` times) that failed with `error`:
-    /// `result.json` holds the last counters reported and the error (written if the disk lets
-    /// it); what no evaluation measured is `null`.
+    /// `result.json` holds the last counters reported (or its newest checkpoint's, if further)
+    /// and the error (written if the disk lets it); what no evaluation measured is `null`.
     pub fn fail(&mut self, error: &str, world_size: usize, restarts: u32) -> std::io::Result<()> {
         let p = self.last;
         let wall_seconds = self.start.elapsed().as_secs_f64();
+        // The counters of the work kept: an attempt that failed before reporting any (a
+        // restart on a full disk) still says where the run's newest checkpoint stands.
+        let kept = Checkpoint::newest_in(&self.dir)
+            .map(|ck| {
+                (
+                    ck.counter("env_steps").unwrap_or(0),
+                    ck.counter("train_iters").unwrap_or(0),
+                )
+            })
+            .unwrap_or((0, 0));
         self.finish(&TrainResult {
             stop_reached: false,
-            env_steps: p.env_steps,
-            train_iters: p.train_iters,
+            env_steps: p.env_steps.max(kept.0),
+            train_iters: p.train_iters.max(kept.1),
             wall_seconds,
             env_steps_per_sec: p.env_steps_per_sec,
             eval_reward_mean: p.last_eval.unwrap_or(f64::NAN),

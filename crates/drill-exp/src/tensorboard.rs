@@ -218,9 +218,13 @@ mod tests {
             .unwrap()
             .path();
         let bytes = std::fs::read(&file).unwrap();
-        drill_fuzz::fuzz("tensorboard event file", std::slice::from_ref(&bytes), |b| {
-            let _ = scalars_in(b, &file);
-        });
+        drill_fuzz::fuzz(
+            "tensorboard event file",
+            std::slice::from_ref(&bytes),
+            |b| {
+                let _ = scalars_in(b, &file);
+            },
+        );
         let first_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
         let body = bytes[12..12 + first_len].to_vec();
         drill_fuzz::fuzz("tensorboard event record", &[body], |b| {

@@ -133,7 +133,7 @@ pub(super) fn train_rank(args: &Args, config: Config) -> anyhow::Result<i32> {
             // The failed run's folder says why (a full disk lets this small file through
             // once the checkpoint that failed removed its temporary file).
             if let Some(exp) = &mut exp
-                && let Err(write) = exp.fail(&format!("{e:#}"), world, restarts)
+                && let Err(write) = exp.fail(&crate::message(&e), world, restarts)
             {
                 tracing::warn!("cannot write {}/result.json: {write}", dir.display());
             }
