@@ -181,7 +181,7 @@ fn job_processes(id: &str) -> Vec<(i32, Vec<String>)> {
             .split(|&b| b == 0)
             .map(|v| String::from_utf8_lossy(v).into_owned())
             .collect();
-        if vars.iter().any(|v| *v == marker) {
+        if vars.contains(&marker) {
             out.push((pid, vars));
         }
     }
