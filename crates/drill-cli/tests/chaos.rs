@@ -2,6 +2,9 @@
 //! over 3 worker processes, a single process), each hit by one or two faults drawn at random,
 //! at a random moment: kill -9 of a rank or of the launcher, SIGSTOP of a rank, SIGINT, the
 //! disk filling up under the experiment folder (a tmpfs). With and without `--max-restarts 1`.
+//! Then jobs across two hosts made of namespaces (`scripts/netns_hosts.sh`, 1 rank each): a
+//! cut link (restored for a restart budget), packet loss, a frozen host, the store's host
+//! killed.
 //! Every job is checked against the promises:
 //! - it ends by itself within [`BOUND`], reaching its step limit or with an error that names the
 //!   fault (the rank, the signal, the full disk); an interrupted job resumes to its step limit;
@@ -10,10 +13,11 @@
 //!   the resumed run's env steps and iterations at most the final ones);
 //! - a job whose fault allows it (a restart budget) reaches its step limit.
 //!
-//! `CHAOS_JOBS` jobs (default 12, what CI runs) from seed `CHAOS_SEED` (default 0); the table of
+//! `CHAOS_JOBS` jobs on one host (default 12, what CI runs) and `CHAOS_NET_JOBS` on two (default
+//! 4) from seed `CHAOS_SEED` (default 0); the table of
 //! faults by kind and phase, outcomes, the longest time from a fault to the job's error and
 //! every violation is printed (`--nocapture`). Needs root (the tmpfs): `cargo test --release -p
-//! drill-cli --features netns --test chaos -- --nocapture`.
+//! drill-cli --features netns --test chaos -- --nocapture --test-threads 1`.
 #![cfg(feature = "netns")]
 
 use std::collections::BTreeMap;
@@ -25,6 +29,7 @@ use drill_fuzz::Rng;
 
 mod common;
 
+use common::netns::Hosts;
 use common::repo;
 
 /// The longest a job may take, faults and all.
@@ -608,6 +613,266 @@ fn every_fault_ends_the_job_cleanly_and_keeps_the_promises() {
     }
     println!(
         "\nchaos: {jobs} jobs (seed {seed}) in {:.0} s, {} violations, longest fault-to-error {longest:.1?}",
+        t0.elapsed().as_secs_f64(),
+        violations.len()
+    );
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum NetFault {
+    CutLink,
+    PacketLoss,
+    FreezeHost,
+    KillStoreHost,
+}
+
+/// `drill launch` of DQN DDP on `host` of 2 (1 rank each), marked with `id`, output to `log`.
+fn launch_on(
+    hosts: &Hosts,
+    host: usize,
+    id: &str,
+    port: u16,
+    exp: &Path,
+    restarts: bool,
+    log: &Path,
+) -> Child {
+    let cfg = repo().join("configs/cartpole_dqn_ddp.toml");
+    let mut c = hosts.on(host, env!("CARGO_BIN_EXE_drill"));
+    c.args(["launch", "--nnodes", "2", "--nproc-per-node", "1"])
+        .args(["--node-rank", &host.to_string(), "--master-addr", "10.77.0.1"])
+        .args(["--master-port", &port.to_string()]);
+    if restarts {
+        c.args(["--max-restarts", "1"]);
+    }
+    c.args(["--", env!("CARGO_BIN_EXE_drill"), "train"])
+        .arg(&cfg)
+        .args(["--quiet", "--exp-dir"])
+        .arg(exp)
+        .args(["--set", "env.stop_value=1000", "--set", "max_env_step=15000"])
+        .env("DRILL_CHAOS", id)
+        .env("DRILL_JOB_TOKEN", "chaos")
+        .stdout(Stdio::from(std::fs::File::create(log).unwrap()))
+        .stderr(Stdio::from(
+            std::fs::OpenOptions::new().append(true).open(log).unwrap(),
+        ));
+    c.spawn().unwrap()
+}
+
+/// One job on two hosts with one network fault; the outcome and its violations.
+fn run_net_job(hosts: &Hosts, n: usize, fault: NetFault, at: Duration, restarts: bool) -> Report {
+    let id = format!("{}-net{n}", std::process::id());
+    let dir = std::env::temp_dir().join(format!("drill-chaos-{id}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exp = dir.join("run");
+    let port = 29600 + (n % 200) as u16;
+    let logs = [dir.join("h0.log"), dir.join("h1.log")];
+    let mut r = Report::default();
+    if fault == NetFault::PacketLoss {
+        hosts.link(0, "loss", &["2"]);
+        hosts.link(1, "loss", &["2"]);
+    }
+    let start = Instant::now();
+    let mut nodes: Vec<Child> = (0..2)
+        .map(|h| launch_on(hosts, h, &id, port, &exp, restarts, &logs[h]))
+        .collect();
+    let mut ended: [Option<(ExitStatus, Instant)>; 2] = [None, None];
+    let poll = |nodes: &mut Vec<Child>, ended: &mut [Option<(ExitStatus, Instant)>; 2]| {
+        for (h, c) in nodes.iter_mut().enumerate() {
+            if ended[h].is_none()
+                && let Some(s) = c.try_wait().unwrap()
+            {
+                ended[h] = Some((s, Instant::now()));
+            }
+        }
+    };
+    while start.elapsed() < at && ended.iter().any(Option::is_none) {
+        poll(&mut nodes, &mut ended);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut fault_at = None;
+    // A fault that comes once the run has written its result is a fault after the job.
+    let finished_first = exp.join("result.json").is_file();
+    if ended.iter().all(Option::is_none) && !finished_first {
+        let so_far = std::fs::read_to_string(&logs[0]).unwrap_or_default();
+        let phase = if fault == NetFault::PacketLoss {
+            "the whole run"
+        } else if so_far.contains("eval at env step") {
+            "training"
+        } else {
+            "startup (rendezvous)"
+        };
+        match fault {
+            NetFault::CutLink => hosts.link(1, "cut", &[]),
+            NetFault::FreezeHost => hosts.link(1, "freeze", &[]),
+            NetFault::KillStoreHost => signal(nodes[0].id() as i32, libc::SIGKILL),
+            NetFault::PacketLoss => {}
+        }
+        fault_at = Some(Instant::now());
+        r.injected.push((Fault::KillRank, phase));
+    }
+    let phase = r.injected.first().map_or("-", |f| f.1);
+    r.injected.clear();
+    // Undo what would otherwise keep the job from ending: a restart budget gets its link back
+    // after 4 s; a frozen host thaws once its peer has given up (or after 10 s).
+    let mut undone = fault != NetFault::CutLink && fault != NetFault::FreezeHost;
+    while ended.iter().any(Option::is_none) && start.elapsed() < BOUND {
+        poll(&mut nodes, &mut ended);
+        if !undone && let Some(f) = fault_at {
+            let wait = match fault {
+                NetFault::CutLink if restarts => Duration::from_secs(4),
+                NetFault::CutLink => BOUND,
+                _ => Duration::from_secs(10),
+            };
+            if f.elapsed() >= wait || (fault == NetFault::FreezeHost && ended[0].is_some()) {
+                hosts.link(1, if fault == NetFault::CutLink { "restore" } else { "thaw" }, &[]);
+                undone = true;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if !undone {
+        hosts.link(1, if fault == NetFault::CutLink { "restore" } else { "thaw" }, &[]);
+    }
+    if fault == NetFault::PacketLoss {
+        hosts.link(0, "loss", &["off"]);
+        hosts.link(1, "loss", &["off"]);
+    }
+    let text: Vec<String> = logs
+        .iter()
+        .map(|l| std::fs::read_to_string(l).unwrap_or_default())
+        .collect();
+    if ended.iter().any(Option::is_none) {
+        r.violations.push(format!("hang: a launcher still runs after {BOUND:?}"));
+        for c in nodes.iter_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !job_processes(&id).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if !job_processes(&id).is_empty() {
+        r.violations.push("processes left 10 s after the job ended".into());
+    }
+    let ok = |h: usize| ended[h].is_some_and(|(s, _)| s.success());
+    let limit_reached = result(&exp).is_some_and(|res| {
+        res["env_steps"].as_u64().unwrap_or(0) >= 15000 || res["stop_reached"] == true
+    });
+    let expect_success = fault_at.is_none()
+        || fault == NetFault::PacketLoss
+        || (fault == NetFault::CutLink && restarts);
+    r.outcome = if expect_success {
+        if !(ok(0) && ok(1) && limit_reached) {
+            r.violations.push(format!(
+                "expected the step limit: {} | {}",
+                tail(&text[0]),
+                tail(&text[1])
+            ));
+        }
+        if fault == NetFault::CutLink {
+            "restarted after the link came back, reached the step limit".into()
+        } else {
+            "reached the step limit".into()
+        }
+    } else {
+        // The surviving side(s) fail naming the lost peer, within the bound.
+        let survivors: &[usize] = match fault {
+            NetFault::CutLink => &[0, 1],
+            NetFault::FreezeHost => &[0],
+            _ => &[1],
+        };
+        for &h in survivors {
+            if ok(h) {
+                r.violations
+                    .push(format!("host {h} succeeded despite the fault: {}", tail(&text[h])));
+            } else if !text[h].contains("is gone") && !text[h].contains("rank ") {
+                r.violations
+                    .push(format!("host {h} fails naming nothing: {}", tail(&text[h])));
+            }
+            if let (Some((_, t)), Some(f)) = (ended[h], fault_at) {
+                let dt = t.saturating_duration_since(f);
+                r.time_to_error = Some(r.time_to_error.unwrap_or_default().max(dt));
+                if dt > ERROR_BOUND {
+                    r.violations
+                        .push(format!("host {h} took {dt:?} from the fault to its end"));
+                }
+            }
+        }
+        "failed naming the lost peer".into()
+    };
+    let counters = checkpoints(&exp, &mut r.violations);
+    if let Some(res) = result(&exp) {
+        let steps = res["env_steps"].as_u64().unwrap_or(0);
+        for (name, s, _) in &counters {
+            if *s > steps {
+                r.violations
+                    .push(format!("{name} ({s} env steps) is ahead of result.json ({steps})"));
+            }
+        }
+    }
+    r.injected.push((Fault::KillRank, phase));
+    for (pid, _) in job_processes(&id) {
+        signal(pid, libc::SIGCONT);
+        signal(pid, libc::SIGKILL);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    r
+}
+
+#[test]
+fn network_faults_on_two_hosts_end_the_job_cleanly() {
+    let jobs: usize = std::env::var("CHAOS_NET_JOBS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4);
+    let seed: u64 = std::env::var("CHAOS_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let mut rng = Rng::new(seed ^ 0x6e6574);
+    let hosts = Hosts::up(2, "x");
+    let mut table: BTreeMap<(String, &'static str), BTreeMap<String, usize>> = BTreeMap::new();
+    let mut violations = vec![];
+    let mut longest = Duration::ZERO;
+    let t0 = Instant::now();
+    for n in 0..jobs {
+        let fault = *rng.pick(&[
+            NetFault::CutLink,
+            NetFault::PacketLoss,
+            NetFault::FreezeHost,
+            NetFault::KillStoreHost,
+        ]);
+        let restarts = fault == NetFault::CutLink && rng.below(2) == 0;
+        let at = Duration::from_millis(300 + rng.below(3200) as u64);
+        let r = run_net_job(&hosts, n, fault, at, restarts);
+        let phase = r.injected.first().map_or("-", |f| f.1);
+        println!(
+            "net job {n}: {fault:?}{} at {at:?} ({phase}) -> {}{}",
+            if restarts { " (restarts 1)" } else { "" },
+            r.outcome,
+            r.time_to_error
+                .map_or(String::new(), |d| format!(", error after {d:.1?}"))
+        );
+        longest = longest.max(r.time_to_error.unwrap_or_default());
+        *table
+            .entry((format!("{fault:?}"), phase))
+            .or_default()
+            .entry(r.outcome.clone())
+            .or_default() += 1;
+        for v in &r.violations {
+            println!("  VIOLATION net job {n}: {v}");
+            violations.push(format!("net job {n} ({fault:?}): {v}"));
+        }
+    }
+    println!("\n| network fault | phase | outcomes (jobs) |\n|---|---|---|");
+    for ((fault, phase), outcomes) in &table {
+        let o: Vec<String> = outcomes.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+        println!("| {fault} | {phase} | {} |", o.join("; "));
+    }
+    println!(
+        "\nchaos (two hosts): {jobs} jobs (seed {seed}) in {:.0} s, {} violations, longest fault-to-error {longest:.1?}",
         t0.elapsed().as_secs_f64(),
         violations.len()
     );

@@ -40,16 +40,20 @@ impl Failure {
     }
 }
 
+/// How a process ended, in words.
+fn describe(s: std::process::ExitStatus) -> String {
+    match s.code() {
+        Some(c) => format!("exited with code {c}"),
+        None => format!("was killed by signal {}", s.signal().unwrap_or(0)),
+    }
+}
+
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(r) = &self.remote {
             return write!(f, "another node failed: {r}");
         }
-        let how = match self.status {
-            Some(s) if s.code().is_some() => format!("exited with code {}", s.code().unwrap_or(0)),
-            Some(s) => format!("was killed by signal {}", s.signal().unwrap_or(0)),
-            None => "failed".into(),
-        };
+        let how = self.status.map_or("failed".into(), describe);
         write!(
             f,
             "rank {} (node {}, pid {}) {how}",
@@ -271,9 +275,24 @@ pub fn run_round(
                 }
             }
         }
-        // While interrupted, exits are the ranks stopping as asked: wait for all of them.
+        // While interrupted, exits are the ranks stopping as asked: wait for all of them. A
+        // rank that ended otherwise (killed by the signal before its handler was installed,
+        // failed) leaves the others unable to agree on their last step: stop them.
         if let Some(sig) = interrupt {
             if workers.iter().all(|w| w.status.is_some()) {
+                join_pumps(&mut workers);
+                return Ok(RoundEnd::Interrupted(sig));
+            }
+            let broken = workers
+                .iter()
+                .filter_map(|w| w.status.map(|s| (w.rank, s)))
+                .find(|(_, s)| !s.success() && s.code() != Some(INTERRUPTED));
+            if let Some((rank, status)) = broken {
+                eprintln!(
+                    "drill launch: rank {rank} {} instead of stopping with the others; stopping every rank",
+                    describe(status)
+                );
+                stop_all(&mut workers, libc::SIGTERM, cfg.grace);
                 join_pumps(&mut workers);
                 return Ok(RoundEnd::Interrupted(sig));
             }

@@ -24,10 +24,13 @@ fn router_frames() {
         router::frame(0, &event("collect_output", &[9; 40])),
         two,
         vec![0, 0, 0, 0],
+        vec![1, 0, 0, 0],
     ];
     fuzz("task router frame", &seeds, |b| {
         let mut r = b;
-        while let Ok(Some(_)) = router::read_frame(&mut r) {}
+        while let Ok(router::Frame::Event(..) | router::Frame::Heartbeat) =
+            router::read_frame(&mut r)
+        {}
     });
 }
 

@@ -1,12 +1,16 @@
 //! [`Router`]: the event links between the processes of a Parallel run — authenticated TCP
 //! connections (drill-comm's handshake), found through drill-comm's Store, one reader thread
 //! per link. Star relays through node 0 so every worker hears every other.
+//!
+//! Every link carries a heartbeat every [`HEARTBEAT`]; a peer silent for [`LOST_AFTER`] (its
+//! process stopped, its host frozen, the link cut) is lost, as a closed connection is, and
+//! writes to it give up after the same time instead of blocking on a full socket.
 
 use std::io::{BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use drill_comm::{Store, Token};
 
@@ -38,6 +42,23 @@ impl Topology {
 
 /// Largest event frame accepted from a peer.
 const MAX_FRAME: usize = 256 << 20;
+/// How often each link says this process is alive.
+pub const HEARTBEAT: Duration = Duration::from_millis(500);
+/// Silence after which a peer is lost.
+pub const LOST_AFTER: Duration = Duration::from_secs(3);
+/// The length field of a heartbeat frame (no body; events are at least 4 bytes long).
+const HEARTBEAT_LEN: u32 = 1;
+
+/// What one frame on a link holds.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Frame {
+    /// An event, from node `.0`.
+    Event(usize, Event),
+    /// The peer is alive.
+    Heartbeat,
+    /// The peer closes the link.
+    Goodbye,
+}
 
 struct Link {
     peer: usize,
@@ -69,14 +90,18 @@ pub(crate) fn frame(origin: usize, event: &Event) -> Vec<u8> {
     f
 }
 
-/// Read one frame: `None` for a goodbye.
-pub(crate) fn read_frame(r: &mut impl Read) -> std::io::Result<Option<(usize, Event)>> {
+/// Read one frame.
+pub(crate) fn read_frame(r: &mut impl Read) -> std::io::Result<Frame> {
     let mut len = [0u8; 4];
     r.read_exact(&mut len)?;
-    let len = u32::from_le_bytes(len) as usize;
+    let len = u32::from_le_bytes(len);
     if len == 0 {
-        return Ok(None);
+        return Ok(Frame::Goodbye);
     }
+    if len == HEARTBEAT_LEN {
+        return Ok(Frame::Heartbeat);
+    }
+    let len = len as usize;
     let bad = |m: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, m.to_string());
     if !(4..=MAX_FRAME).contains(&len) {
         return Err(bad("frame length out of bounds"));
@@ -95,7 +120,7 @@ pub(crate) fn read_frame(r: &mut impl Read) -> std::io::Result<Option<(usize, Ev
     let name = String::from_utf8(body[4..4 + name_len].to_vec())
         .map_err(|_| bad("event name is not UTF-8"))?;
     let payload = body[4 + name_len..].to_vec();
-    Ok(Some((origin, Event { name, payload })))
+    Ok(Frame::Event(origin, Event { name, payload }))
 }
 
 /// Where one process sits in a Parallel run.
@@ -178,8 +203,29 @@ impl Router {
                 }
                 Ok(out)
             });
-            for _ in 0..expect {
-                let (mut st, _) = listener.accept().map_err(|e| err(format!("accept: {e}")))?;
+            // Accepted until the deadline: a peer that never dials (stopped, crashed before
+            // it got here) fails the rendezvous instead of blocking it forever.
+            listener
+                .set_nonblocking(true)
+                .map_err(|e| err(format!("listen: {e}")))?;
+            let deadline = Instant::now() + timeout;
+            for k in 0..expect {
+                let mut st = loop {
+                    match listener.accept() {
+                        Ok((st, _)) => break st,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            if Instant::now() >= deadline {
+                                return Err(err(format!(
+                                    "only {k} of the {expect} nodes that link to node {node} connected within {timeout:?}"
+                                )));
+                            }
+                            std::thread::sleep(Duration::from_millis(5));
+                        }
+                        Err(e) => return Err(err(format!("accept: {e}"))),
+                    }
+                };
+                st.set_nonblocking(false)
+                    .map_err(|e| err(format!("accept: {e}")))?;
                 let ident =
                     drill_comm::auth::accept(&mut st, token).map_err(|e| err(e.to_string()))?;
                 let peer: usize = String::from_utf8_lossy(&ident)
@@ -193,6 +239,9 @@ impl Router {
         let mut links = Vec::new();
         for (peer, st) in &streams {
             st.set_nodelay(true).ok();
+            st.set_read_timeout(Some(LOST_AFTER))
+                .and_then(|_| st.set_write_timeout(Some(LOST_AFTER)))
+                .map_err(|e| err(format!("link to node {peer}: {e}")))?;
             links.push(Arc::new(Link {
                 peer: *peer,
                 out: Mutex::new(st.try_clone().map_err(|e| err(e.to_string()))?),
@@ -212,18 +261,28 @@ impl Router {
                     let mut r = BufReader::new(st);
                     loop {
                         match read_frame(&mut r) {
-                            Ok(Some((origin, event))) => {
+                            Ok(Frame::Event(origin, event)) => {
                                 if router2.topology == Topology::Star && router2.node == 0 {
                                     router2.send(origin, &event, Some(peer));
                                 }
                                 bus.deliver(&event);
                             }
-                            Ok(None) => return,
+                            Ok(Frame::Heartbeat) => {}
+                            Ok(Frame::Goodbye) => return,
                             Err(e) => {
                                 if !closing.load(Ordering::SeqCst) {
-                                    bus.fail(format!(
-                                        "node {peer} is gone ({e}; it crashed or was killed)"
-                                    ));
+                                    let why = if matches!(
+                                        e.kind(),
+                                        std::io::ErrorKind::WouldBlock
+                                            | std::io::ErrorKind::TimedOut
+                                    ) {
+                                        format!(
+                                            "nothing heard from it for {LOST_AFTER:?}: its process is stopped, its host frozen or the link cut"
+                                        )
+                                    } else {
+                                        format!("{e}; it crashed or was killed")
+                                    };
+                                    bus.fail(format!("node {peer} is gone ({why})"));
                                 }
                                 return;
                             }
@@ -232,6 +291,20 @@ impl Router {
                 })
                 .map_err(|e| err(format!("reader thread: {e}")))?;
         }
+        let beats = Arc::downgrade(&router);
+        std::thread::Builder::new()
+            .name("drill-task-heartbeat".into())
+            .spawn(move || {
+                while let Some(r) = beats.upgrade() {
+                    if r.closing.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    r.beat();
+                    drop(r);
+                    std::thread::sleep(HEARTBEAT);
+                }
+            })
+            .map_err(|e| err(format!("heartbeat thread: {e}")))?;
         let out = Arc::downgrade(&router);
         bus.set_remote(move |e| {
             if let Some(r) = out.upgrade() {
@@ -248,6 +321,16 @@ impl Router {
         for l in self.links.iter().filter(|l| Some(l.peer) != skip) {
             let mut out = l.out.lock().unwrap_or_else(|p| p.into_inner());
             let _ = out.write_all(&f);
+        }
+    }
+
+    /// A heartbeat on every link whose writer is free (one busy sending an event shows the
+    /// process alive already).
+    fn beat(&self) {
+        for l in &self.links {
+            if let Ok(mut out) = l.out.try_lock() {
+                let _ = out.write_all(&HEARTBEAT_LEN.to_le_bytes());
+            }
         }
     }
 
@@ -278,8 +361,9 @@ mod tests {
             payload: vec![1, 2, 3],
         };
         let f = frame(3, &e);
-        assert_eq!(read_frame(&mut &f[..]).unwrap(), Some((3, e)));
-        assert_eq!(read_frame(&mut &[0u8, 0, 0, 0][..]).unwrap(), None);
+        assert_eq!(read_frame(&mut &f[..]).unwrap(), Frame::Event(3, e));
+        assert_eq!(read_frame(&mut &[0u8, 0, 0, 0][..]).unwrap(), Frame::Goodbye);
+        assert_eq!(read_frame(&mut &[1u8, 0, 0, 0][..]).unwrap(), Frame::Heartbeat);
         for bad in [
             &[255u8, 255, 255, 255][..],
             &[2, 0, 0, 0, 0, 0][..],
