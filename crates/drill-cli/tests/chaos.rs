@@ -115,7 +115,7 @@ enum Fault {
 struct Plan {
     kind: Kind,
     restarts: bool,
-    /// Faults and when, after the start (the second of a restart job's two: after the first).
+    /// Faults and when: after the start (the second of a restart job's two: after the first).
     faults: Vec<(Fault, Duration)>,
 }
 
@@ -141,7 +141,7 @@ fn draw(rng: &mut Rng) -> Plan {
     // A restart job may be hit again after it restarted.
     if restarts && matches!(first, Fault::KillRank | Fault::StopRank) && rng.below(2) == 0 {
         let second = *rng.pick(&[Fault::KillRank, Fault::StopRank, Fault::Sigint]);
-        faults.push((second, Duration::from_millis(1500) + at(rng)));
+        faults.push((second, Duration::from_millis(1000) + at(rng)));
     }
     Plan {
         kind,
@@ -328,7 +328,8 @@ fn run_job(n: usize, plan: &Plan) -> Report {
             first_fault.get_or_insert(start);
             continue;
         }
-        let when = start + at;
+        // The second fault of a restart job counts from the first.
+        let when = first_fault.map_or(start, |f| f.max(start)) + at;
         status = wait_until(&mut child, when);
         if status.is_some() {
             break;
@@ -418,16 +419,21 @@ fn run_job(n: usize, plan: &Plan) -> Report {
         // Interrupted: `final` and result.json written; resuming reaches the step limit and
         // no counter goes backwards.
         let before = result(&exp);
-        // A SIGINT between two attempts of a restarting group stops the launcher before any
-        // rank of the new attempt writes: result.json is the failed attempt's, which the log
-        // says.
-        let between = log.contains("restarting the group")
-            && log.contains("got SIGINT")
-            && before.as_ref().is_some_and(|b| b["error"].is_string());
-        if !between && before.as_ref().is_none_or(|b| b["interrupted"] != true) {
+        // A SIGINT that reaches a restarted group before its ranks train (between attempts,
+        // or in the new attempt's rendezvous) stops it before any rank writes: result.json is
+        // the failed attempt's, or absent. Only a group that trained owes an interrupted one.
+        // A fault that ended the attempt before the interrupt could (a stopped rank named
+        // while its peer waited) leaves result.json saying that fault.
+        let between = log.contains("restarting the group");
+        let said = before
+            .as_ref()
+            .is_some_and(|b| b["interrupted"] == true || b["error"].is_string());
+        if !between && !said {
             r.violations
-                .push("exit 130 without an interrupted result.json".into());
+                .push("exit 130 without result.json saying why".into());
         }
+        // Interrupted before the run created its folder: nothing to resume.
+        let started = exp.join("config.toml").is_file();
         let mut resume = Command::new(env!("CARGO_BIN_EXE_drill"));
         resume
             .args(["train", "--quiet", "--resume"])
@@ -438,9 +444,14 @@ fn run_job(n: usize, plan: &Plan) -> Report {
         if plan.kind == Kind::DqnDdp || plan.kind == Kind::PpoDdp {
             resume.args(["--nproc-per-node", "2"]);
         }
-        let out = resume.output().unwrap();
+        let out = if started {
+            resume.output().unwrap()
+        } else {
+            Command::new("true").output().unwrap()
+        };
         let after = result(&exp);
-        match (before, after) {
+        match (before.or(Some(serde_json::json!({}))), after) {
+            _ if !started => "interrupted before the run started".into(),
             (Some(b), Some(a)) if out.status.success() && reached(&a) => {
                 let b = if between { serde_json::json!({}) } else { b };
                 for key in ["env_steps", "train_iters"] {
@@ -640,7 +651,12 @@ fn launch_on(
     let cfg = repo().join("configs/cartpole_dqn_ddp.toml");
     let mut c = hosts.on(host, env!("CARGO_BIN_EXE_drill"));
     c.args(["launch", "--nnodes", "2", "--nproc-per-node", "1"])
-        .args(["--node-rank", &host.to_string(), "--master-addr", "10.77.0.1"])
+        .args([
+            "--node-rank",
+            &host.to_string(),
+            "--master-addr",
+            "10.77.0.1",
+        ])
         .args(["--master-port", &port.to_string()]);
     if restarts {
         c.args(["--max-restarts", "1"]);
@@ -649,7 +665,12 @@ fn launch_on(
         .arg(&cfg)
         .args(["--quiet", "--exp-dir"])
         .arg(exp)
-        .args(["--set", "env.stop_value=1000", "--set", "max_env_step=15000"])
+        .args([
+            "--set",
+            "env.stop_value=1000",
+            "--set",
+            "max_env_step=15000",
+        ])
         .env("DRILL_CHAOS", id)
         .env("DRILL_JOB_TOKEN", "chaos")
         .stdout(Stdio::from(std::fs::File::create(log).unwrap()))
@@ -725,14 +746,30 @@ fn run_net_job(hosts: &Hosts, n: usize, fault: NetFault, at: Duration, restarts:
                 _ => Duration::from_secs(10),
             };
             if f.elapsed() >= wait || (fault == NetFault::FreezeHost && ended[0].is_some()) {
-                hosts.link(1, if fault == NetFault::CutLink { "restore" } else { "thaw" }, &[]);
+                hosts.link(
+                    1,
+                    if fault == NetFault::CutLink {
+                        "restore"
+                    } else {
+                        "thaw"
+                    },
+                    &[],
+                );
                 undone = true;
             }
         }
         std::thread::sleep(Duration::from_millis(10));
     }
     if !undone {
-        hosts.link(1, if fault == NetFault::CutLink { "restore" } else { "thaw" }, &[]);
+        hosts.link(
+            1,
+            if fault == NetFault::CutLink {
+                "restore"
+            } else {
+                "thaw"
+            },
+            &[],
+        );
     }
     if fault == NetFault::PacketLoss {
         hosts.link(0, "loss", &["off"]);
@@ -743,7 +780,8 @@ fn run_net_job(hosts: &Hosts, n: usize, fault: NetFault, at: Duration, restarts:
         .map(|l| std::fs::read_to_string(l).unwrap_or_default())
         .collect();
     if ended.iter().any(Option::is_none) {
-        r.violations.push(format!("hang: a launcher still runs after {BOUND:?}"));
+        r.violations
+            .push(format!("hang: a launcher still runs after {BOUND:?}"));
         for c in nodes.iter_mut() {
             let _ = c.kill();
             let _ = c.wait();
@@ -754,7 +792,8 @@ fn run_net_job(hosts: &Hosts, n: usize, fault: NetFault, at: Duration, restarts:
         std::thread::sleep(Duration::from_millis(20));
     }
     if !job_processes(&id).is_empty() {
-        r.violations.push("processes left 10 s after the job ended".into());
+        r.violations
+            .push("processes left 10 s after the job ended".into());
     }
     let ok = |h: usize| ended[h].is_some_and(|(s, _)| s.success());
     let limit_reached = result(&exp).is_some_and(|res| {
@@ -785,8 +824,10 @@ fn run_net_job(hosts: &Hosts, n: usize, fault: NetFault, at: Duration, restarts:
         };
         for &h in survivors {
             if ok(h) {
-                r.violations
-                    .push(format!("host {h} succeeded despite the fault: {}", tail(&text[h])));
+                r.violations.push(format!(
+                    "host {h} succeeded despite the fault: {}",
+                    tail(&text[h])
+                ));
             } else if !text[h].contains("is gone") && !text[h].contains("rank ") {
                 r.violations
                     .push(format!("host {h} fails naming nothing: {}", tail(&text[h])));
@@ -807,8 +848,9 @@ fn run_net_job(hosts: &Hosts, n: usize, fault: NetFault, at: Duration, restarts:
         let steps = res["env_steps"].as_u64().unwrap_or(0);
         for (name, s, _) in &counters {
             if *s > steps {
-                r.violations
-                    .push(format!("{name} ({s} env steps) is ahead of result.json ({steps})"));
+                r.violations.push(format!(
+                    "{name} ({s} env steps) is ahead of result.json ({steps})"
+                ));
             }
         }
     }
@@ -865,6 +907,14 @@ fn network_faults_on_two_hosts_end_the_job_cleanly() {
             println!("  VIOLATION net job {n}: {v}");
             violations.push(format!("net job {n} ({fault:?}): {v}"));
         }
+    }
+    // The hosts' namespaces go with them: none may be left.
+    let set = hosts.set.clone();
+    drop(hosts);
+    let netns = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let left = String::from_utf8_lossy(&netns.stdout).into_owned();
+    if left.contains(&set) {
+        violations.push(format!("namespaces left behind: {left}"));
     }
     println!("\n| network fault | phase | outcomes (jobs) |\n|---|---|---|");
     for ((fault, phase), outcomes) in &table {

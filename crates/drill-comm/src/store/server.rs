@@ -29,6 +29,9 @@ pub struct StoreServer {
     accept: Option<JoinHandle<()>>,
 }
 
+/// How often the accept loop checks whether the server is stopping.
+const ACCEPT_POLL: Duration = Duration::from_millis(10);
+
 impl StoreServer {
     /// Bind `addr` (port 0 picks one) and serve clients that know `token`.
     pub fn bind(addr: &str, token: &Token) -> Result<StoreServer> {
@@ -47,14 +50,30 @@ impl StoreServer {
         let token = token.clone();
         let stop2 = stop.clone();
         let pending = Arc::new(AtomicUsize::new(0));
+        // Accepting polls the stop flag: a wake-up connection can be lost (a lossy network
+        // drops its SYN), and then a blocking accept would keep the server, and the launcher
+        // that drops it, alive forever.
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| CommError::io("store: listen", e))?;
         let accept = std::thread::Builder::new()
             .name("drill-store".into())
             .spawn(move || {
-                for conn in listener.incoming() {
+                loop {
                     if stop2.load(Ordering::Acquire) {
                         break;
                     }
-                    let Ok(stream) = conn else { continue };
+                    let stream = match listener.accept() {
+                        Ok((stream, _)) => stream,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            std::thread::sleep(ACCEPT_POLL);
+                            continue;
+                        }
+                        Err(_) => continue,
+                    };
+                    if stream.set_nonblocking(false).is_err() {
+                        continue;
+                    }
                     if pending.load(Ordering::Acquire) >= MAX_PENDING {
                         continue;
                     }
@@ -90,13 +109,7 @@ impl StoreServer {
 impl Drop for StoreServer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
-        // Wake the accept loop.
-        let wake = if self.addr.ip().is_unspecified() {
-            SocketAddr::from(([127, 0, 0, 1], self.addr.port()))
-        } else {
-            self.addr
-        };
-        let _ = TcpStream::connect_timeout(&wake, Duration::from_secs(1));
+        // The accept loop sees the flag within ACCEPT_POLL.
         if let Some(h) = self.accept.take() {
             let _ = h.join();
         }

@@ -362,8 +362,14 @@ mod tests {
         };
         let f = frame(3, &e);
         assert_eq!(read_frame(&mut &f[..]).unwrap(), Frame::Event(3, e));
-        assert_eq!(read_frame(&mut &[0u8, 0, 0, 0][..]).unwrap(), Frame::Goodbye);
-        assert_eq!(read_frame(&mut &[1u8, 0, 0, 0][..]).unwrap(), Frame::Heartbeat);
+        assert_eq!(
+            read_frame(&mut &[0u8, 0, 0, 0][..]).unwrap(),
+            Frame::Goodbye
+        );
+        assert_eq!(
+            read_frame(&mut &[1u8, 0, 0, 0][..]).unwrap(),
+            Frame::Heartbeat
+        );
         for bad in [
             &[255u8, 255, 255, 255][..],
             &[2, 0, 0, 0, 0, 0][..],
