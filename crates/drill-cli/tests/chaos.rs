@@ -22,7 +22,7 @@
 #![cfg(feature = "netns")]
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
@@ -31,7 +31,7 @@ use drill_fuzz::Rng;
 mod common;
 
 use common::netns::Hosts;
-use common::repo;
+use common::{Tmpfs, repo};
 
 /// The longest a job may take, faults and all.
 const BOUND: Duration = Duration::from_secs(90);
@@ -165,16 +165,6 @@ struct Report {
     violations: Vec<String>,
 }
 
-/// A tmpfs at a new folder, unmounted and removed when dropped.
-struct Tmpfs(PathBuf);
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// Pids of the processes started for job `id` (they carry `DRILL_CHAOS=id`), with their env.
 fn job_processes(id: &str) -> Vec<(i32, Vec<String>)> {
     let marker = format!("DRILL_CHAOS={id}");
@@ -195,6 +185,90 @@ fn job_processes(id: &str) -> Vec<(i32, Vec<String>)> {
         }
     }
     out
+}
+
+/// Wait up to 10 s for every process of job `id` to be gone; a violation if any is left.
+fn expect_gone(id: &str, r: &mut Report) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !job_processes(id).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left = job_processes(id).len();
+    if left > 0 {
+        r.violations
+            .push(format!("{left} processes left 10 s after the job ended"));
+    }
+}
+
+/// Kill whatever of job `id` still runs (stopped processes included).
+fn kill_job(id: &str) {
+    for (pid, _) in job_processes(id) {
+        signal(pid, libc::SIGCONT);
+        signal(pid, libc::SIGKILL);
+    }
+}
+
+/// An integer from the environment variable `key`, else `default`.
+fn env_or<T: std::str::FromStr>(key: &str, default: T) -> T {
+    std::env::var(key)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// What a campaign counted: outcomes by (fault, phase), violations, the longest time from
+/// a fault to its job's error, and when it began.
+struct Tally {
+    table: BTreeMap<(String, &'static str), BTreeMap<String, usize>>,
+    violations: Vec<String>,
+    longest: Duration,
+    t0: Instant,
+}
+
+impl Tally {
+    fn new() -> Self {
+        Tally {
+            table: BTreeMap::new(),
+            violations: vec![],
+            longest: Duration::ZERO,
+            t0: Instant::now(),
+        }
+    }
+
+    /// Note job `who`'s (drawn as `what`) time to error and violations, printing these.
+    fn note(&mut self, who: &str, what: &str, r: &Report) {
+        self.longest = self.longest.max(r.time_to_error.unwrap_or_default());
+        for v in &r.violations {
+            println!("  VIOLATION {who}: {v}");
+            self.violations.push(format!("{who} ({what}): {v}"));
+        }
+    }
+
+    /// Count one job's `outcome` under (`fault`, `phase`).
+    fn count(&mut self, fault: String, phase: &'static str, outcome: &str) {
+        *self
+            .table
+            .entry((fault, phase))
+            .or_default()
+            .entry(outcome.to_string())
+            .or_default() += 1;
+    }
+
+    /// Print the table under a `what` column and the summary line, and fail on any violation.
+    fn report(&self, title: &str, what: &str, jobs: usize, seed: u64) {
+        println!("\n| {what} | phase | outcomes (jobs) |\n|---|---|---|");
+        for ((fault, phase), outcomes) in &self.table {
+            let o: Vec<String> = outcomes.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+            println!("| {fault} | {phase} | {} |", o.join("; "));
+        }
+        println!(
+            "\n{title}: {jobs} jobs (seed {seed}) in {:.0} s, {} violations, longest fault-to-error {:.1?}",
+            self.t0.elapsed().as_secs_f64(),
+            self.violations.len(),
+            self.longest
+        );
+        assert!(self.violations.is_empty(), "{}", self.violations.join("\n"));
+    }
 }
 
 /// The pid of rank `rank` of job `id`'s newest attempt, waiting up to 2 s for it to exist.
@@ -304,14 +378,7 @@ fn run_job(n: usize, plan: &Plan) -> Report {
     let _tmpfs = disk_full.then(|| {
         // Two checkpoints of the job's net fit, a third does not.
         let size = if plan.kind == Kind::PpoDdp { 500 } else { 1500 };
-        let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}k"), "tmpfs"])
-            .arg(&root)
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "mount a tmpfs (root?)");
-        Tmpfs(root.clone())
+        Tmpfs::mount(&root, size)
     });
     let log_dir = std::env::temp_dir().join(format!("drill-chaos-logs-{id}"));
     std::fs::create_dir_all(&log_dir).unwrap();
@@ -372,26 +439,14 @@ fn run_job(n: usize, plan: &Plan) -> Report {
         r.violations
             .push(format!("hang: still running after {BOUND:?}"));
         r.outcome = "hang".into();
-        for (pid, _) in job_processes(&id) {
-            signal(pid, libc::SIGKILL);
-        }
+        kill_job(&id);
         let _ = child.wait();
         cleanup(&id, &root, &log_dir, &shm_before, &mut r);
         return r;
     };
     // Whatever the outcome, every process of the job is gone soon after (killed launchers'
     // ranks die with them).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !job_processes(&id).is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let left = job_processes(&id);
-    if !left.is_empty() {
-        r.violations.push(format!(
-            "{} processes left 10 s after the job ended",
-            left.len()
-        ));
-    }
+    expect_gone(&id, &mut r);
     let code = status.code();
     let injected: Vec<Fault> = r.injected.iter().map(|f| f.0).collect();
     let named = |what: &str| log.contains(what);
@@ -576,10 +631,7 @@ fn cleanup(id: &str, root: &Path, logs: &Path, shm_before: &[String], r: &mut Re
             let _ = std::fs::remove_file(Path::new("/dev/shm").join(s));
         }
     }
-    for (pid, _) in job_processes(id) {
-        signal(pid, libc::SIGCONT);
-        signal(pid, libc::SIGKILL);
-    }
+    kill_job(id);
     let _ = std::fs::remove_dir_all(root.join("run"));
     let _ = std::fs::remove_dir_all(logs);
     if std::fs::read_dir(root).is_ok_and(|mut d| d.next().is_none()) {
@@ -589,19 +641,10 @@ fn cleanup(id: &str, root: &Path, logs: &Path, shm_before: &[String], r: &mut Re
 
 #[test]
 fn every_fault_ends_the_job_cleanly_and_keeps_the_promises() {
-    let jobs: usize = std::env::var("CHAOS_JOBS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(12);
-    let seed: u64 = std::env::var("CHAOS_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+    let jobs: usize = env_or("CHAOS_JOBS", 12);
+    let seed: u64 = env_or("CHAOS_SEED", 0);
     let mut rng = Rng::new(seed);
-    let mut table: BTreeMap<(String, &'static str), BTreeMap<String, usize>> = BTreeMap::new();
-    let mut violations = vec![];
-    let mut longest = Duration::ZERO;
-    let t0 = Instant::now();
+    let mut tally = Tally::new();
     for n in 0..jobs {
         let plan = draw(&mut rng);
         let r = run_job(n, &plan);
@@ -614,7 +657,6 @@ fn every_fault_ends_the_job_cleanly_and_keeps_the_promises() {
             r.time_to_error
                 .map_or(String::new(), |d| format!(", error after {d:.1?}"))
         );
-        longest = longest.max(r.time_to_error.unwrap_or_default());
         let faults = if r.injected.is_empty() {
             vec![("none (ended first)".to_string(), "-")]
         } else {
@@ -623,29 +665,12 @@ fn every_fault_ends_the_job_cleanly_and_keeps_the_promises() {
                 .map(|(f, p)| (format!("{f:?}"), *p))
                 .collect()
         };
-        for key in faults {
-            *table
-                .entry(key)
-                .or_default()
-                .entry(r.outcome.clone())
-                .or_default() += 1;
+        for (fault, phase) in faults {
+            tally.count(fault, phase, &r.outcome);
         }
-        for v in &r.violations {
-            println!("  VIOLATION job {n}: {v}");
-            violations.push(format!("job {n} ({plan:?}): {v}"));
-        }
+        tally.note(&format!("job {n}"), &format!("{plan:?}"), &r);
     }
-    println!("\n| fault | phase | outcomes (jobs) |\n|---|---|---|");
-    for ((fault, phase), outcomes) in &table {
-        let o: Vec<String> = outcomes.iter().map(|(k, v)| format!("{k}: {v}")).collect();
-        println!("| {fault} | {phase} | {} |", o.join("; "));
-    }
-    println!(
-        "\nchaos: {jobs} jobs (seed {seed}) in {:.0} s, {} violations, longest fault-to-error {longest:.1?}",
-        t0.elapsed().as_secs_f64(),
-        violations.len()
-    );
-    assert!(violations.is_empty(), "{}", violations.join("\n"));
+    tally.report("chaos", "fault", jobs, seed);
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -698,8 +723,15 @@ fn launch_on(
     c.spawn().unwrap()
 }
 
-/// One job on two hosts with one network fault; the outcome and its violations.
-fn run_net_job(hosts: &Hosts, n: usize, fault: NetFault, at: Duration, restarts: bool) -> Report {
+/// One job on two hosts with one network fault: what it did, and the phase the fault hit
+/// (`-`: the job ended first).
+fn run_net_job(
+    hosts: &Hosts,
+    n: usize,
+    fault: NetFault,
+    at: Duration,
+    restarts: bool,
+) -> (Report, &'static str) {
     let id = format!("{}-net{n}", std::process::id());
     let dir = std::env::temp_dir().join(format!("drill-chaos-{id}"));
     std::fs::create_dir_all(&dir).unwrap();
@@ -729,12 +761,12 @@ fn run_net_job(hosts: &Hosts, n: usize, fault: NetFault, at: Duration, restarts:
         poll(&mut nodes, &mut ended);
         std::thread::sleep(Duration::from_millis(10));
     }
-    let mut fault_at = None;
+    let (mut fault_at, mut phase) = (None, "-");
     // A fault that comes once the run has written its result is a fault after the job.
     let finished_first = exp.join("result.json").is_file();
     if ended.iter().all(Option::is_none) && !finished_first {
         let so_far = std::fs::read_to_string(&logs[0]).unwrap_or_default();
-        let phase = if fault == NetFault::PacketLoss {
+        phase = if fault == NetFault::PacketLoss {
             "the whole run"
         } else if so_far.contains("eval at env step") {
             "training"
@@ -748,10 +780,7 @@ fn run_net_job(hosts: &Hosts, n: usize, fault: NetFault, at: Duration, restarts:
             NetFault::PacketLoss => {}
         }
         fault_at = Some(Instant::now());
-        r.injected.push((Fault::KillRank, phase));
     }
-    let phase = r.injected.first().map_or("-", |f| f.1);
-    r.injected.clear();
     // Undo what would otherwise keep the job from ending: a restart budget gets its link back
     // after 4 s; a frozen host thaws once its peer has given up (or after 10 s).
     let mut undone = fault != NetFault::CutLink && fault != NetFault::FreezeHost;
@@ -805,14 +834,7 @@ fn run_net_job(hosts: &Hosts, n: usize, fault: NetFault, at: Duration, restarts:
             let _ = c.wait();
         }
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !job_processes(&id).is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    if !job_processes(&id).is_empty() {
-        r.violations
-            .push("processes left 10 s after the job ended".into());
-    }
+    expect_gone(&id, &mut r);
     let ok = |h: usize| ended[h].is_some_and(|(s, _)| s.success());
     let limit_reached = result(&exp).is_some_and(|res| {
         res["env_steps"].as_u64().unwrap_or(0) >= 15000 || res["stop_reached"] == true
@@ -872,31 +894,18 @@ fn run_net_job(hosts: &Hosts, n: usize, fault: NetFault, at: Duration, restarts:
             }
         }
     }
-    r.injected.push((Fault::KillRank, phase));
-    for (pid, _) in job_processes(&id) {
-        signal(pid, libc::SIGCONT);
-        signal(pid, libc::SIGKILL);
-    }
+    kill_job(&id);
     let _ = std::fs::remove_dir_all(&dir);
-    r
+    (r, phase)
 }
 
 #[test]
 fn network_faults_on_two_hosts_end_the_job_cleanly() {
-    let jobs: usize = std::env::var("CHAOS_NET_JOBS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(4);
-    let seed: u64 = std::env::var("CHAOS_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
+    let jobs: usize = env_or("CHAOS_NET_JOBS", 4);
+    let seed: u64 = env_or("CHAOS_SEED", 0);
     let mut rng = Rng::new(seed ^ 0x6e6574);
     let hosts = Hosts::up(2, "x");
-    let mut table: BTreeMap<(String, &'static str), BTreeMap<String, usize>> = BTreeMap::new();
-    let mut violations = vec![];
-    let mut longest = Duration::ZERO;
-    let t0 = Instant::now();
+    let mut tally = Tally::new();
     for n in 0..jobs {
         let fault = *rng.pick(&[
             NetFault::CutLink,
@@ -906,8 +915,7 @@ fn network_faults_on_two_hosts_end_the_job_cleanly() {
         ]);
         let restarts = fault == NetFault::CutLink && rng.below(2) == 0;
         let at = Duration::from_millis(300 + rng.below(3200) as u64);
-        let r = run_net_job(&hosts, n, fault, at, restarts);
-        let phase = r.injected.first().map_or("-", |f| f.1);
+        let (r, phase) = run_net_job(&hosts, n, fault, at, restarts);
         println!(
             "net job {n}: {fault:?}{} at {at:?} ({phase}) -> {}{}",
             if restarts { " (restarts 1)" } else { "" },
@@ -915,16 +923,8 @@ fn network_faults_on_two_hosts_end_the_job_cleanly() {
             r.time_to_error
                 .map_or(String::new(), |d| format!(", error after {d:.1?}"))
         );
-        longest = longest.max(r.time_to_error.unwrap_or_default());
-        *table
-            .entry((format!("{fault:?}"), phase))
-            .or_default()
-            .entry(r.outcome.clone())
-            .or_default() += 1;
-        for v in &r.violations {
-            println!("  VIOLATION net job {n}: {v}");
-            violations.push(format!("net job {n} ({fault:?}): {v}"));
-        }
+        tally.count(format!("{fault:?}"), phase, &r.outcome);
+        tally.note(&format!("net job {n}"), &format!("{fault:?}"), &r);
     }
     // The hosts' namespaces go with them: none may be left.
     let set = hosts.set.clone();
@@ -932,17 +932,9 @@ fn network_faults_on_two_hosts_end_the_job_cleanly() {
     let netns = Command::new("ip").args(["netns", "list"]).output().unwrap();
     let left = String::from_utf8_lossy(&netns.stdout).into_owned();
     if left.contains(&set) {
-        violations.push(format!("namespaces left behind: {left}"));
+        tally
+            .violations
+            .push(format!("namespaces left behind: {left}"));
     }
-    println!("\n| network fault | phase | outcomes (jobs) |\n|---|---|---|");
-    for ((fault, phase), outcomes) in &table {
-        let o: Vec<String> = outcomes.iter().map(|(k, v)| format!("{k}: {v}")).collect();
-        println!("| {fault} | {phase} | {} |", o.join("; "));
-    }
-    println!(
-        "\nchaos (two hosts): {jobs} jobs (seed {seed}) in {:.0} s, {} violations, longest fault-to-error {longest:.1?}",
-        t0.elapsed().as_secs_f64(),
-        violations.len()
-    );
-    assert!(violations.is_empty(), "{}", violations.join("\n"));
+    tally.report("chaos (two hosts)", "network fault", jobs, seed);
 }

@@ -6,41 +6,11 @@
 //! --test durability`.
 #![cfg(feature = "netns")]
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{drill, repo, text};
-
-/// A tmpfs mounted at a new folder, unmounted (lazily, so a process still inside cannot keep
-/// it) and the folder removed when dropped.
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn mount(dir: &Path, size_kib: u64) -> Self {
-        std::fs::create_dir_all(dir).unwrap();
-        let status = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size_kib}k"), "tmpfs"])
-            .arg(dir)
-            .status()
-            .expect("mount runs");
-        assert!(
-            status.success(),
-            "mount a tmpfs at {} (root?)",
-            dir.display()
-        );
-        Tmpfs(dir.to_path_buf())
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use common::{Tmpfs, drill, repo, text};
 
 #[test]
 fn a_full_disk_stops_the_run_naming_the_checkpoint_and_keeps_the_previous_one() {

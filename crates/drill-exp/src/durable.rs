@@ -48,7 +48,7 @@ pub fn sync_dir(path: &Path) -> io::Result<()> {
 }
 
 /// A full disk said with the bytes needed; other errors unchanged.
-pub fn explain(e: io::Error, size: u64) -> io::Error {
+fn explain(e: io::Error, size: u64) -> io::Error {
     if e.kind() == io::ErrorKind::StorageFull {
         io::Error::new(
             io::ErrorKind::StorageFull,

@@ -62,11 +62,7 @@ impl EventWriter {
     }
 
     fn record(&mut self, data: &[u8]) -> std::io::Result<()> {
-        let len = (data.len() as u64).to_le_bytes();
-        self.out.write_all(&len)?;
-        self.out.write_all(&masked_crc(&len).to_le_bytes())?;
-        self.out.write_all(data)?;
-        self.out.write_all(&masked_crc(data).to_le_bytes())
+        write_record(&mut self.out, data)
     }
 
     /// Append one scalar.
@@ -99,6 +95,15 @@ impl EventWriter {
     pub fn flush(&mut self) -> std::io::Result<()> {
         self.out.flush()
     }
+}
+
+/// One record: length, its masked CRC, the data, the data's masked CRC (TFRecord framing).
+fn write_record(out: &mut impl Write, data: &[u8]) -> std::io::Result<()> {
+    let len = (data.len() as u64).to_le_bytes();
+    out.write_all(&len)?;
+    out.write_all(&masked_crc(&len).to_le_bytes())?;
+    out.write_all(data)?;
+    out.write_all(&masked_crc(data).to_le_bytes())
 }
 
 /// Read back `(tag, step, value)` scalars from an event file, checking every CRC: the inverse
@@ -203,20 +208,25 @@ mod tests {
     /// Event files from anywhere (`drill plot` reads what it is given), fuzzed: whole files,
     /// and event records inside valid framing (the CRCs recomputed, so the protobuf parser is
     /// reached).
-    #[test]
-    fn fuzz_hostile_event_files() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut w = EventWriter::create(dir.path()).unwrap();
+    /// An event file in `dir` holding two scalars, the second at `step`.
+    fn two_scalars(dir: &Path, step: i64) -> std::path::PathBuf {
+        let mut w = EventWriter::create(dir).unwrap();
         w.scalar("charts/episodic_return", 195.5, 1234, 1.0)
             .unwrap();
-        w.scalar("losses/td_loss", -0.25, 99, 2.0).unwrap();
+        w.scalar("losses/td_loss", -0.25, step, 2.0).unwrap();
         w.flush().unwrap();
-        let file = std::fs::read_dir(dir.path())
+        std::fs::read_dir(dir)
             .unwrap()
             .next()
             .unwrap()
             .unwrap()
-            .path();
+            .path()
+    }
+
+    #[test]
+    fn fuzz_hostile_event_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = two_scalars(dir.path(), 99);
         let bytes = std::fs::read(&file).unwrap();
         drill_fuzz::fuzz(
             "tensorboard event file",
@@ -228,10 +238,8 @@ mod tests {
         let first_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
         let body = bytes[12..12 + first_len].to_vec();
         drill_fuzz::fuzz("tensorboard event record", &[body], |b| {
-            let mut rec = (b.len() as u64).to_le_bytes().to_vec();
-            rec.extend_from_slice(&masked_crc(&rec).to_le_bytes());
-            rec.extend_from_slice(b);
-            rec.extend_from_slice(&masked_crc(b).to_le_bytes());
+            let mut rec = Vec::new();
+            write_record(&mut rec, b).unwrap();
             let _ = scalars_in(&rec, &file);
         });
     }
@@ -244,17 +252,7 @@ mod tests {
             "CRC-32C check value"
         );
         let dir = tempfile::tempdir().unwrap();
-        let mut w = EventWriter::create(dir.path()).unwrap();
-        w.scalar("charts/episodic_return", 195.5, 1234, 1.0)
-            .unwrap();
-        w.scalar("losses/td_loss", -0.25, 1 << 40, 2.0).unwrap();
-        w.flush().unwrap();
-        let file = std::fs::read_dir(dir.path())
-            .unwrap()
-            .next()
-            .unwrap()
-            .unwrap()
-            .path();
+        let file = two_scalars(dir.path(), 1 << 40);
         assert!(
             file.file_name()
                 .unwrap()

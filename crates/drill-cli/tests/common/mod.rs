@@ -127,3 +127,32 @@ pub fn kill_and_expect_failure(
     assert!(log.contains(&format!("rank {rank}")), "{log}");
     (log, dt)
 }
+
+/// A tmpfs mounted at a new folder, unmounted (lazily, so a process still inside cannot keep
+/// it) and the folder removed when dropped.
+pub struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    /// Mount a tmpfs of `size_kib` KiB at `dir` (created; needs root).
+    pub fn mount(dir: &Path, size_kib: u64) -> Self {
+        std::fs::create_dir_all(dir).unwrap();
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size_kib}k"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .expect("mount runs");
+        assert!(
+            status.success(),
+            "mount a tmpfs at {} (root?)",
+            dir.display()
+        );
+        Tmpfs(dir.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

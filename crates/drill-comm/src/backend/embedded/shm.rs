@@ -314,14 +314,19 @@ pub fn available() -> bool {
 mod tests {
     use super::*;
 
-    #[test]
-    fn ring_wraps_and_preserves_order() {
+    /// Ring 0 of a fresh 4096-byte segment, seen by its writer and by its reader (through a
+    /// second mapping, as another process would); the file is already unlinked.
+    fn ring_pair() -> (Ring, Ring) {
         let path = segment_path(0, 1);
         let seg = Segment::create(&path, 4096).unwrap();
         let other = Segment::open(&path, 4096).unwrap();
         std::fs::remove_file(&path).unwrap();
-        let mut tx = seg.ring(0);
-        let mut rx = other.ring(0);
+        (seg.ring(0), other.ring(0))
+    }
+
+    #[test]
+    fn ring_wraps_and_preserves_order() {
+        let (mut tx, mut rx) = ring_pair();
         assert_eq!(tx.capacity(), 4096);
         let msg: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 251) as u8).collect();
         let mut got = vec![0u8; msg.len()];
@@ -419,11 +424,7 @@ mod tests {
     /// counter, and no byte is copied (the copy would land outside the ring).
     #[test]
     fn a_corrupt_counter_is_an_error_not_a_wild_copy() {
-        let path = segment_path(0, 1);
-        let seg = Segment::create(&path, 4096).unwrap();
-        let other = Segment::open(&path, 4096).unwrap();
-        std::fs::remove_file(&path).unwrap();
-        let (mut tx, mut rx) = (seg.ring(0), other.ring(0));
+        let (mut tx, mut rx) = ring_pair();
         assert_eq!(tx.write_some(&[1; 100]).unwrap(), 100);
         // The reader's published count jumps past what was written: the writer would see
         // 2^64 - 100 bytes in use.
