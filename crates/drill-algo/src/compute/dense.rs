@@ -2,6 +2,7 @@
 //! `[in, out]`) and its gradients, each one GEMM on the batch, threaded by `gemm` itself.
 
 use super::gemm::{Epilogue, View, product, product_then};
+use super::small_gemm::MAX_MACS;
 
 /// Shapes of one dense layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,12 +52,26 @@ pub fn backward_params(x: &[f32], dy: &[f32], d: Dims) -> (Vec<f32>, Vec<f32>) {
 /// Input gradient for output gradient `dy`: `dx [n, d_in] = dy W^T`.
 pub fn backward_input(weight: &[f32], dy: &[f32], d: Dims) -> Vec<f32> {
     assert_eq!(dy.len(), d.n * d.d_out, "linear output gradient size");
-    product(
-        (d.n, d.d_in, d.d_out),
-        View::rows(dy, d.d_out),
-        View::transposed(weight, d.d_out),
+    if d.n * d.d_in * d.d_out <= MAX_MACS || super::bf16::enabled() {
+        return product(
+            (d.n, d.d_in, d.d_out),
+            View::rows(dy, d.d_out),
+            View::transposed(weight, d.d_out),
+            true,
+        );
+    }
+    // A large product is computed transposed, `dx^T = W dy^T`, into a row-major buffer,
+    // then transposed: that way `gemm` reads the weight as it is stored. Asked for `dy W^T`
+    // directly (or for a column-major `dx^T`), it packs the transposed weight one element at
+    // a time: the Nature CNN's 3136x512 input gradient took 4.2 ms (25 GFLOP/s) against
+    // 1.0 ms this way, the transposition included.
+    let dxt = product(
+        (d.d_in, d.n, d.d_out),
+        View::rows(weight, d.d_out),
+        View::transposed(dy, d.d_out),
         true,
-    )
+    );
+    View::transposed(&dxt, d.n).to_row_major(d.n, d.d_in)
 }
 
 #[cfg(test)]
@@ -101,6 +116,34 @@ mod tests {
         for o in 0..d.d_out {
             let want: f32 = (0..d.n).map(|i| dy[i * 4 + o]).sum();
             assert!((db[o] - want).abs() < 1e-5);
+        }
+    }
+
+    /// A product over `MAX_MACS` takes the transposed route: still `dy W^T`.
+    #[test]
+    fn a_large_input_gradient_matches_the_definition() {
+        let d = Dims {
+            n: 5,
+            d_in: 700,
+            d_out: 320,
+        };
+        assert!(d.n * d.d_in * d.d_out > MAX_MACS);
+        let v = |n: usize, s: f32| -> Vec<f32> {
+            (0..n).map(|i| (i as f32 * 0.37 + s).sin()).collect()
+        };
+        let (w, dy) = (v(d.d_in * d.d_out, 0.2), v(d.n * d.d_out, 0.4));
+        let dx = backward_input(&w, &dy, d);
+        for i in 0..d.n {
+            for k in 0..d.d_in {
+                let want: f32 = (0..d.d_out)
+                    .map(|o| dy[i * d.d_out + o] * w[k * d.d_out + o])
+                    .sum();
+                let got = dx[i * d.d_in + k];
+                assert!(
+                    (got - want).abs() < 1e-4 * (1.0 + want.abs()),
+                    "dx[{i}][{k}]: {got} vs {want}"
+                );
+            }
         }
     }
 }
