@@ -1,6 +1,7 @@
 //! `drill plot`: a scalar (by default the evaluation return) against env steps or wall time.
 //! Runs of the same config (the resolved config.toml minus `seed` and `exp_name`) are one
-//! line: the mean over seeds, with a band from the lowest to the highest seed.
+//! line: the mean over seeds, with a band from the lowest to the highest seed; a seed that
+//! ends before the others keeps its last value (marked with a dot where it ended).
 
 use ab_glyph::{Font, FontRef, PxScale, ScaleFont, point};
 use anyhow::{Context, bail};
@@ -119,7 +120,9 @@ type Points = Vec<(f64, f64)>;
 type Band = (f64, f64, f64, f64);
 
 /// Mean, min and max over `runs` at every x any of them has, each run holding its last
-/// value until its own last x (past it, it no longer counts).
+/// value from then on: past its own last x (a seed that reached the stop value or was
+/// stopped), its last evaluation is carried forward, so every seed counts to the end of the
+/// line ([`ends`] marks where each stopped).
 fn combine(runs: &[Points]) -> Vec<Band> {
     let mut xs: Vec<f64> = runs.iter().flatten().map(|p| p.0).collect();
     xs.sort_by(f64::total_cmp);
@@ -128,7 +131,6 @@ fn combine(runs: &[Points]) -> Vec<Band> {
         .filter_map(|x| {
             let at: Vec<f64> = runs
                 .iter()
-                .filter(|r| r.last().is_some_and(|l| l.0 >= x))
                 .filter_map(|r| r.iter().take_while(|p| p.0 <= x).last().map(|p| p.1))
                 .collect();
             (!at.is_empty()).then(|| {
@@ -138,6 +140,17 @@ fn combine(runs: &[Points]) -> Vec<Band> {
                 (x, mean, lo, hi)
             })
         })
+        .collect()
+}
+
+/// Where the seeds of a group that end before its last x stop: `(x, line value there)` for
+/// each such seed (a run of one seed has none).
+fn ends(runs: &[Points], line: &[Band]) -> Vec<(f64, f64)> {
+    let last = line.last().map_or(f64::NEG_INFINITY, |p| p.0);
+    runs.iter()
+        .filter_map(|r| r.last().map(|p| p.0))
+        .filter(|&x| x < last)
+        .filter_map(|x| line.iter().find(|p| p.0 == x).map(|p| (x, p.1)))
         .collect()
 }
 
@@ -269,7 +282,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     // Two configs that share a name are told apart by number.
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
-    let lines: Vec<(String, Vec<Band>)> = groups
+    let lines: Vec<(String, Vec<Band>, Vec<(f64, f64)>)> = groups
         .iter()
         .map(|(_, label, runs)| {
             let k = seen.entry(label.clone()).or_default();
@@ -283,12 +296,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 1 => name,
                 n => format!("{name}, {n} seeds"),
             };
-            (name, combine(runs))
+            let line = combine(runs);
+            let stops = ends(runs, &line);
+            (name, line, stops)
         })
         .collect();
     plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
         .map_err(|_| anyhow::anyhow!("embedded font is invalid"))?;
-    let all = lines.iter().flat_map(|(_, p)| p.iter());
+    let all = lines.iter().flat_map(|(_, p, _)| p.iter());
     let x_max = all.clone().map(|p| p.0).fold(1.0, f64::max);
     let (y_min, y_max) = all.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), p| {
         (a.min(p.2), b.max(p.3))
@@ -320,7 +335,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .y_label_formatter(&|_| String::new())
         .draw()
         .map_err(|e| draw(&e))?;
-    for (i, (_, points)) in lines.iter().enumerate() {
+    for (i, (_, points, stops)) in lines.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
         if points.iter().any(|p| p.2 < p.3) {
             let band: Vec<(f64, f64)> = points
@@ -340,6 +355,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 points.iter().map(|p| (p.0, p.1)),
                 color.stroke_width(2),
             ))
+            .map_err(|e| draw(&e))?;
+        chart
+            .draw_series(stops.iter().map(|&p| Circle::new(p, 5, color.filled())))
             .map_err(|e| draw(&e))?;
     }
     let ty = Type {
@@ -405,7 +423,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // The legend, in its own column right of the chart: never over the curves.
     let left = (SIZE.0 - LEGEND_WIDTH) as i32;
     let mut y = y1 + 10;
-    for (i, (name, _)) in lines.iter().enumerate() {
+    for (i, (name, _, _)) in lines.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
         root.draw(&PathElement::new(
             vec![(left + 8, y + 9), (left + 34, y + 9)],
@@ -420,14 +438,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
         y += 26;
     }
-    if lines.iter().any(|(n, _)| n.ends_with(" seeds")) {
-        let note = "line: mean over seeds; band: min to max";
+    let mut notes = Vec::new();
+    if lines.iter().any(|(n, _, _)| n.ends_with(" seeds")) {
+        notes.push("line: mean over seeds; band: min to max");
+    }
+    if lines.iter().any(|(_, _, stops)| !stops.is_empty()) {
+        notes.push("dot: a seed's last evaluation,");
+        notes.push("carried forward past it");
+    }
+    for note in notes {
         ty.draw(
             &root,
             note,
             (left + 8, y + 6),
             style(12.0, Anchor::Left, grey, false),
         );
+        y += 16;
     }
     root.present().map_err(|e| draw(&e))?;
     println!("{}", args.output.display());
@@ -453,8 +479,12 @@ mod tests {
             vec![
                 (0.0, 3.0, 1.0, 5.0),
                 (5.0, 4.0, 1.0, 7.0),
-                (10.0, 3.0, 3.0, 3.0)
+                (10.0, 5.0, 3.0, 7.0)
             ]
         );
+        // The second seed stopped at 5: its 7 is carried to 10, and its end is marked.
+        let runs = [vec![(0.0, 1.0), (10.0, 3.0)], vec![(0.0, 5.0), (5.0, 7.0)]];
+        assert_eq!(ends(&runs, &combine(&runs)), vec![(5.0, 4.0)]);
+        assert!(ends(&runs[..1], &combine(&runs[..1])).is_empty());
     }
 }
