@@ -54,18 +54,14 @@ impl CheckpointExt for Checkpoint {
 
     /// Save a trainer's parameters and Adam state under `prefix`.
     fn put_trainer<M: Module>(&mut self, prefix: &str, trainer: &Trainer<M>) {
-        self.put_params(prefix, &trainer.layout, &trainer.params);
-        let n = trainer.params.len();
-        self.tensors.insert(
-            format!("{prefix}_optim.adam_m"),
-            (vec![n], trainer.adam.m.clone()),
-        );
-        self.tensors.insert(
-            format!("{prefix}_optim.adam_v"),
-            (vec![n], trainer.adam.v.clone()),
-        );
+        self.put_params(prefix, trainer.layout(), trainer.params());
+        let (n, adam) = (trainer.params().len(), trainer.adam());
+        self.tensors
+            .insert(format!("{prefix}_optim.adam_m"), (vec![n], adam.m.clone()));
+        self.tensors
+            .insert(format!("{prefix}_optim.adam_v"), (vec![n], adam.v.clone()));
         self.meta
-            .insert(format!("{prefix}_optim.adam_t"), trainer.adam.t.to_string());
+            .insert(format!("{prefix}_optim.adam_t"), adam.t.to_string());
     }
 
     /// Restore a trainer saved with [`Self::put_trainer`].
@@ -74,8 +70,8 @@ impl CheckpointExt for Checkpoint {
         prefix: &str,
         trainer: &mut Trainer<M>,
     ) -> Result<(), CheckpointError> {
-        trainer.params = self.get_params(prefix, &trainer.layout)?;
-        let n = trainer.params.len();
+        let params = self.get_params(prefix, trainer.layout())?;
+        let n = params.len();
         let moment = |k: &str| -> Result<Vec<f32>, CheckpointError> {
             let (shape, v) = self.tensor(&format!("{prefix}_optim.{k}"))?;
             if shape != &[n] {
@@ -89,10 +85,9 @@ impl CheckpointExt for Checkpoint {
             m: moment("adam_m")?,
             v: moment("adam_v")?,
             t: self.counter(&format!("{prefix}_optim.adam_t"))?,
-            ..trainer.adam.clone()
+            ..trainer.adam().clone()
         };
-        trainer.adam = adam;
-        trainer.sync_model();
+        trainer.restore(params, adam);
         Ok(())
     }
 }

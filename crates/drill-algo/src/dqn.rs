@@ -145,8 +145,8 @@ impl Dqn {
         device: &Device,
     ) -> Self {
         let online = Trainer::new(net, 1e-8);
-        let layout = online.layout.clone();
-        let target_params = online.params.clone();
+        let layout = online.layout().clone();
+        let target_params = online.params().to_vec();
         Self {
             target: online.inference(),
             acting: ActingCopy::new(&online),
@@ -265,12 +265,12 @@ impl Dqn {
         // ALGO: target network update (hard every N iterations, or soft every iteration).
         if let Some(theta) = self.target_theta {
             let t = theta as f32;
-            for (tp, op) in self.target_params.iter_mut().zip(&self.online.params) {
+            for (tp, op) in self.target_params.iter_mut().zip(self.online.params()) {
                 *tp = t * op + (1.0 - t) * *tp;
             }
             self.write_target();
         } else if self.iters.is_multiple_of(self.target_update_freq) {
-            self.target_params.copy_from_slice(&self.online.params);
+            self.target_params.copy_from_slice(self.online.params());
             self.write_target();
         }
         Ok(UpdateStats {
@@ -350,7 +350,7 @@ impl Policy for Dqn {
     }
 
     fn weights(&self) -> Vec<f32> {
-        self.online.params.clone()
+        self.online.params().to_vec()
     }
 
     fn load_weights(&mut self, weights: &[f32]) {
@@ -599,11 +599,12 @@ mod tests {
             assert_eq!(sa.loss.to_bits(), sb.loss.to_bits(), "update {k}");
         }
         assert_eq!(
-            a.online.params, b.online.params,
+            a.online.params(),
+            b.online.params(),
             "identical continued training"
         );
         assert_eq!(a.target_params, b.target_params);
-        assert_eq!(a.online.adam, b.online.adam);
+        assert_eq!(a.online.adam(), b.online.adam());
     }
 
     #[test]

@@ -354,87 +354,12 @@ impl Policy for Ppo {
     }
 
     fn weights(&self) -> Vec<f32> {
-        self.trainer.params.clone()
+        self.trainer.params().to_vec()
     }
 
     fn load_weights(&mut self, weights: &[f32]) {
-        self.acting.load(&self.trainer.layout, weights);
+        self.acting.load(self.trainer.layout(), weights);
     }
-}
-
-/// Train PPO as configured; stops at `env.stop_value`, `max_env_step` or `max_train_iter`.
-/// The pipeline of built-in middlewares: `evaluate? → roll out n_sample steps → GAE →
-/// learn → log`.
-pub fn train(
-    cfg: &Config,
-    p: &PpoPolicy,
-    run: &mut RunContext<'_>,
-) -> Result<TrainResult, TrainError> {
-    // PLUMBING: seeding, environments, networks.
-    let start = Instant::now();
-    let ranks = session::setup(cfg, run);
-    let venv = session::collector_envs(cfg, ranks.rank())?;
-    let (rank, world) = (ranks.rank(), ranks.world());
-    let n_env = venv.num_envs();
-    let mut ppo = Ppo::from_config(cfg, p, &run.device, ranks.clone())?;
-    let mut env_step = 0;
-    if let Some(ck) = &run.resume {
-        ppo.load_state_dict(ck)?;
-        env_step = ck.counter("env_steps")?;
-    }
-    if let Some(pg) = ranks.group() {
-        ppo.trainer
-            .distribute(pg.clone(), session::ddp_options(cfg))?;
-        ppo.acting.invalidate();
-    }
-    let ppo = RefCell::new(ppo);
-    let rng = RefCell::new(session::rank_rng(cfg, run.resume.as_ref(), rank));
-    let out = Outputs::new(&mut *run.reporter);
-    let mut task = Task::<OnlineRLContext>::new();
-    if cfg.task.step_timer > 0 {
-        task.step_timer(cfg.task.step_timer);
-    }
-    task.ctx_mut().env_step = env_step;
-    task.ctx_mut().train_iter = ppo.borrow().iters;
-
-    // ALGO: evaluate deterministically every eval_freq train iterations (and before training).
-    let evaluator = session::evaluator(cfg, world, ranks.rank(), ranks.world())?;
-    task.use_mw(InteractionEvaluator::new(
-        evaluator,
-        p.eval.evaluator.eval_freq,
-        cfg.env.stop_value,
-        ranks.clone(),
-        &ppo,
-    ));
-    task.use_mw(CkptSaver::new(&out, &ppo, ranks.clone(), &rng));
-    task.use_mw(TerminationChecker::new(
-        cfg.max_env_step,
-        cfg.max_train_iter,
-        ranks.clone(),
-    ));
-    // ALGO: roll out n_sample / env_num steps in every env with the stochastic policy.
-    let steps = (session::split(cfg, &ranks, p.collect.n_sample) / n_env).max(1);
-    let mut collector = RolloutCollector::new(venv, steps, &ppo, &rng, ranks.clone());
-    if p.learn.reward_norm {
-        collector = collector.reward_norm(p.collect.discount_factor);
-    }
-    task.use_mw(collector);
-    // ALGO: GAE advantages and returns from the collector's values.
-    task.use_mw(GaeEstimator::new(
-        p.collect.discount_factor as f32,
-        p.collect.gae_lambda as f32,
-    ));
-    // ALGO: the update (Ppo::learn): epochs of shuffled minibatches.
-    task.use_mw(OnPolicyLearner::new(&ppo, &rng, ranks.clone()));
-    task.use_mw(OnlineLogger::new(&out, cfg.max_env_step, env_step));
-    let ctx = task.run(None)?;
-    Ok(session::result(
-        &ctx,
-        env_step,
-        start.elapsed().as_secs_f64(),
-        world,
-        run.restarts,
-    ))
 }
 
 /// What a minibatch update measured.
@@ -563,4 +488,79 @@ pub fn minibatch_update(
     trainer.backward(loss)?;
     trainer.step(lr, p.learn.grad_clip_value)?;
     Ok(stats)
+}
+
+/// Train PPO as configured; stops at `env.stop_value`, `max_env_step` or `max_train_iter`.
+/// The pipeline of built-in middlewares: `evaluate? → roll out n_sample steps → GAE →
+/// learn → log`.
+pub fn train(
+    cfg: &Config,
+    p: &PpoPolicy,
+    run: &mut RunContext<'_>,
+) -> Result<TrainResult, TrainError> {
+    // PLUMBING: seeding, environments, networks.
+    let start = Instant::now();
+    let ranks = session::setup(cfg, run);
+    let venv = session::collector_envs(cfg, ranks.rank())?;
+    let (rank, world) = (ranks.rank(), ranks.world());
+    let n_env = venv.num_envs();
+    let mut ppo = Ppo::from_config(cfg, p, &run.device, ranks.clone())?;
+    let mut env_step = 0;
+    if let Some(ck) = &run.resume {
+        ppo.load_state_dict(ck)?;
+        env_step = ck.counter("env_steps")?;
+    }
+    if let Some(pg) = ranks.group() {
+        ppo.trainer
+            .distribute(pg.clone(), session::ddp_options(cfg))?;
+        ppo.acting.invalidate();
+    }
+    let ppo = RefCell::new(ppo);
+    let rng = RefCell::new(session::rank_rng(cfg, run.resume.as_ref(), rank));
+    let out = Outputs::new(&mut *run.reporter);
+    let mut task = Task::<OnlineRLContext>::new();
+    if cfg.task.step_timer > 0 {
+        task.step_timer(cfg.task.step_timer);
+    }
+    task.ctx_mut().env_step = env_step;
+    task.ctx_mut().train_iter = ppo.borrow().iters;
+
+    // ALGO: evaluate deterministically every eval_freq train iterations (and before training).
+    let evaluator = session::evaluator(cfg, world, ranks.rank(), ranks.world())?;
+    task.use_mw(InteractionEvaluator::new(
+        evaluator,
+        p.eval.evaluator.eval_freq,
+        cfg.env.stop_value,
+        ranks.clone(),
+        &ppo,
+    ));
+    task.use_mw(CkptSaver::new(&out, &ppo, ranks.clone(), &rng));
+    task.use_mw(TerminationChecker::new(
+        cfg.max_env_step,
+        cfg.max_train_iter,
+        ranks.clone(),
+    ));
+    // ALGO: roll out n_sample / env_num steps in every env with the stochastic policy.
+    let steps = (session::split(cfg, &ranks, p.collect.n_sample) / n_env).max(1);
+    let mut collector = RolloutCollector::new(venv, steps, &ppo, &rng, ranks.clone());
+    if p.learn.reward_norm {
+        collector = collector.reward_norm(p.collect.discount_factor);
+    }
+    task.use_mw(collector);
+    // ALGO: GAE advantages and returns from the collector's values.
+    task.use_mw(GaeEstimator::new(
+        p.collect.discount_factor as f32,
+        p.collect.gae_lambda as f32,
+    ));
+    // ALGO: the update (Ppo::learn): epochs of shuffled minibatches.
+    task.use_mw(OnPolicyLearner::new(&ppo, &rng, ranks.clone()));
+    task.use_mw(OnlineLogger::new(&out, cfg.max_env_step, env_step));
+    let ctx = task.run(None)?;
+    Ok(session::result(
+        &ctx,
+        env_step,
+        start.elapsed().as_secs_f64(),
+        world,
+        run.restarts,
+    ))
 }

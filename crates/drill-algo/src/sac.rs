@@ -146,7 +146,7 @@ impl Sac {
         Ok(Self {
             acting: ActingCopy::new(&actor),
             target: critic.inference(),
-            target_params: critic.params.clone(),
+            target_params: critic.params().to_vec(),
             actor,
             critic,
             log_alpha: [p.learn.init_alpha.ln() as f32],
@@ -183,7 +183,7 @@ impl Sac {
 
     fn write_target(&mut self) {
         let target = std::mem::replace(&mut self.target, self.critic.inference());
-        self.target = self.critic.layout.write(target, &self.target_params);
+        self.target = self.critic.layout().write(target, &self.target_params);
     }
 
     /// The actor's mean and log-std for a batch, as host vectors.
@@ -292,7 +292,7 @@ impl Policy for Sac {
         }
         // ALGO: targets follow the critics softly.
         let theta = self.p.learn.target_theta as f32;
-        for (t, o) in self.target_params.iter_mut().zip(&self.critic.params) {
+        for (t, o) in self.target_params.iter_mut().zip(self.critic.params()) {
             *t = theta * o + (1.0 - theta) * *t;
         }
         self.write_target();
@@ -318,7 +318,7 @@ impl Policy for Sac {
         let mut ck = Checkpoint::default();
         ck.put_trainer("actor", &self.actor);
         ck.put_trainer("critic", &self.critic);
-        ck.put_params("critic_target", &self.critic.layout, &self.target_params);
+        ck.put_params("critic_target", self.critic.layout(), &self.target_params);
         let a = &self.alpha_adam;
         for (name, v) in [
             ("log_alpha", self.log_alpha[0]),
@@ -336,7 +336,7 @@ impl Policy for Sac {
     fn load_state_dict(&mut self, ck: &Checkpoint) -> Result<(), TrainError> {
         ck.get_trainer("actor", &mut self.actor)?;
         ck.get_trainer("critic", &mut self.critic)?;
-        self.target_params = ck.get_params("critic_target", &self.critic.layout)?;
+        self.target_params = ck.get_params("critic_target", self.critic.layout())?;
         self.write_target();
         self.log_alpha = [ck.tensor("log_alpha")?.1[0]];
         self.alpha_adam.m = ck.tensor("log_alpha_optim.adam_m")?.1.clone();
@@ -348,11 +348,11 @@ impl Policy for Sac {
     }
 
     fn weights(&self) -> Vec<f32> {
-        self.actor.params.clone()
+        self.actor.params().to_vec()
     }
 
     fn load_weights(&mut self, weights: &[f32]) {
-        self.acting.load(&self.actor.layout, weights);
+        self.acting.load(self.actor.layout(), weights);
     }
 }
 

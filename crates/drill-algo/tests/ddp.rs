@@ -183,7 +183,7 @@ fn dqn_equivalence() {
     for o in &outs {
         assert_close(
             &printed(o, "params"),
-            &one.online.params,
+            one.online.params(),
             &format!("DQN rank {}", o.rank),
         );
     }
@@ -256,7 +256,7 @@ fn ppo_equivalence() {
     for o in &outs {
         assert_close(
             &printed(o, "params"),
-            &one.params,
+            one.params(),
             &format!("PPO rank {}", o.rank),
         );
     }
@@ -318,7 +318,7 @@ fn no_sync_equivalence() {
     for o in &outs {
         assert_close(
             &printed(o, "params"),
-            &one.params,
+            one.params(),
             &format!("no_sync rank {}", o.rank),
         );
     }
@@ -408,7 +408,7 @@ fn run_child(name: &str, pg: ProcessGroup) {
             for k in 0..STEPS {
                 l.update(&half(&dqn_batch(k), rank), None).unwrap();
             }
-            print("params", &l.online.params);
+            print("params", l.online.params());
         }
         "ppo" => {
             let mut t = ppo_trainer();
@@ -419,15 +419,15 @@ fn run_child(name: &str, pg: ProcessGroup) {
                 check_every: 1,
             };
             t.distribute(pg, opts).unwrap();
-            assert!(t.sync.as_ref().unwrap().bucket_sizes().len() > 2);
+            assert!(t.sync().unwrap().bucket_sizes().len() > 2);
             ppo_steps(&mut t, rank * B..(rank + 1) * B);
-            print("params", &t.params);
+            print("params", t.params());
         }
         "no_sync" => {
             let mut t = q_trainer();
             t.distribute(pg, DdpOptions::default()).unwrap();
             accumulate_steps(&mut t, rank * B..(rank + 1) * B).unwrap();
-            print("params", &t.params);
+            print("params", t.params());
         }
         "seeds" => {
             let cfg = Config::parse(
@@ -444,20 +444,16 @@ fn run_child(name: &str, pg: ProcessGroup) {
         "diverge" => {
             let mut t = q_trainer();
             t.distribute(pg.clone(), DdpOptions::default()).unwrap();
-            let sync = t.sync.as_ref().unwrap();
-            sync.check_params(&t.params).unwrap();
+            t.sync().unwrap().check_params(t.params()).unwrap();
             if rank == 1 {
-                let second = t.layout.slots[1].offset;
-                t.params[second] += 1e-3;
+                let mut params = t.params().to_vec();
+                params[t.layout().slots[1].offset] += 1e-3;
+                let adam = t.adam().clone();
+                t.restore(params, adam);
             }
-            let e = t
-                .sync
-                .as_ref()
-                .unwrap()
-                .check_params(&t.params)
-                .unwrap_err();
+            let e = t.sync().unwrap().check_params(t.params()).unwrap_err();
             assert!(matches!(&e, TrainError::Diverged { rank: 1, .. }), "{e}");
-            assert!(e.to_string().contains(&t.layout.slots[1].name), "{e}");
+            assert!(e.to_string().contains(&t.layout().slots[1].name), "{e}");
             println!("{e}");
         }
         "sync_bn" => {

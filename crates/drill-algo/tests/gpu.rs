@@ -202,6 +202,6 @@ fn data_parallel_over_the_gpu_gives_the_whole_batch_gradient() {
         let mut split = Trainer::new(one.model().clone(), 1e-8);
         let mut dp = DataParallel::new(devices);
         dp.backward(&mut split, rows, |m, r, d| loss(m, r, d));
-        close(&split.grads, &one.grads, 1e-4, "gradients");
+        close(split.grads(), one.grads(), 1e-4, "gradients");
     }
 }

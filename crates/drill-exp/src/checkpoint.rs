@@ -42,7 +42,9 @@ pub enum CheckpointError {
 pub struct Checkpoint {
     /// Name → (shape, values).
     pub tensors: BTreeMap<String, (Vec<usize>, Vec<f32>)>,
-    /// String metadata: counters, algorithm, config.
+    /// String metadata: the counters (`env_steps`, `train_iters`), `algo`, `world_size` and
+    /// each rank's random-generator state (`rng.R`); the config is the experiment folder's
+    /// `config.toml`, not here.
     pub meta: BTreeMap<String, String>,
     /// Where it was loaded from (for error messages).
     pub path: PathBuf,

@@ -48,7 +48,7 @@ impl DataParallel {
         M: Module + Send + Sync,
         F: Fn(&M, Range<usize>, &Device) -> Tensor<1> + Sync,
     {
-        let layout = &trainer.layout;
+        let layout = trainer.layout();
         let model = trainer.model();
         let shards: Vec<Range<usize>> = (0..self.devices.len())
             .map(|k| self.shard(rows, k))
@@ -82,14 +82,11 @@ impl DataParallel {
                 });
             }
         });
-        trainer.grads.fill(0.0);
+        let grads = trainer.grads_mut();
+        grads.fill(0.0);
         for (shard, g) in shards.iter().zip(&self.shard_grads) {
             let w = shard.len() as f32 / rows as f32;
-            trainer
-                .grads
-                .iter_mut()
-                .zip(g)
-                .for_each(|(a, b)| *a += w * b);
+            grads.iter_mut().zip(g).for_each(|(a, b)| *a += w * b);
         }
     }
 }
@@ -128,12 +125,12 @@ mod tests {
         assert_eq!((dp.shard(37, 0), dp.shard(37, 1)), (0..19, 19..37));
         dp.backward(&mut dp_trainer, 37, |m, rows, d| loss(m, rows, &data, d));
         let diff: f32 = one
-            .grads
+            .grads()
             .iter()
-            .zip(&dp_trainer.grads)
+            .zip(dp_trainer.grads())
             .map(|(a, b)| (a - b).abs())
             .fold(0.0, f32::max);
-        let scale = one.grads.iter().fold(0.0f32, |m, g| m.max(g.abs()));
+        let scale = one.grads().iter().fold(0.0f32, |m, g| m.max(g.abs()));
         assert!(
             scale > 0.0 && diff <= 1e-5 * scale,
             "max diff {diff} (scale {scale})"

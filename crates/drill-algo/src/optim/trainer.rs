@@ -18,15 +18,16 @@ pub struct StepStats {
 pub struct Trainer<M> {
     model: Option<M>,
     /// Parameter layout in visit order.
-    pub layout: ParamLayout,
-    /// Current parameters, flat.
-    pub params: Vec<f32>,
+    layout: ParamLayout,
+    /// Current parameters, flat; the model holds the same values (written only through
+    /// [`Self::step`] and [`Self::restore`], which install them).
+    params: Vec<f32>,
     /// Gradients of the last backward pass, flat.
-    pub grads: Vec<f32>,
+    grads: Vec<f32>,
     /// Optimiser state.
-    pub adam: Adam,
+    adam: Adam,
     /// Gradient averaging across ranks (DDP), when distributed.
-    pub sync: Option<GradSync>,
+    sync: Option<GradSync>,
     /// `grads` holds gradients accumulated by [`Self::backward_no_sync`].
     accumulated: bool,
     /// The model's device when it is not the CPU: gradients then cross in one transfer per
@@ -148,6 +149,46 @@ impl<M: Module> Trainer<M> {
             sync.after_step(&self.params)?;
         }
         Ok(StepStats { grad_norm: norm })
+    }
+
+    /// Parameter layout in visit order.
+    pub fn layout(&self) -> &ParamLayout {
+        &self.layout
+    }
+
+    /// Current parameters, flat (the model's values).
+    pub fn params(&self) -> &[f32] {
+        &self.params
+    }
+
+    /// Gradients of the last backward pass, flat.
+    pub fn grads(&self) -> &[f32] {
+        &self.grads
+    }
+
+    /// The gradients to fill in place of a backward pass (e.g. [`crate::ddp::DataParallel`]
+    /// combining its devices' shares); [`Self::step`] applies them.
+    pub fn grads_mut(&mut self) -> &mut [f32] {
+        &mut self.grads
+    }
+
+    /// Optimiser state.
+    pub fn adam(&self) -> &Adam {
+        &self.adam
+    }
+
+    /// Gradient averaging across ranks, once [`Self::distribute`] has run.
+    pub fn sync(&self) -> Option<&GradSync> {
+        self.sync.as_ref()
+    }
+
+    /// Replace the parameters and the optimiser state (a checkpoint's), and install the
+    /// parameters in the model.
+    pub fn restore(&mut self, params: Vec<f32>, adam: Adam) {
+        assert_eq!(params.len(), self.params.len(), "restore: parameter count");
+        self.params = params;
+        self.adam = adam;
+        self.sync_model();
     }
 
     /// Write [`Self::params`] into the model (after loading or broadcasting parameters).

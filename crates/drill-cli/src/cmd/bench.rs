@@ -163,7 +163,7 @@ fn ddp_bench(
         }
     }
     let (t_alone, t_ddp) = (median(alone_us), median(ddp_us));
-    let params = ddp.online.params.len();
+    let params = ddp.online.params().len();
     let mut grads = vec![0.0f32; params];
     let t_sync = time_us(warmup.min(n), n, || {
         pg.all_reduce(&mut grads, drill_comm::ReduceOp::Avg)

@@ -118,6 +118,8 @@ fn smooth(points: &[(f64, f64)], n: usize) -> Vec<(f64, f64)> {
 type Points = Vec<(f64, f64)>;
 /// `(x, mean, min, max)` over a group's runs.
 type Band = (f64, f64, f64, f64);
+/// A line of the chart: its legend name, its points and where its early seeds end.
+type Line = (String, Vec<Band>, Points);
 
 /// Mean, min and max over `runs` at every x any of them has, each run holding its last
 /// value from then on: past its own last x (a seed that reached the stop value or was
@@ -145,7 +147,7 @@ fn combine(runs: &[Points]) -> Vec<Band> {
 
 /// Where the seeds of a group that end before its last x stop: `(x, line value there)` for
 /// each such seed (a run of one seed has none).
-fn ends(runs: &[Points], line: &[Band]) -> Vec<(f64, f64)> {
+fn ends(runs: &[Points], line: &[Band]) -> Points {
     let last = line.last().map_or(f64::NEG_INFINITY, |p| p.0);
     runs.iter()
         .filter_map(|r| r.last().map(|p| p.0))
@@ -282,7 +284,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     // Two configs that share a name are told apart by number.
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
-    let lines: Vec<(String, Vec<Band>, Vec<(f64, f64)>)> = groups
+    let lines: Vec<Line> = groups
         .iter()
         .map(|(_, label, runs)| {
             let k = seen.entry(label.clone()).or_default();

@@ -119,7 +119,7 @@ impl BackendKind {
 /// root; elsewhere empty), scatter `send` likewise, reduce_scatter `send` is
 /// `size * recv.len()`, and lengths are whole `dtype` elements.
 pub trait Backend: Send {
-    /// Short name (tcp, mpi, nccl).
+    /// Short name: `embedded`, `mpi` or `nccl` (as [`BackendKind::name`]).
     fn name(&self) -> &'static str;
     /// This process's rank in the group.
     fn rank(&self) -> usize;

@@ -11,9 +11,11 @@ use std::time::{Duration, Instant};
 
 use super::Store;
 
-/// How often each process bumps its heartbeat counter.
+/// How often each process bumps its heartbeat counter: drill's one heartbeat period, also
+/// that of the embedded backend's control connections and of a split run's links.
 pub const HEARTBEAT_EVERY: Duration = Duration::from_millis(500);
-/// A heartbeat that has not moved for this long marks its rank dead.
+/// A heartbeat that has not moved for this long marks its rank dead: drill's one default
+/// silence bound, also the embedded backend's and a split run's.
 pub const HEARTBEAT_DEAD: Duration = Duration::from_secs(3);
 
 /// Bumps this process's heartbeat counter in the Store until dropped.

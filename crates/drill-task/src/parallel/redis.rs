@@ -19,9 +19,9 @@ use crate::error::TaskError;
 use crate::events::{Event, EventBus};
 
 /// How often a worker says it is alive.
-pub const HEARTBEAT: Duration = Duration::from_millis(500);
+pub const HEARTBEAT: Duration = drill_comm::store::HEARTBEAT_EVERY;
 /// Silence after which a peer is lost.
-pub const LOST_AFTER: Duration = Duration::from_secs(3);
+pub const LOST_AFTER: Duration = drill_comm::store::HEARTBEAT_DEAD;
 
 #[derive(Serialize, Deserialize)]
 pub(crate) enum Kind {

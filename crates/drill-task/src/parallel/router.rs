@@ -43,9 +43,9 @@ impl Topology {
 /// Largest event frame accepted from a peer.
 const MAX_FRAME: usize = 256 << 20;
 /// How often each link says this process is alive.
-pub const HEARTBEAT: Duration = Duration::from_millis(500);
+pub const HEARTBEAT: Duration = drill_comm::store::HEARTBEAT_EVERY;
 /// Silence after which a peer is lost.
-pub const LOST_AFTER: Duration = Duration::from_secs(3);
+pub const LOST_AFTER: Duration = drill_comm::store::HEARTBEAT_DEAD;
 /// The length field of a heartbeat frame (no body; events are at least 4 bytes long).
 const HEARTBEAT_LEN: u32 = 1;
 

@@ -84,7 +84,7 @@ impl Header {
 /// Frames on the control connection (liveness, failure notices and orderly exit).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Control {
-    /// The sender is alive (sent every [`super::health::HEARTBEAT_EVERY`]).
+    /// The sender is alive (sent every [`crate::store::HEARTBEAT_EVERY`]).
     Heartbeat,
     /// The sender shuts down in order.
     Goodbye,

@@ -13,12 +13,11 @@ use std::time::{Duration, Instant};
 
 use super::frame::{AbortReason, Control, HEADER};
 use crate::error::{CommError, Result};
+use crate::store::HEARTBEAT_EVERY;
 
-/// How often every process tells each peer it is alive.
-pub const HEARTBEAT_EVERY: Duration = Duration::from_millis(500);
 /// Silence after which a peer counts as unreachable, unless `DRILL_HEARTBEAT_TIMEOUT`
-/// (seconds) says otherwise.
-pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(3);
+/// (seconds) says otherwise: drill's one silence bound ([`crate::store::HEARTBEAT_DEAD`]).
+pub const HEARTBEAT_TIMEOUT: Duration = crate::store::HEARTBEAT_DEAD;
 
 /// One watched peer: its global rank, where it runs (for messages) and its control connection.
 pub struct Watched {

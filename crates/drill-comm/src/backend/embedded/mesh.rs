@@ -133,15 +133,6 @@ impl Mesh {
         })
     }
 
-    /// Scratch of at least `bytes` bytes, 8-byte aligned.
-    pub fn scratch(&mut self, bytes: usize) -> &mut [u8] {
-        let words = bytes.div_ceil(8);
-        if self.scratch.len() < words {
-            self.scratch.resize(words, 0);
-        }
-        &mut bytemuck::cast_slice_mut(&mut self.scratch[..words])[..bytes]
-    }
-
     /// Fail fast if the job is already broken.
     #[inline]
     pub fn check(&self, cx: &Cx) -> Result<()> {

@@ -2,12 +2,12 @@
 //! on one host, TCP between hosts, a full mesh of authenticated control connections as the
 //! failure detector, and size-dependent algorithms ([`algo`]).
 
-pub mod algo;
-pub mod frame;
-pub mod health;
-pub mod link;
-pub mod mesh;
-pub mod shm;
+pub(crate) mod algo;
+pub(crate) mod frame;
+pub(crate) mod health;
+pub(crate) mod link;
+pub(crate) mod mesh;
+pub(crate) mod shm;
 
 use std::collections::HashMap;
 use std::io::{Read, Write};

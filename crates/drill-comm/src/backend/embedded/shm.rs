@@ -280,6 +280,7 @@ impl<M: Memory> Ring<M> {
     }
 
     /// The data region's size in bytes.
+    #[cfg(test)]
     pub fn capacity(&self) -> usize {
         self.cap
     }
