@@ -102,6 +102,53 @@ fn rollout_writes_numpy_arrays_and_show_a_png() {
     );
 }
 
+/// `drill env rollout` takes the wrapper options from `--set env.KEY=VALUE`, over a config's
+/// `[env]` table or drill's defaults, and names a key it does not know.
+#[cfg(feature = "atari")]
+#[test]
+fn rollout_takes_wrapper_options_from_set_and_config() {
+    let tmp = tempfile::tempdir().unwrap();
+    let npz = tmp.path().join("pong.npz");
+    let rollout = |extra: &[&str]| {
+        drill()
+            .args(["env", "rollout", "PongNoFrameskip-v4", "--steps", "3"])
+            .args(extra)
+            .arg("--out")
+            .arg(&npz)
+            .output()
+            .unwrap()
+    };
+    let cases: [(&[&str], u64); 3] = [
+        (&[], 4),
+        (&["--set", "env.frame_stack=1"], 1),
+        (
+            &[
+                "--config",
+                "configs/pong_ppo.toml",
+                "--set",
+                "env.frame_stack=2",
+            ],
+            2,
+        ),
+    ];
+    for (extra, stack) in cases {
+        let extra: Vec<String> = extra
+            .iter()
+            .map(|a| match *a {
+                "configs/pong_ppo.toml" => repo().join(a).display().to_string(),
+                _ => a.to_string(),
+            })
+            .collect();
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let out = rollout(&extra);
+        assert!(out.status.success(), "{extra:?}: {}", text(&out));
+        assert_eq!(obs_header(&npz).1, [4, stack, 84, 84], "{extra:?}");
+    }
+    let out = rollout(&["--set", "env.nope=1"]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("env.nope"), "{}", text(&out));
+}
+
 /// The dtype and shape of `obs` in the archive (read back with npyz).
 #[cfg(feature = "atari")]
 fn obs_header(npz: &std::path::Path) -> (String, Vec<u64>) {

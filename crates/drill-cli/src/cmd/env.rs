@@ -1,10 +1,12 @@
 //! `drill env`: what drill's environments are and what an agent sees. `list` prints every id;
 //! `rollout` records one episode segment to a `.npz` numpy reads; `show` draws the
-//! observation after some steps (stacked frames side by side) to a PNG.
+//! observation after some steps (stacked frames side by side) to a PNG. Both take the
+//! wrapper options of a config's `[env]` table (`--config`) and `--set env.KEY=VALUE`.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
+use drill_config::Config;
 use drill_env::atari::AtariOptions;
 use drill_env::record::{Segment, record};
 use drill_env::{ActionBuf, ActionSpace, ObsBuf, make_vec_with};
@@ -60,6 +62,14 @@ struct Run {
     /// The evaluator's Atari chain (whole games, raw rewards) instead of training's.
     #[arg(long)]
     eval: bool,
+    /// Take the wrapper options (`noop_max`, `episode_life`, `fire_reset`, ...) from this
+    /// config's `[env]` table instead of drill's defaults (the id stays ID).
+    #[arg(long)]
+    config: Option<String>,
+    /// Override a key, e.g. `--set env.noop_max=0 --set env.episode_life=false` to compare
+    /// frames with another library's chain (repeatable; over --config or drill's defaults).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
 }
 
 /// Run `drill env`.
@@ -92,12 +102,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
 }
 
-fn segment(run: &Run) -> anyhow::Result<Segment> {
-    let opts = if run.eval {
-        AtariOptions::default().eval()
-    } else {
-        AtariOptions::default()
+/// The wrapper options `run` asks for: `[env]` of its config (or the defaults) with its
+/// `--set` overrides, the evaluator's chain on top with `--eval`.
+fn options(run: &Run) -> anyhow::Result<AtariOptions> {
+    let cfg = match &run.config {
+        Some(path) => Config::load(path, &run.set)?,
+        None => {
+            let id = toml::Value::String(run.id.clone());
+            Config::parse(&format!("[env]\nid = {id}\n"), "drill env", &run.set)?
+        }
     };
+    let opts = drill_algo::session::atari_options(&cfg);
+    Ok(if run.eval { opts.eval() } else { opts })
+}
+
+fn segment(run: &Run) -> anyhow::Result<Segment> {
+    let opts = options(run)?;
     let mut venv = make_vec_with(&run.id, 1, run.seed, 1, &opts)?;
     let space = venv.spec().action_space.clone();
     let given = run
