@@ -13,15 +13,16 @@ use std::time::{Duration, Instant};
 
 use crate::checkpoint::{Checkpoint, CheckpointExt};
 use crate::data::Batch;
+use crate::error::TrainError;
 use crate::middleware::{
     CkptSaver, ContextExchanger, DataPusher, EpsGreedyHandler, FinishSync, InteractionEvaluator,
     ModelExchanger, NStepRewardEnhancer, OffPolicyLearner, OnlineLogger, Outputs, Roles,
-    StepCollector, TerminationChecker,
+    StepCollector, TerminationChecker, run_result,
 };
 use crate::nets::{ConvEncoder, QNet, input};
 use crate::optim::{ActingCopy, ParamLayout, Trainer};
 use crate::policy::{Acted, Explore, LearnOutput, Policy};
-use crate::run::{RunContext, TrainError, TrainResult};
+use crate::run::{RunContext, TrainResult};
 use crate::session;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use drill_config::{Config, ConvKind, DqnPolicy};
@@ -515,7 +516,7 @@ pub fn train_roles(
     handle.barrier()?;
     let ctx = task.run(None)?;
     Ok(roles.learner.then(|| {
-        session::result(
+        run_result(
             &ctx,
             env_step,
             start.elapsed().as_secs_f64(),

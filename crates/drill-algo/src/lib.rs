@@ -42,7 +42,8 @@ pub mod sac;
 pub mod session;
 pub mod start;
 
-pub use run::{NullReporter, Progress, Reporter, RunContext, TrainError, TrainResult};
+pub use error::TrainError;
+pub use run::{NullReporter, Progress, Reporter, RunContext, TrainResult};
 
 /// Check what only the environment can tell: that `env.id` exists and the model fits its
 /// spaces (`policy.model.obs_shape`, discrete vs continuous actions). Cheap; call it before

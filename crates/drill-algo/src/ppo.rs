@@ -14,14 +14,15 @@
 use crate::checkpoint::{Checkpoint, CheckpointExt};
 use crate::data::Rollout;
 use crate::ddp::Ranks;
+use crate::error::TrainError;
 use crate::middleware::{
     CkptSaver, GaeEstimator, InteractionEvaluator, OnPolicyLearner, OnlineLogger, Outputs,
-    RolloutCollector, TerminationChecker,
+    RolloutCollector, TerminationChecker, run_result,
 };
 use crate::nets::{Actor, ActorCritic, ActorHead, ConvEncoder, Critic, input};
 use crate::optim::{ActingCopy, Trainer};
 use crate::policy::{Acted, Explore, LearnOutput, Policy};
-use crate::run::{RunContext, TrainError, TrainResult};
+use crate::run::{RunContext, TrainResult};
 use crate::session;
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
@@ -556,7 +557,7 @@ pub fn train(
     task.use_mw(OnPolicyLearner::new(&ppo, &rng, ranks.clone()));
     task.use_mw(OnlineLogger::new(&out, cfg.max_env_step, env_step));
     let ctx = task.run(None)?;
-    Ok(session::result(
+    Ok(run_result(
         &ctx,
         env_step,
         start.elapsed().as_secs_f64(),

@@ -1,8 +1,8 @@
-//! What a training run reports and returns: [`Reporter`], [`Progress`], [`TrainResult`],
-//! [`TrainError`], and the context an algorithm runs in ([`RunContext`]).
+//! What a training run reports and returns: [`Reporter`], [`Progress`], [`TrainResult`]
+//! (built by [`crate::middleware::run_result`]), and the context an algorithm runs in
+//! ([`RunContext`]); its error type is [`crate::error::TrainError`].
 
 use crate::checkpoint::Checkpoint;
-pub use crate::error::TrainError;
 use burn::tensor::Device;
 pub use drill_exp::{NullReporter, Progress, Reporter, TrainResult};
 

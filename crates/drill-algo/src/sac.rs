@@ -13,14 +13,15 @@ use std::time::Instant;
 
 use crate::checkpoint::{Checkpoint, CheckpointExt};
 use crate::data::Batch;
+use crate::error::TrainError;
 use crate::middleware::{
     CkptSaver, DataPusher, InteractionEvaluator, NStepRewardEnhancer, OffPolicyLearner,
-    OnlineLogger, Outputs, StepCollector, TerminationChecker,
+    OnlineLogger, Outputs, StepCollector, TerminationChecker, run_result,
 };
 use crate::nets::{SquashedGaussian, TwinQ, input};
 use crate::optim::{ActingCopy, Adam, Trainer};
 use crate::policy::{Acted, Explore, LearnOutput, Policy};
-use crate::run::{RunContext, TrainError, TrainResult};
+use crate::run::{RunContext, TrainResult};
 use crate::{ddp::Ranks, session};
 use burn::tensor::{Device, Tensor, TensorData};
 use drill_config::{Config, SacPolicy};
@@ -437,7 +438,7 @@ pub fn train(
     task.use_mw(learn);
     task.use_mw(OnlineLogger::new(&out, cfg.max_env_step, env_step));
     let ctx = task.run(None)?;
-    Ok(session::result(
+    Ok(run_result(
         &ctx,
         env_step,
         start.elapsed().as_secs_f64(),

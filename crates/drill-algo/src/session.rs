@@ -1,14 +1,15 @@
 //! The setup every algorithm's pipeline shares: seeding (rank-aware under DDP: each rank
 //! seeds its own environments `seed + rank * collector_env_num + i` and generator), the
-//! collector's environments, the replay buffer (restored on resume), the evaluator, the model-shape check, DDP options and batch
-//! splitting, and the final [`TrainResult`] from the task's last context. The loop itself is
-//! the middleware pipeline ([`crate::middleware`]).
+//! collector's environments, the replay buffer (restored on resume), the evaluator, the
+//! model-shape check, DDP options and batch splitting. The loop itself is the middleware
+//! pipeline above this module, which also builds the run's result
+//! (`middleware::run_result`).
 
 use crate::checkpoint::{Checkpoint, parse_rng_state};
 use crate::data::ReplayBuffer;
 use crate::ddp::{DdpOptions, Ranks};
+use crate::error::TrainError;
 use crate::eval::Evaluator;
-use crate::run::{TrainError, TrainResult};
 use drill_comm::{BackendKind, InitInfo, InitOptions, ProcessGroup};
 use drill_config::{Config, ReplayBufferConfig};
 use drill_env::atari::AtariOptions;
@@ -197,32 +198,6 @@ pub fn evaluator(
         lo,
         seed,
     )))
-}
-
-/// The run's result from the task's last context; `from_env_step` is where it started (a
-/// resumed run's checkpoint), so the rate counts this run's steps only.
-pub fn result(
-    ctx: &drill_task::OnlineRLContext,
-    from_env_step: u64,
-    seconds: f64,
-    world_size: usize,
-    restarts: u32,
-) -> TrainResult {
-    let last = ctx.ext.get::<crate::middleware::LastEval>().map(|l| &l.0);
-    TrainResult {
-        stop_reached: last.is_some_and(|e| e.stop),
-        env_steps: ctx.env_step,
-        train_iters: ctx.train_iter,
-        wall_seconds: seconds,
-        env_steps_per_sec: ctx.env_step.saturating_sub(from_env_step) as f64 / seconds,
-        eval_reward_mean: last.map_or(f64::NAN, |e| e.result.mean),
-        eval_reward_std: last.map_or(f64::NAN, |e| e.result.std),
-        eval_episodes: last.map_or(0, |e| e.result.returns.len()),
-        world_size,
-        restarts,
-        interrupted: ctx.ext.get::<crate::middleware::Interrupted>().is_some(),
-        error: None,
-    }
 }
 
 /// DDP options from the config (`policy.ddp_bucket_cap_mb`, `policy.ddp_check_every`).

@@ -49,6 +49,7 @@ pub use roles::{Remote, RolePlan, Roles};
 
 use crate::ddp::Ranks;
 use crate::eval::EvalResult;
+use crate::run::TrainResult;
 use drill_env::{ActionBuf, Dtype, ObsBuf};
 use drill_task::TaskError;
 use serde::{Deserialize, Serialize};
@@ -134,6 +135,32 @@ pub struct EvalOutput {
 /// The last evaluation so far (kept across steps), for the run's result.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LastEval(pub EvalOutput);
+
+/// The run's result from the task's last context; `from_env_step` is where it started (a
+/// resumed run's checkpoint), so the rate counts this run's steps only.
+pub fn run_result(
+    ctx: &drill_task::OnlineRLContext,
+    from_env_step: u64,
+    seconds: f64,
+    world_size: usize,
+    restarts: u32,
+) -> TrainResult {
+    let last = ctx.ext.get::<LastEval>().map(|l| &l.0);
+    TrainResult {
+        stop_reached: last.is_some_and(|e| e.stop),
+        env_steps: ctx.env_step,
+        train_iters: ctx.train_iter,
+        wall_seconds: seconds,
+        env_steps_per_sec: ctx.env_step.saturating_sub(from_env_step) as f64 / seconds,
+        eval_reward_mean: last.map_or(f64::NAN, |e| e.result.mean),
+        eval_reward_std: last.map_or(f64::NAN, |e| e.result.std),
+        eval_episodes: last.map_or(0, |e| e.result.returns.len()),
+        world_size,
+        restarts,
+        interrupted: ctx.ext.get::<Interrupted>().is_some(),
+        error: None,
+    }
+}
 
 /// Account a collection of `local` env steps and `returns` on this rank: every rank's sums
 /// go to `env_step` / `env_episode` and [`Collected`]; the returns go into the ctx.
