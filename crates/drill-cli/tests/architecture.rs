@@ -3,9 +3,11 @@
 //! experiment folder) does not depend on the training crates or burn.
 //!
 //! An edge `a → b` between two sibling modules means some file inside `a` names `crate::…::b`
-//! or `super::b` (with `use` or in a path). Items of the parent itself (its `mod.rs`) are not a
-//! sibling, so `mod.rs` re-exports do not count; nor do the unit tests at the bottom of a file
-//! (from `#[cfg(test)]` on), which may drive a layer through the ones above it.
+//! or `super::b` (with `use` or in a path), or names an item that a `pub use` elsewhere
+//! re-exports from `b` (`use crate::{Name}` with `pub use b::Name` in `lib.rs`: followed
+//! through chains of re-exports to the module that defines it). The unit tests at the bottom
+//! of a file (from `#[cfg(test)]` on), which may drive a layer through the ones above it, do
+//! not count.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -46,16 +48,160 @@ fn modules(src: &Path) -> Vec<(Vec<String>, String)> {
     out
 }
 
+/// A file's code without its unit tests and line comments.
+fn code_of(text: &str) -> String {
+    let text = text.split("#[cfg(test)]").next().unwrap_or("");
+    text.lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Split `s` at the commas outside braces.
+fn split_top(s: &str) -> Vec<&str> {
+    let (mut depth, mut start, mut out) = (0i32, 0, Vec::new());
+    for (i, c) in s.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&s[start..]);
+    out
+}
+
+/// The leaves of a `use` tree, as (path, the name it is known by): `a::{b, c::d as e}` gives
+/// `(["a", "b"], "b")` and `(["a", "c", "d"], "e")`; `a::{self}` gives `(["a"], "a")`. Globs
+/// are left out.
+fn use_leaves(tree: &str, prefix: &[String], out: &mut Vec<(Vec<String>, String)>) {
+    let tree = tree.trim();
+    if tree.is_empty() || tree == "*" {
+        return;
+    }
+    if let Some(inner) = tree.strip_prefix('{') {
+        let inner = &inner[..inner.rfind('}').unwrap_or(inner.len())];
+        for part in split_top(inner) {
+            use_leaves(part, prefix, out);
+        }
+        return;
+    }
+    let brace = tree.find('{').unwrap_or(tree.len());
+    if let Some(i) = tree[..brace].find("::") {
+        let mut p = prefix.to_vec();
+        p.push(tree[..i].trim().to_string());
+        use_leaves(&tree[i + 2..], &p, out);
+        return;
+    }
+    let (name, alias) = match tree.split_once(" as ") {
+        Some((n, a)) => (n.trim(), Some(a.trim())),
+        None => (tree, None),
+    };
+    if name == "self" {
+        if let Some(last) = prefix.last() {
+            out.push((prefix.to_vec(), alias.unwrap_or(last).to_string()));
+        }
+    } else {
+        let mut p = prefix.to_vec();
+        p.push(name.to_string());
+        out.push((p, alias.unwrap_or(name).to_string()));
+    }
+}
+
+/// Every `pub use` (any visibility) of the crate: (module it is in, name it exports) → the
+/// absolute path of what it names. Paths into other crates are left out.
+fn reexports(
+    mods: &[(Vec<String>, String)],
+    known: &BTreeSet<Vec<String>>,
+) -> BTreeMap<(Vec<String>, String), Vec<String>> {
+    let mut out = BTreeMap::new();
+    for (me, text) in mods {
+        let code = code_of(text);
+        let mut from = 0;
+        while let Some(i) = code[from..].find("pub") {
+            let at = from + i;
+            from = at + 3;
+            let rest = code[from..].trim_start();
+            let rest = match rest.strip_prefix('(') {
+                Some(r) => r[r.find(')').map_or(r.len(), |e| e + 1)..].trim_start(),
+                None => rest,
+            };
+            let Some(tree) = rest.strip_prefix("use ") else {
+                continue;
+            };
+            let tree = &tree[..tree.find(';').unwrap_or(tree.len())];
+            let mut leaves = Vec::new();
+            use_leaves(tree, &[], &mut leaves);
+            for (path, name) in leaves {
+                let absolute = match path.first().map(String::as_str) {
+                    Some("crate") => path[1..].to_vec(),
+                    Some("self") => me
+                        .iter()
+                        .cloned()
+                        .chain(path[1..].iter().cloned())
+                        .collect(),
+                    Some("super") => {
+                        let ups = path.iter().take_while(|s| *s == "super").count();
+                        let base = &me[..me.len().saturating_sub(ups)];
+                        base.iter()
+                            .cloned()
+                            .chain(path[ups..].iter().cloned())
+                            .collect()
+                    }
+                    Some(first) => {
+                        let mut child = me.clone();
+                        child.push(first.to_string());
+                        if !known.contains(&child) {
+                            continue; // another crate
+                        }
+                        me.iter().cloned().chain(path.iter().cloned()).collect()
+                    }
+                    None => continue,
+                };
+                out.insert((me.clone(), name), absolute);
+            }
+        }
+    }
+    out
+}
+
+/// `path` with re-exports followed: while the longest module it names re-exports its next
+/// segment, that segment is replaced by what it re-exports.
+fn resolve(
+    mut path: Vec<String>,
+    known: &BTreeSet<Vec<String>>,
+    reexported: &BTreeMap<(Vec<String>, String), Vec<String>>,
+) -> Vec<String> {
+    for _ in 0..16 {
+        let Some(m) = (0..=path.len())
+            .rev()
+            .find(|&n| known.contains(&path[..n].to_vec()))
+        else {
+            break;
+        };
+        let Some(next) = path.get(m) else { break };
+        let Some(to) = reexported.get(&(path[..m].to_vec(), next.clone())) else {
+            break;
+        };
+        let mut resolved = to.clone();
+        resolved.extend(path[m + 1..].iter().cloned());
+        if resolved == path {
+            break;
+        }
+        path = resolved;
+    }
+    path
+}
+
 /// The module paths a file of module `me` names: `crate::a::b…` and `super::x…` (`super` is
 /// `me`'s parent, whether the file is `x.rs` or `x/mod.rs`). Brace groups
 /// (`crate::{a, b::c}`) give each member.
 fn references(text: &str, me: &[String]) -> Vec<Vec<String>> {
-    let text = text.split("#[cfg(test)]").next().unwrap_or("");
-    let code: String = text
-        .lines()
-        .map(|l| l.split("//").next().unwrap_or(""))
-        .collect::<Vec<_>>()
-        .join("\n");
+    let code = code_of(text);
     let ident = |s: &str| -> String {
         s.chars()
             .take_while(|c| c.is_alphanumeric() || *c == '_')
@@ -117,10 +263,12 @@ fn references(text: &str, me: &[String]) -> Vec<Vec<String>> {
 fn sibling_cycles(src: &Path) -> Vec<String> {
     let mods = modules(src);
     let known: BTreeSet<Vec<String>> = mods.iter().map(|(m, _)| m.clone()).collect();
+    let reexported = reexports(&mods, &known);
     // parent → (child → the siblings it names)
     let mut graphs: BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
     for (me, text) in &mods {
         for target in references(text, me) {
+            let target = resolve(target, &known, &reexported);
             // The longest known module the path names.
             let Some(target) = (1..=target.len())
                 .rev()
@@ -237,4 +385,50 @@ fn the_cycle_check_sees_a_cycle() {
     assert_eq!(sibling_cycles(src), ["crate: a <-> b"]);
     std::fs::write(src.join("cmd/y.rs"), "use crate::cmd::x::Z;\n").unwrap();
     assert_eq!(sibling_cycles(src), ["crate: a <-> b", "cmd: x <-> y"]);
+}
+
+/// Copy the tree `from` into `to`.
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let path = entry.unwrap().path();
+        let dest = to.join(path.file_name().unwrap());
+        if path.is_dir() {
+            copy_tree(&path, &dest);
+        } else {
+            std::fs::copy(&path, &dest).unwrap();
+        }
+    }
+}
+
+/// A cycle that only a re-export shows: in a scratch copy of drill-env, `error.rs` (which
+/// `vector.rs` imports `EnvError` from) names `crate::{DynVecEnv}`, an item `lib.rs`
+/// re-exports from `vector`. The check must follow the re-export and fail.
+#[test]
+fn the_cycle_check_follows_reexports() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    copy_tree(&crates().join("drill-env/src"), &src);
+    assert_eq!(sibling_cycles(&src), Vec::<String>::new());
+    let error = src.join("error.rs");
+    let text = std::fs::read_to_string(&error).unwrap();
+    std::fs::write(&error, format!("use crate::{{DynVecEnv}};\n{text}")).unwrap();
+    assert_eq!(sibling_cycles(&src), ["crate: error <-> vector"]);
+    // A chain of re-exports: a module's own `pub use` of another module's item.
+    std::fs::write(&error, format!("use crate::Renamed;\n{text}")).unwrap();
+    let lib = src.join("lib.rs");
+    let lib_text = std::fs::read_to_string(&lib).unwrap();
+    std::fs::write(
+        &lib,
+        format!("{lib_text}\npub use time_limit::Again as Renamed;\n"),
+    )
+    .unwrap();
+    let tl = src.join("time_limit.rs");
+    let tl_text = std::fs::read_to_string(&tl).unwrap();
+    std::fs::write(
+        &tl,
+        format!("{tl_text}\npub use crate::vector::VecEnv as Again;\n"),
+    )
+    .unwrap();
+    assert_eq!(sibling_cycles(&src), ["crate: error <-> vector"]);
 }

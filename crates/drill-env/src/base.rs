@@ -1,4 +1,5 @@
-//! The [`Env`] trait and the types it exchanges.
+//! The [`Env`] trait and the types it exchanges: spaces, [`Step`], the observation element
+//! types ([`Elem`]) and their borrowed batch ([`Obs`]). Below every module but `error`.
 
 /// The action space of an environment.
 #[derive(Debug, Clone, PartialEq)]
@@ -131,25 +132,84 @@ impl Step {
     }
 }
 
+/// A borrowed batch of observations, row-major: `n * dim` elements for `n` observations of
+/// `dim` elements each (the shape is the space's).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Obs<'a> {
+    /// Float observations (classic control).
+    F32(&'a [f32]),
+    /// Byte observations (frames), scaled to float inside the network.
+    U8(&'a [u8]),
+}
+
+impl<'a> Obs<'a> {
+    /// Elements held (not observations).
+    pub fn len(&self) -> usize {
+        match self {
+            Obs::F32(x) => x.len(),
+            Obs::U8(x) => x.len(),
+        }
+    }
+
+    /// Nothing held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Its element type.
+    pub fn dtype(&self) -> Dtype {
+        match self {
+            Obs::F32(_) => Dtype::F32,
+            Obs::U8(_) => Dtype::U8,
+        }
+    }
+
+    /// Rows `rows` (observations of `dim` elements).
+    pub fn rows(&self, rows: std::ops::Range<usize>, dim: usize) -> Obs<'a> {
+        let r = rows.start * dim..rows.end * dim;
+        match *self {
+            Obs::F32(x) => Obs::F32(&x[r]),
+            Obs::U8(x) => Obs::U8(&x[r]),
+        }
+    }
+
+    /// The float elements; panics on bytes (for code that only runs on float spaces, after
+    /// the model checked the space).
+    pub fn f32(&self) -> &'a [f32] {
+        match *self {
+            Obs::F32(x) => x,
+            Obs::U8(_) => panic!("expected f32 observations, got u8"),
+        }
+    }
+
+    /// Every element as `f32` (bytes unscaled), appended to `out`.
+    pub fn extend_f32(&self, out: &mut Vec<f32>) {
+        match *self {
+            Obs::F32(x) => out.extend_from_slice(x),
+            Obs::U8(x) => out.extend(x.iter().map(|&b| f32::from(b))),
+        }
+    }
+}
+
 /// The element type of an environment's observations: `f32` (vectors) or `u8` (frames).
 pub trait Elem: Copy + Default + Send + Sync + 'static {
     /// The matching [`Dtype`].
     const DTYPE: Dtype;
     /// A borrowed batch of these.
-    fn obs(x: &[Self]) -> crate::Obs<'_>;
+    fn obs(x: &[Self]) -> Obs<'_>;
 }
 
 impl Elem for f32 {
     const DTYPE: Dtype = Dtype::F32;
-    fn obs(x: &[f32]) -> crate::Obs<'_> {
-        crate::Obs::F32(x)
+    fn obs(x: &[f32]) -> Obs<'_> {
+        Obs::F32(x)
     }
 }
 
 impl Elem for u8 {
     const DTYPE: Dtype = Dtype::U8;
-    fn obs(x: &[u8]) -> crate::Obs<'_> {
-        crate::Obs::U8(x)
+    fn obs(x: &[u8]) -> Obs<'_> {
+        Obs::U8(x)
     }
 }
 

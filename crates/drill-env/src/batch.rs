@@ -1,67 +1,18 @@
-//! Batches of observations and actions as they move through a pipeline: [`Obs`] (borrowed,
-//! `f32` vectors or `u8` images), [`ObsBuf`] (owned), [`ActionBuf`] (owned actions of any
+//! Batches of observations and actions as they move through a pipeline: [`ObsBuf`] (owned
+//! observations; their borrowed view [`Obs`] lives with the element types in `base.rs`),
+//! [`Actions`] (borrowed, as a vector env steps them), [`ActionBuf`] (owned actions of any
 //! space). One design for classic control and image environments: the element type travels
 //! with the data, the per-observation shape with the [`crate::ObsSpace`].
 
-use crate::{Action, ActionSpace, Actions, Dtype};
+use crate::{Action, ActionSpace, Dtype, Obs};
 
-/// A borrowed batch of observations, row-major: `n * dim` elements for `n` observations of
-/// `dim` elements each (the shape is the space's).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Obs<'a> {
-    /// Float observations (classic control).
-    F32(&'a [f32]),
-    /// Byte observations (frames), scaled to float inside the network.
-    U8(&'a [u8]),
-}
-
-impl<'a> Obs<'a> {
-    /// Elements held (not observations).
-    pub fn len(&self) -> usize {
-        match self {
-            Obs::F32(x) => x.len(),
-            Obs::U8(x) => x.len(),
-        }
-    }
-
-    /// Nothing held.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Its element type.
-    pub fn dtype(&self) -> Dtype {
-        match self {
-            Obs::F32(_) => Dtype::F32,
-            Obs::U8(_) => Dtype::U8,
-        }
-    }
-
-    /// Rows `rows` (observations of `dim` elements).
-    pub fn rows(&self, rows: std::ops::Range<usize>, dim: usize) -> Obs<'a> {
-        let r = rows.start * dim..rows.end * dim;
-        match *self {
-            Obs::F32(x) => Obs::F32(&x[r]),
-            Obs::U8(x) => Obs::U8(&x[r]),
-        }
-    }
-
-    /// The float elements; panics on bytes (for code that only runs on float spaces, after
-    /// the model checked the space).
-    pub fn f32(&self) -> &'a [f32] {
-        match *self {
-            Obs::F32(x) => x,
-            Obs::U8(_) => panic!("expected f32 observations, got u8"),
-        }
-    }
-
-    /// Every element as `f32` (bytes unscaled), appended to `out`.
-    pub fn extend_f32(&self, out: &mut Vec<f32>) {
-        match *self {
-            Obs::F32(x) => out.extend_from_slice(x),
-            Obs::U8(x) => out.extend(x.iter().map(|&b| f32::from(b))),
-        }
-    }
+/// A batch of actions, one per copy (continuous ones flattened, `act_dim` values per copy).
+#[derive(Debug, Clone, Copy)]
+pub enum Actions<'a> {
+    /// One discrete action index per copy.
+    Discrete(&'a [u32]),
+    /// `num_envs * act_dim` values, copy-major.
+    Continuous(&'a [f32]),
 }
 
 /// An owned batch of observations (see [`Obs`]).

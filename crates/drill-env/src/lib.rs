@@ -21,6 +21,7 @@ pub mod atari;
 mod base;
 mod batch;
 pub mod classic;
+mod error;
 pub mod gymnasium;
 #[cfg(feature = "python")]
 pub mod python;
@@ -29,13 +30,12 @@ mod registry;
 mod time_limit;
 mod vector;
 
-pub use base::{Action, ActionSpace, ClassicEnv, Dtype, Elem, Env, EnvSpec, ObsSpace, Step};
-pub use batch::{ActionBuf, Obs, ObsBuf};
+pub use base::{Action, ActionSpace, ClassicEnv, Dtype, Elem, Env, EnvSpec, Obs, ObsSpace, Step};
+pub use batch::{ActionBuf, Actions, ObsBuf};
+pub use error::EnvError;
 pub use gymnasium::GYMNASIUM;
 #[cfg(feature = "atari")]
 pub use registry::make_atari;
-pub use registry::{
-    ENV_IDS, EnvError, atari_rom, ids, make, make_vec, make_vec_with, spec, spec_with,
-};
+pub use registry::{ENV_IDS, atari_rom, ids, make, make_vec, make_vec_with, spec, spec_with};
 pub use time_limit::TimeLimit;
-pub use vector::{Actions, DynVecEnv, VecEnv};
+pub use vector::{DynVecEnv, VecEnv};

@@ -4,7 +4,7 @@
 use crate::atari::{self, AtariOptions};
 use crate::classic::{Acrobot, CartPole, MountainCar, Pendulum};
 use crate::gymnasium::GYMNASIUM;
-use crate::{ClassicEnv, DynVecEnv, Env, EnvSpec, TimeLimit, VecEnv};
+use crate::{ClassicEnv, DynVecEnv, Env, EnvError, EnvSpec, TimeLimit, VecEnv};
 
 /// Every id [`make`] knows, with Gymnasium's registered step limit and reward threshold.
 pub const ENV_IDS: [(&str, u32, Option<f64>); 5] = [
@@ -14,70 +14,6 @@ pub const ENV_IDS: [(&str, u32, Option<f64>); 5] = [
     ("MountainCar-v0", 200, Some(-110.0)),
     ("Acrobot-v1", 500, Some(-100.0)),
 ];
-
-/// Errors building an environment.
-#[derive(Debug, thiserror::Error)]
-pub enum EnvError {
-    /// The id is not one of [`ENV_IDS`].
-    #[error("unknown environment id {id:?}; known ids: {known}")]
-    UnknownId {
-        /// The id asked for.
-        id: String,
-        /// The known ids, comma separated.
-        known: String,
-    },
-    /// A vectorised environment needs at least one copy.
-    #[error("a vectorised environment needs at least 1 copy, got 0")]
-    NoCopies,
-    /// An Atari id in a build without the `atari` feature.
-    #[error(
-        "{id} is an Atari game, but this drill was built without Atari: rebuild with `cargo build --release --features atari` (needs cmake; ALE is GPL-2.0)"
-    )]
-    AtariNotBuilt {
-        /// The id asked for.
-        id: String,
-    },
-    /// A `gymnasium:` id in a build without the `python` feature.
-    #[error(
-        "{id} is a Gymnasium environment, but this drill was built without Python: rebuild with `cargo build --release --features python` (needs python3-dev; the packages come from the active virtualenv)"
-    )]
-    PythonNotBuilt {
-        /// The id asked for.
-        id: String,
-    },
-    /// Python raised (in `gymnasium.make`, `reset` or `step`), or gave a wrong shape.
-    #[error("{id}: Python raised:\n{message}")]
-    Python {
-        /// The id.
-        id: String,
-        /// The traceback and the exception.
-        message: String,
-    },
-    /// A Gymnasium space drill cannot hold.
-    #[error(
-        "{id}: its {what} space is {space}; drill takes Box and Discrete {what}s (Box only for observations)"
-    )]
-    Space {
-        /// The id.
-        id: String,
-        /// `observation` or `action`.
-        what: &'static str,
-        /// The space's class name.
-        space: String,
-    },
-    /// No ROM file for an Atari id.
-    #[error("no ROM for {id}: {file} is in none of [{searched}]; {how}")]
-    RomMissing {
-        /// The id asked for.
-        id: String,
-        /// The ROM file name looked for.
-        file: String,
-        /// The folders searched, comma separated.
-        searched: String,
-        /// How to get ROMs.
-        how: &'static str,
-    },
-}
 
 fn unknown(id: &str) -> EnvError {
     EnvError::UnknownId {

@@ -19,16 +19,7 @@
 //! Continuous actions are clipped to the action box before they reach a copy (Gymnasium's
 //! `ClipAction`), so a policy may hand over unbounded samples.
 
-use crate::{Action, ActionSpace, Elem, Env, EnvError, EnvSpec, Obs};
-
-/// A batch of actions, one per copy (continuous ones flattened, `act_dim` values per copy).
-#[derive(Debug, Clone, Copy)]
-pub enum Actions<'a> {
-    /// One discrete action index per copy.
-    Discrete(&'a [u32]),
-    /// `num_envs * act_dim` values, copy-major.
-    Continuous(&'a [f32]),
-}
+use crate::{Action, ActionSpace, Actions, Elem, Env, EnvError, EnvSpec, Obs};
 
 /// The object-safe interface of a vectorised environment (what [`crate::make_vec`] returns).
 pub trait DynVecEnv: Send {
