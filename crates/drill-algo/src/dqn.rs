@@ -26,14 +26,19 @@ use crate::run::{RunContext, TrainResult};
 use crate::session;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use drill_config::{Config, ConvKind, DqnPolicy};
-use drill_env::{ActionBuf, ActionSpace, Obs};
+use drill_env::{ActionBuf, ActionSpace, EnvSpec, Obs};
 use drill_task::{OnlineRLContext, Task, TaskError, TaskHandle};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
-/// The Q-network for `env_id` as `[policy.model]` describes it, checking its shapes.
-pub fn build_qnet(cfg: &Config, p: &DqnPolicy, device: &Device) -> Result<QNet, TrainError> {
-    let spec = session::env_spec(cfg)?;
+/// The Q-network for the environment `spec` describes, as `[policy.model]` says, checking
+/// its shapes.
+pub fn build_qnet(
+    cfg: &Config,
+    p: &DqnPolicy,
+    spec: &EnvSpec,
+    device: &Device,
+) -> Result<QNet, TrainError> {
     let ActionSpace::Discrete(actions) = spec.action_space else {
         return Err(cfg
             .error(
@@ -167,10 +172,19 @@ impl Dqn {
         }
     }
 
-    /// DQN for `cfg`'s environment on `device` (the plain device).
+    /// DQN for `cfg`'s environment on `device` (the plain device), its spec built here.
     pub fn from_config(cfg: &Config, p: &DqnPolicy, device: &Device) -> Result<Self, TrainError> {
-        let spec = session::env_spec(cfg)?;
-        let net = build_qnet(cfg, p, &device.clone().autodiff())?;
+        Self::from_spec(cfg, p, &session::env_spec(cfg)?, device)
+    }
+
+    /// DQN for the environment `spec` describes, on `device` (the plain device).
+    pub fn from_spec(
+        cfg: &Config,
+        p: &DqnPolicy,
+        spec: &EnvSpec,
+        device: &Device,
+    ) -> Result<Self, TrainError> {
+        let net = build_qnet(cfg, p, spec, &device.clone().autodiff())?;
         Ok(Self::new(
             net,
             p,
@@ -390,8 +404,8 @@ pub fn train_roles(
         .remote
         .as_ref()
         .map_or((rank, world), |r| (r.collector_index, r.collectors.max(1)));
-    let spec = session::env_spec(cfg)?;
-    let mut dqn = Dqn::from_config(cfg, p, &run.device)?;
+    let spec = &run.spec;
+    let mut dqn = Dqn::from_spec(cfg, p, spec, &run.device)?;
     let mut env_step = 0;
     if roles.learner
         && let Some(ck) = &run.resume
@@ -406,7 +420,7 @@ pub fn train_roles(
     let rng = RefCell::new(session::rank_rng(cfg, run.resume.as_ref(), slot));
     let rb = &p.other.replay_buffer;
     let resume = run.resume.as_ref().filter(|_| roles.learner);
-    let buffer = RefCell::new(session::replay_buffer(rb, &spec, resume, rank, world)?);
+    let buffer = RefCell::new(session::replay_buffer(rb, spec, resume, rank, world)?);
     let eval_freq = p.eval.evaluator.eval_freq;
     let timeout = roles.remote.as_ref().map_or(Duration::MAX, |r| r.timeout);
     let out = Outputs::new(&mut *run.reporter);
@@ -635,6 +649,7 @@ mod tests {
         let mut null = crate::NullReporter;
         let mut run = RunContext {
             device: Device::flex(),
+            spec: session::env_spec(&cfg).unwrap(),
             reporter: &mut null,
             resume: None,
             dist: None,

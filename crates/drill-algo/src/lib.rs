@@ -45,16 +45,20 @@ pub mod start;
 pub use error::TrainError;
 pub use run::{NullReporter, Progress, Reporter, RunContext, TrainResult};
 
-/// Check what only the environment can tell: that `env.id` exists and the model fits its
-/// spaces (`policy.model.obs_shape`, discrete vs continuous actions). Cheap; call it before
-/// creating anything on disk.
-pub fn validate(config: &drill_config::Config) -> Result<(), TrainError> {
+/// Check what only the environment can tell: that the model fits the spaces of the
+/// environment `spec` describes (`policy.model.obs_shape`, discrete vs continuous actions;
+/// [`session::env_spec`] already named an unknown `env.id`). Cheap; call it before creating
+/// anything on disk.
+pub fn validate(
+    config: &drill_config::Config,
+    spec: &drill_env::EnvSpec,
+) -> Result<(), TrainError> {
     let device = burn::tensor::Device::flex();
     match &config.policy {
-        drill_config::Policy::Dqn(p) => dqn::build_qnet(config, p, &device).map(drop),
-        drill_config::Policy::Ppo(p) => ppo::build_agent(config, p, &device).map(drop),
+        drill_config::Policy::Dqn(p) => dqn::build_qnet(config, p, spec, &device).map(drop),
+        drill_config::Policy::Ppo(p) => ppo::build_agent(config, p, spec, &device).map(drop),
         drill_config::Policy::Sac(p) => {
-            sac::Sac::from_config(config, p, &device, ddp::Ranks::alone()).map(drop)
+            sac::Sac::from_spec(config, p, spec, &device, ddp::Ranks::alone()).map(drop)
         }
     }
 }
@@ -64,7 +68,7 @@ pub fn train(
     config: &drill_config::Config,
     ctx: &mut RunContext<'_>,
 ) -> Result<TrainResult, TrainError> {
-    validate(config)?;
+    validate(config, &ctx.spec)?;
     match &config.policy {
         drill_config::Policy::Dqn(p) => dqn::train(config, p, ctx),
         drill_config::Policy::Ppo(p) => ppo::train(config, p, ctx),
@@ -81,7 +85,7 @@ pub fn train_roles(
     task: drill_task::TaskHandle,
     roles: &middleware::Roles,
 ) -> Result<Option<TrainResult>, TrainError> {
-    validate(config)?;
+    validate(config, &run.spec)?;
     check_splittable(config)?;
     let drill_config::Policy::Dqn(p) = &config.policy else {
         return Err(not_splittable(config));

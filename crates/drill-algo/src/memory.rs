@@ -10,7 +10,6 @@ use drill_config::{Config, Policy};
 use drill_env::{ActionSpace, EnvSpec};
 
 use crate::error::TrainError;
-use crate::session;
 
 /// One allocation: the config key that sizes it, what it is, and its bytes.
 #[derive(Debug, Clone, PartialEq)]
@@ -124,15 +123,14 @@ pub fn estimate(cfg: &Config, spec: &EnvSpec) -> Vec<Item> {
 /// Refuse `cfg` when `processes` training processes on this machine would need more memory
 /// than it has available (`MemAvailable`), naming the key of the largest allocation. Skipped
 /// where that is unknown, or with `DRILL_MEMORY_CHECK=0`.
-pub fn check(cfg: &Config, processes: usize) -> Result<(), TrainError> {
+pub fn check(cfg: &Config, spec: &EnvSpec, processes: usize) -> Result<(), TrainError> {
     if std::env::var("DRILL_MEMORY_CHECK").is_ok_and(|v| v == "0") {
         return Ok(());
     }
     let Some(available) = available_bytes() else {
         return Ok(());
     };
-    let spec = session::env_spec(cfg)?;
-    let items = estimate(cfg, &spec);
+    let items = estimate(cfg, spec);
     let per_process: f64 = items.iter().map(|i| i.bytes).sum();
     let total = per_process * processes.max(1) as f64;
     if total <= available {
@@ -235,6 +233,7 @@ fn human(v: f64, unit: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::session;
 
     fn config(text: &str, sets: &[&str]) -> Config {
         let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
@@ -275,7 +274,7 @@ encoder_hidden_size_list = [128, 128, 64]
             .unwrap();
         assert_eq!(big.key, "policy.other.replay_buffer.replay_buffer_size");
         assert!(big.bytes > 1e12, "{big:?}");
-        let e = check(&cfg, 1).unwrap_err().to_string();
+        let e = check(&cfg, &spec, 1).unwrap_err().to_string();
         assert!(
             e.contains("policy.other.replay_buffer.replay_buffer_size") && e.contains("available"),
             "{e}"

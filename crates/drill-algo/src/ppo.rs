@@ -27,7 +27,7 @@ use crate::session;
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use drill_config::{Config, PpoPolicy, SigmaType};
-use drill_env::{ActionBuf, ActionSpace, Obs, ObsBuf};
+use drill_env::{ActionBuf, ActionSpace, EnvSpec, Obs, ObsBuf};
 use drill_task::{OnlineRLContext, Task};
 use rand::Rng;
 use rand::seq::SliceRandom;
@@ -37,13 +37,13 @@ use std::cell::RefCell;
 use std::f32::consts::PI;
 use std::time::Instant;
 
-/// The actor-critic for `env.id` as `[policy.model]` describes it.
+/// The actor-critic for the environment `spec` describes, as `[policy.model]` says.
 pub fn build_agent(
     cfg: &Config,
     p: &PpoPolicy,
+    spec: &EnvSpec,
     device: &Device,
 ) -> Result<ActorCritic, TrainError> {
-    let spec = session::env_spec(cfg)?;
     let hidden = &p.model.encoder_hidden_size_list;
     let (act_dim, head) = match &spec.action_space {
         ActionSpace::Discrete(n) => (*n, ActorHead::Categorical),
@@ -228,17 +228,28 @@ impl Ppo {
         (actor, log_std, v.as_slice::<f32>().expect("f32").to_vec())
     }
 
-    /// PPO for `cfg`'s environment on `device` (the plain device); `ranks` average the KL of
-    /// the early stop under DDP.
+    /// PPO for `cfg`'s environment on `device` (the plain device), its spec built here; `ranks`
+    /// average the KL of the early stop under DDP.
     pub fn from_config(
         cfg: &Config,
         p: &PpoPolicy,
         device: &Device,
         ranks: Ranks,
     ) -> Result<Self, TrainError> {
-        let spec = session::env_spec(cfg)?;
+        Self::from_spec(cfg, p, &session::env_spec(cfg)?, device, ranks)
+    }
+
+    /// PPO for the environment `spec` describes, on `device` (the plain device); `ranks`
+    /// average the KL of the early stop under DDP.
+    pub fn from_spec(
+        cfg: &Config,
+        p: &PpoPolicy,
+        spec: &EnvSpec,
+        device: &Device,
+        ranks: Ranks,
+    ) -> Result<Self, TrainError> {
         let ad = device.clone().autodiff();
-        let trainer = Trainer::new(build_agent(cfg, p, &ad)?, 1e-5);
+        let trainer = Trainer::new(build_agent(cfg, p, spec, &ad)?, 1e-5);
         Ok(Self {
             acting: ActingCopy::new(&trainer),
             trainer,
@@ -505,7 +516,7 @@ pub fn train(
     let venv = session::collector_envs(cfg, ranks.rank())?;
     let (rank, world) = (ranks.rank(), ranks.world());
     let n_env = venv.num_envs();
-    let mut ppo = Ppo::from_config(cfg, p, &run.device, ranks.clone())?;
+    let mut ppo = Ppo::from_spec(cfg, p, &run.spec, &run.device, ranks.clone())?;
     let mut env_step = 0;
     if let Some(ck) = &run.resume {
         ppo.load_state_dict(ck)?;

@@ -10,6 +10,9 @@ pub use drill_exp::{NullReporter, Progress, Reporter, TrainResult};
 pub struct RunContext<'a> {
     /// Compute device ([`crate::compute::select_device`]: the CPU, or a GPU for `policy.cuda`).
     pub device: Device,
+    /// The environment's spec, built once by the caller ([`crate::session::env_spec`]) and
+    /// used by everything the run sets up.
+    pub spec: drill_env::EnvSpec,
     /// Receives scalars, progress and checkpoints.
     pub reporter: &'a mut dyn Reporter,
     /// Continue from this checkpoint (parameters, optimizer, counters).

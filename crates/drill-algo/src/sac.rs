@@ -25,7 +25,7 @@ use crate::run::{RunContext, TrainResult};
 use crate::{ddp::Ranks, session};
 use burn::tensor::{Device, Tensor, TensorData};
 use drill_config::{Config, SacPolicy};
-use drill_env::{ActionBuf, ActionSpace, Obs};
+use drill_env::{ActionBuf, ActionSpace, EnvSpec, Obs};
 use drill_task::{OnlineRLContext, Task};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -109,15 +109,26 @@ pub struct Sac {
 }
 
 impl Sac {
-    /// SAC for `cfg`'s environment on `device` (the plain device); `ranks` average the
-    /// temperature's gradient under DDP.
+    /// SAC for `cfg`'s environment on `device` (the plain device), its spec built here;
+    /// `ranks` average the temperature's gradient under DDP.
     pub fn from_config(
         cfg: &Config,
         p: &SacPolicy,
         device: &Device,
         ranks: Ranks,
     ) -> Result<Self, TrainError> {
-        let spec = session::env_spec(cfg)?;
+        Self::from_spec(cfg, p, &session::env_spec(cfg)?, device, ranks)
+    }
+
+    /// SAC for the environment `spec` describes, on `device` (the plain device); `ranks`
+    /// average the temperature's gradient under DDP.
+    pub fn from_spec(
+        cfg: &Config,
+        p: &SacPolicy,
+        spec: &EnvSpec,
+        device: &Device,
+        ranks: Ranks,
+    ) -> Result<Self, TrainError> {
         let ActionSpace::Continuous { low, high } = &spec.action_space else {
             return Err(cfg
                 .error(
@@ -367,8 +378,8 @@ pub fn train(
     let start = Instant::now();
     let ranks = session::setup(cfg, run);
     let (rank, world) = (ranks.rank(), ranks.world());
-    let spec = session::env_spec(cfg)?;
-    let mut sac = Sac::from_config(cfg, p, &run.device, ranks.clone())?;
+    let spec = &run.spec;
+    let mut sac = Sac::from_spec(cfg, p, spec, &run.device, ranks.clone())?;
     let mut env_step = 0;
     if let Some(ck) = &run.resume {
         sac.load_state_dict(ck)?;
@@ -381,7 +392,7 @@ pub fn train(
     let rng = RefCell::new(session::rank_rng(cfg, run.resume.as_ref(), rank));
     let buffer = RefCell::new(session::replay_buffer(
         &p.other.replay_buffer,
-        &spec,
+        spec,
         run.resume.as_ref(),
         rank,
         world,

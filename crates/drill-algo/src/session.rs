@@ -101,14 +101,12 @@ pub fn env_spec(cfg: &Config) -> Result<drill_env::EnvSpec, TrainError> {
         .map_err(|e| cfg.error("env.id", e.to_string()).into())
 }
 
-/// Intra-op threads for a run of `cfg` when the command line names none: for frame
-/// observations (a convolutional trunk, whose products split well) every core of this
-/// process's share of the machine (`available_parallelism / processes`), for vectors (small
-/// MLPs, measured faster on one thread) one. An env that cannot be described gets one; the
-/// config's check names it later.
-pub fn default_threads(cfg: &Config, processes: usize) -> usize {
-    let frames = env_spec(cfg).is_ok_and(|s| s.obs.shape.len() == 3);
-    if !frames {
+/// Intra-op threads for a run on the environment `spec` describes when the command line
+/// names none: for frame observations (a convolutional trunk, whose products split well)
+/// every core of this process's share of the machine (`available_parallelism / processes`),
+/// for vectors (small MLPs, measured faster on one thread) one.
+pub fn default_threads(spec: &drill_env::EnvSpec, processes: usize) -> usize {
+    if spec.obs.shape.len() != 3 {
         return 1;
     }
     let cores = std::thread::available_parallelism().map_or(1, usize::from);

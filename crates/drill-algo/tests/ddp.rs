@@ -214,7 +214,13 @@ fn ppo_trainer() -> Trainer<ActorCritic> {
     let device = Device::flex();
     device.seed(2);
     Trainer::new(
-        drill_algo::ppo::build_agent(&cfg, &p, &device.autodiff()).unwrap(),
+        drill_algo::ppo::build_agent(
+            &cfg,
+            &p,
+            &session::env_spec(&cfg).unwrap(),
+            &device.autodiff(),
+        )
+        .unwrap(),
         1e-5,
     )
 }

@@ -8,6 +8,7 @@ pub(crate) mod parallel;
 mod ranks;
 
 use drill_config::Config;
+use drill_env::EnvSpec;
 use std::path::PathBuf;
 
 /// Arguments of `drill train`.
@@ -116,14 +117,20 @@ pub enum PlatformArg {
     Slurm,
 }
 
-/// The run's config, checked; sizes the tensor thread pool first (`threads`, else chosen from
-/// the config, shared among this machine's training processes).
-pub(crate) fn load_config(args: &Args, threads: Option<usize>) -> anyhow::Result<Config> {
+/// The run's config, checked, and its environment's spec (built here, once for the whole
+/// run: for Atari a ROM load, for a `gymnasium:` id a Python environment); sizes the tensor
+/// thread pool first (`threads`, else chosen from the environment, shared among this
+/// machine's training processes).
+pub(crate) fn load_config(
+    args: &Args,
+    threads: Option<usize>,
+) -> anyhow::Result<(Config, EnvSpec)> {
     let mut overrides = args.set.clone();
     if let Some(seed) = args.seed {
         overrides.push(format!("seed={seed}"));
     }
     let config = Config::load(&args.config_path()?, &overrides)?;
+    let spec = drill_algo::session::env_spec(&config)?;
     // A rank started by a launcher shares the machine with LOCAL_WORLD_SIZE ranks.
     let local_ranks = std::env::var("LOCAL_WORLD_SIZE")
         .ok()
@@ -134,12 +141,12 @@ pub(crate) fn load_config(args: &Args, threads: Option<usize>) -> anyhow::Result
         .or(local_ranks)
         .unwrap_or(1);
     crate::init_threads(
-        threads.unwrap_or_else(|| drill_algo::session::default_threads(&config, processes)),
+        threads.unwrap_or_else(|| drill_algo::session::default_threads(&spec, processes)),
     );
     // Before validate, which builds the networks: a size that cannot fit is named, not hit.
-    drill_algo::memory::check(&config, processes)?;
-    drill_algo::validate(&config)?;
-    Ok(config)
+    drill_algo::memory::check(&config, &spec, processes)?;
+    drill_algo::validate(&config, &spec)?;
+    Ok((config, spec))
 }
 
 impl Args {
@@ -200,7 +207,7 @@ impl Args {
 /// Train with `threads` intra-op threads (None: chosen from the config); returns the process
 /// exit code.
 pub fn run(args: Args, threads: Option<usize>) -> anyhow::Result<i32> {
-    let config = load_config(&args, threads)?;
+    let (config, spec) = load_config(&args, threads)?;
     if args.save_replay && config.policy.kind() == "ppo" {
         anyhow::bail!(
             "--save-replay: policy.type {:?} keeps no replay buffer (DQN and SAC do)",
@@ -217,10 +224,10 @@ pub fn run(args: Args, threads: Option<usize>) -> anyhow::Result<i32> {
             .into());
     }
     if workers > 0 {
-        return parallel::run(&args, config, workers);
+        return parallel::run(&args, config, &spec, workers);
     }
     if let Some(n) = args.nproc_per_node {
         return ranks::launch_ranks(&args, &config, n);
     }
-    ranks::train_rank(&args, config)
+    ranks::train_rank(&args, config, spec)
 }

@@ -9,6 +9,7 @@ use drill_algo::compute::select_device;
 use drill_algo::middleware::RolePlan;
 use drill_algo::{NullReporter, Reporter, RunContext};
 use drill_config::Config;
+use drill_env::EnvSpec;
 use drill_exp::Experiment;
 use drill_task::parallel::{Mq, Parallel, Platform, Topology};
 use drill_task::{OnlineRLContext, TaskError};
@@ -20,7 +21,7 @@ use super::{Args, PlatformArg, TopologyArg};
 const EXP_DIR_ENV: &str = "DRILL_EXP_DIR";
 
 /// Start (or, under Slurm, be) the workers; returns the exit code.
-pub fn run(args: &Args, config: Config, n: usize) -> anyhow::Result<i32> {
+pub fn run(args: &Args, config: Config, env_spec: &EnvSpec, n: usize) -> anyhow::Result<i32> {
     let topology = match args.topology {
         Some(TopologyArg::Star) => Topology::Star,
         Some(TopologyArg::Mesh) => Topology::Mesh,
@@ -91,10 +92,11 @@ pub fn run(args: &Args, config: Config, n: usize) -> anyhow::Result<i32> {
     }
     let mut interrupted = false;
     let ran = runner.run::<OnlineRLContext>(|task| {
-        interrupted = worker(args, &config, task.handle().clone(), &plan, n).map_err(|e| {
-            // The chain (e.g. which middleware, which peer) is the message.
-            TaskError::msg(format!("{e:#}"))
-        })?;
+        interrupted =
+            worker(args, &config, env_spec, task.handle().clone(), &plan, n).map_err(|e| {
+                // The chain (e.g. which middleware, which peer) is the message.
+                TaskError::msg(format!("{e:#}"))
+            })?;
         Ok(())
     });
     match ran {
@@ -133,6 +135,7 @@ pub(crate) fn parse_attach(spec: &str, n: usize) -> anyhow::Result<(usize, Vec<u
 fn worker(
     args: &Args,
     config: &Config,
+    env_spec: &EnvSpec,
     task: drill_task::TaskHandle,
     plan: &RolePlan,
     n: usize,
@@ -175,6 +178,7 @@ fn worker(
         config,
         &mut RunContext {
             device,
+            spec: env_spec.clone(),
             reporter,
             resume,
             dist: None,

@@ -7,6 +7,7 @@ use drill_algo::start::{self, RankStart};
 use drill_algo::{NullReporter, Reporter, RunContext};
 use drill_comm::ProcessGroup;
 use drill_config::Config;
+use drill_env::EnvSpec;
 use drill_launch::{LaunchConfig, launch};
 use std::time::Duration;
 
@@ -71,7 +72,7 @@ pub(super) fn launch_ranks(args: &Args, config: &Config, n: usize) -> anyhow::Re
 }
 
 /// Train as one process or one rank; rank 0 owns the experiment folder.
-pub(super) fn train_rank(args: &Args, config: Config) -> anyhow::Result<i32> {
+pub(super) fn train_rank(args: &Args, config: Config, spec: EnvSpec) -> anyhow::Result<i32> {
     let device = select_device(&config)?;
     drill_algo::interrupt::install().context("cannot install the Ctrl-C handler")?;
     let dist = drill_algo::session::join(&config).context("cannot join the data-parallel job")?;
@@ -119,6 +120,7 @@ pub(super) fn train_rank(args: &Args, config: Config) -> anyhow::Result<i32> {
         &config,
         &mut RunContext {
             device,
+            spec,
             reporter,
             resume,
             dist,
