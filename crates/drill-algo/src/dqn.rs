@@ -424,12 +424,8 @@ pub fn train_roles(
     let eval_freq = p.eval.evaluator.eval_freq;
     let timeout = roles.remote.as_ref().map_or(Duration::MAX, |r| r.timeout);
     let out = Outputs::new(&mut *run.reporter);
-    let mut task = Task::<OnlineRLContext>::with_handle(handle.clone());
-    if cfg.task.step_timer > 0 {
-        task.step_timer(cfg.task.step_timer);
-    }
-    task.ctx_mut().env_step = env_step;
-    task.ctx_mut().train_iter = dqn.borrow().iters;
+    let iters = dqn.borrow().iters;
+    let mut task = session::task(cfg, Task::with_handle(handle.clone()), env_step, iters);
 
     // ALGO: the pipeline, DI-engine's order. Each role's middlewares run only where the role
     // does; exchangers carry data to the roles that run in other processes.

@@ -28,7 +28,7 @@ use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use drill_config::{Config, PpoPolicy, SigmaType};
 use drill_env::{ActionBuf, ActionSpace, EnvSpec, Obs, ObsBuf};
-use drill_task::{OnlineRLContext, Task};
+use drill_task::Task;
 use rand::Rng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
@@ -530,12 +530,8 @@ pub fn train(
     let ppo = RefCell::new(ppo);
     let rng = RefCell::new(session::rank_rng(cfg, run.resume.as_ref(), rank));
     let out = Outputs::new(&mut *run.reporter);
-    let mut task = Task::<OnlineRLContext>::new();
-    if cfg.task.step_timer > 0 {
-        task.step_timer(cfg.task.step_timer);
-    }
-    task.ctx_mut().env_step = env_step;
-    task.ctx_mut().train_iter = ppo.borrow().iters;
+    let iters = ppo.borrow().iters;
+    let mut task = session::task(cfg, Task::new(), env_step, iters);
 
     // ALGO: evaluate deterministically every eval_freq train iterations (and before training).
     let evaluator = session::evaluator(cfg, world, ranks.rank(), ranks.world())?;

@@ -26,7 +26,7 @@ use crate::{ddp::Ranks, session};
 use burn::tensor::{Device, Tensor, TensorData};
 use drill_config::{Config, SacPolicy};
 use drill_env::{ActionBuf, ActionSpace, EnvSpec, Obs};
-use drill_task::{OnlineRLContext, Task};
+use drill_task::Task;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::StandardNormal;
@@ -399,12 +399,8 @@ pub fn train(
     )?);
     let eval_freq = p.eval.evaluator.eval_freq;
     let out = Outputs::new(&mut *run.reporter);
-    let mut task = Task::<OnlineRLContext>::new();
-    if cfg.task.step_timer > 0 {
-        task.step_timer(cfg.task.step_timer);
-    }
-    task.ctx_mut().env_step = env_step;
-    task.ctx_mut().train_iter = sac.borrow().iters;
+    let iters = sac.borrow().iters;
+    let mut task = session::task(cfg, Task::new(), env_step, iters);
 
     // ALGO: the same off-policy pipeline as DQN, without epsilon (SAC explores by sampling).
     let evaluator = session::evaluator(cfg, world, ranks.rank(), ranks.world())?;

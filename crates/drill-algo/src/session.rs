@@ -14,6 +14,7 @@ use drill_comm::{BackendKind, InitInfo, InitOptions, ProcessGroup};
 use drill_config::{Config, ReplayBufferConfig};
 use drill_env::atari::AtariOptions;
 use drill_env::{DynVecEnv, make_vec_with};
+use drill_task::{OnlineRLContext, Task};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -196,6 +197,23 @@ pub fn evaluator(
         lo,
         seed,
     )))
+}
+
+/// A pipeline's task: `task` (a new one, or one on a Parallel runner's bus) with
+/// `[task] step_timer` applied and the counters a run starts from (a resumed checkpoint's)
+/// set.
+pub fn task<'a>(
+    cfg: &Config,
+    mut task: Task<'a, OnlineRLContext>,
+    env_step: u64,
+    train_iter: u64,
+) -> Task<'a, OnlineRLContext> {
+    if cfg.task.step_timer > 0 {
+        task.step_timer(cfg.task.step_timer);
+    }
+    task.ctx_mut().env_step = env_step;
+    task.ctx_mut().train_iter = train_iter;
+    task
 }
 
 /// DDP options from the config (`policy.ddp_bucket_cap_mb`, `policy.ddp_check_every`).

@@ -416,19 +416,12 @@ fn the_cycle_check_follows_reexports() {
     assert_eq!(sibling_cycles(&src), ["crate: error <-> vector"]);
     // A chain of re-exports: a module's own `pub use` of another module's item.
     std::fs::write(&error, format!("use crate::Renamed;\n{text}")).unwrap();
-    let lib = src.join("lib.rs");
-    let lib_text = std::fs::read_to_string(&lib).unwrap();
-    std::fs::write(
-        &lib,
-        format!("{lib_text}\npub use time_limit::Again as Renamed;\n"),
-    )
-    .unwrap();
-    let tl = src.join("time_limit.rs");
-    let tl_text = std::fs::read_to_string(&tl).unwrap();
-    std::fs::write(
-        &tl,
-        format!("{tl_text}\npub use crate::vector::VecEnv as Again;\n"),
-    )
-    .unwrap();
+    let append = |file: &str, line: &str| {
+        let path = src.join(file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, format!("{text}\n{line}\n")).unwrap();
+    };
+    append("lib.rs", "pub use time_limit::Again as Renamed;");
+    append("time_limit.rs", "pub use crate::vector::VecEnv as Again;");
     assert_eq!(sibling_cycles(&src), ["crate: error <-> vector"]);
 }
