@@ -122,10 +122,11 @@ fn not_splittable(config: &drill_config::Config) -> TrainError {
     config.error("policy.type", why).into()
 }
 
-/// Evaluate the model in checkpoint `ck` (trained with `config`) over `episodes` episodes
-/// with deterministic actions (the policy's eval side).
+/// Evaluate the model in checkpoint `ck` (trained with `config`, on the environment `spec`
+/// describes) over `episodes` episodes with deterministic actions (the policy's eval side).
 pub fn evaluate(
     config: &drill_config::Config,
+    spec: &drill_env::EnvSpec,
     ck: &checkpoint::Checkpoint,
     episodes: usize,
     seed: u64,
@@ -152,15 +153,15 @@ pub fn evaluate(
     let alone = ddp::Ranks::alone();
     match &config.policy {
         drill_config::Policy::Dqn(p) => {
-            let policy = dqn::Dqn::from_config(config, p, device)?;
+            let policy = dqn::Dqn::from_spec(config, p, spec, device)?;
             run(policy, ck, &mut evaluator)
         }
         drill_config::Policy::Ppo(p) => {
-            let policy = ppo::Ppo::from_config(config, p, device, alone)?;
+            let policy = ppo::Ppo::from_spec(config, p, spec, device, alone)?;
             run(policy, ck, &mut evaluator)
         }
         drill_config::Policy::Sac(p) => {
-            let policy = sac::Sac::from_config(config, p, device, alone)?;
+            let policy = sac::Sac::from_spec(config, p, spec, device, alone)?;
             run(policy, ck, &mut evaluator)
         }
     }

@@ -32,7 +32,7 @@ pub fn run(args: Args, threads: Option<usize>) -> anyhow::Result<()> {
     let device = select_device(&config)?;
     let ck = Checkpoint::load(&args.checkpoint)?;
     let episodes = args.episodes.unwrap_or(config.env.n_evaluator_episode);
-    let r = drill_algo::evaluate(&config, &ck, episodes, args.seed, &device)?;
+    let r = drill_algo::evaluate(&config, &spec, &ck, episodes, args.seed, &device)?;
     if args.json {
         println!(
             r#"{{"eval_reward_mean":{},"eval_reward_std":{},"eval_episodes":{}}}"#,
