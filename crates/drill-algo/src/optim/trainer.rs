@@ -191,8 +191,9 @@ impl<M: Module> Trainer<M> {
         self.sync_model();
     }
 
-    /// Write [`Self::params`] into the model (after loading or broadcasting parameters).
-    pub fn sync_model(&mut self) {
+    /// Write [`Self::params`] into the model (after [`Self::restore`] or the broadcast in
+    /// [`Self::distribute`]; [`Self::step`] installs its own).
+    fn sync_model(&mut self) {
         self.install(self.params.clone());
     }
 
