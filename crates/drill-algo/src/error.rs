@@ -39,6 +39,19 @@ pub enum TrainError {
     /// A middleware of the training pipeline failed (its name and step are in the message).
     #[error(transparent)]
     Task(#[from] drill_task::TaskError),
+    /// A data-parallel job's ranks could not be started.
+    #[error(transparent)]
+    Launch(#[from] drill_launch::LaunchError),
+    /// A rank of a data-parallel job failed.
+    #[error("rank {rank} of {world}: {source}")]
+    InRank {
+        /// The rank.
+        rank: usize,
+        /// Ranks in the job.
+        world: usize,
+        /// What failed.
+        source: Box<TrainError>,
+    },
     /// A middleware asked a policy for something it does not have.
     #[error("policy {policy} has no {what}")]
     Unsupported {

@@ -15,6 +15,9 @@
 //! - [`error`]: [`TrainError`] and [`checkpoint::CheckpointError`], below everything else;
 //!   [`interrupt`]: Ctrl-C / SIGTERM asking a run to stop after its step; [`memory`]: what a
 //!   config will allocate, checked against the machine before anything is built.
+//! - [`inference`]: a trained policy loaded for inference (Python's `drill.load`).
+//! - [`entry`]: a whole run from a config file, as `drill train` and Python's `drill.train`
+//!   start it (load and check, train here or launch ranks, close the folder).
 //! - [`run`]: what a run reports ([`run::Reporter`]) and returns ([`run::TrainResult`]);
 //!   [`train()`] picks the algorithm from the config.
 //!
@@ -26,10 +29,12 @@ pub mod compute;
 pub mod data;
 pub mod ddp;
 pub mod dqn;
+pub mod entry;
 pub mod error;
 pub mod eval;
 pub mod explore;
 pub mod export;
+pub mod inference;
 pub mod interrupt;
 pub mod memory;
 pub mod middleware;

@@ -121,12 +121,8 @@ fn install_panic_hook() {
 /// Size the tensor thread pool (burn's and drill's kernels run on rayon's global pool): once,
 /// before any tensor work.
 pub(crate) fn init_threads(n: usize) {
-    let n = n.max(1);
-    if let Err(e) = rayon::ThreadPoolBuilder::new()
-        .num_threads(n)
-        .build_global()
-    {
-        tracing::warn!("could not size the tensor thread pool to {n}: {e}");
+    if !drill_algo::entry::init_threads(n) {
+        tracing::warn!("could not size the tensor thread pool to {n}");
     }
 }
 

@@ -5,7 +5,7 @@ use anyhow::{Context, bail};
 use drill_algo::checkpoint::Checkpoint;
 use drill_algo::compute::select_device;
 use drill_config::Config;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Arguments of `drill export`.
 #[derive(clap::Args)]
@@ -28,12 +28,6 @@ pub struct Args {
     pub probe: Option<usize>,
 }
 
-/// `EXP/ckpt/X.safetensors` → `EXP/config.toml`.
-fn config_beside(checkpoint: &Path) -> Option<PathBuf> {
-    let exp = checkpoint.parent()?.parent()?;
-    Some(exp.join("config.toml")).filter(|p| p.is_file())
-}
-
 /// Export, and probe if asked.
 pub fn run(args: Args) -> anyhow::Result<()> {
     match args.format.as_str() {
@@ -45,7 +39,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let config_path = match &args.config {
         Some(c) => c.clone(),
-        None => config_beside(&args.checkpoint).with_context(|| {
+        None => drill_algo::inference::config_beside(&args.checkpoint).with_context(|| {
             format!(
                 "{}: no config.toml in its experiment folder; give --config",
                 args.checkpoint.display()

@@ -7,8 +7,6 @@ mod finish;
 pub(crate) mod parallel;
 mod ranks;
 
-use drill_config::Config;
-use drill_env::EnvSpec;
 use std::path::PathBuf;
 
 /// Arguments of `drill train`.
@@ -118,35 +116,22 @@ pub enum PlatformArg {
 }
 
 /// The run's config, checked, and its environment's spec (built here, once for the whole
-/// run: for Atari a ROM load, for a `gymnasium:` id a Python environment); sizes the tensor
-/// thread pool first (`threads`, else chosen from the environment, shared among this
-/// machine's training processes).
+/// run); sizes the tensor thread pool first (`threads`, else chosen from the environment,
+/// shared among this machine's training processes): [`drill_algo::entry::prepare`].
 pub(crate) fn load_config(
     args: &Args,
     threads: Option<usize>,
-) -> anyhow::Result<(Config, EnvSpec)> {
+) -> anyhow::Result<drill_algo::entry::Prepared> {
     let mut overrides = args.set.clone();
     if let Some(seed) = args.seed {
         overrides.push(format!("seed={seed}"));
     }
-    let config = Config::load(&args.config_path()?, &overrides)?;
-    let spec = drill_algo::session::env_spec(&config)?;
-    // A rank started by a launcher shares the machine with LOCAL_WORLD_SIZE ranks.
-    let local_ranks = std::env::var("LOCAL_WORLD_SIZE")
-        .ok()
-        .and_then(|v| v.parse().ok());
-    let processes = args
-        .nproc_per_node
-        .or(args.parallel_workers)
-        .or(local_ranks)
-        .unwrap_or(1);
-    crate::init_threads(
-        threads.unwrap_or_else(|| drill_algo::session::default_threads(&spec, processes)),
-    );
-    // Before validate, which builds the networks: a size that cannot fit is named, not hit.
-    drill_algo::memory::check(&config, &spec, processes)?;
-    drill_algo::validate(&config, &spec)?;
-    Ok((config, spec))
+    Ok(drill_algo::entry::prepare(
+        &args.config_path()?,
+        &overrides,
+        args.nproc_per_node.or(args.parallel_workers),
+        threads,
+    )?)
 }
 
 impl Args {
@@ -207,7 +192,8 @@ impl Args {
 /// Train with `threads` intra-op threads (None: chosen from the config); returns the process
 /// exit code.
 pub fn run(args: Args, threads: Option<usize>) -> anyhow::Result<i32> {
-    let (config, spec) = load_config(&args, threads)?;
+    let prepared = load_config(&args, threads)?;
+    let config = &prepared.config;
     if args.save_replay && config.policy.kind() == "ppo" {
         anyhow::bail!(
             "--save-replay: policy.type {:?} keeps no replay buffer (DQN and SAC do)",
@@ -224,10 +210,11 @@ pub fn run(args: Args, threads: Option<usize>) -> anyhow::Result<i32> {
             .into());
     }
     if workers > 0 {
+        let drill_algo::entry::Prepared { config, spec } = prepared;
         return parallel::run(&args, config, &spec, workers);
     }
     if let Some(n) = args.nproc_per_node {
-        return ranks::launch_ranks(&args, &config, n);
+        return ranks::launch_ranks(&args, config, n);
     }
-    ranks::train_rank(&args, config, spec)
+    ranks::train_rank(&args, prepared)
 }

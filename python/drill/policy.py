@@ -1,0 +1,143 @@
+"""``drill.load``: a trained policy for inference (see :func:`load`, :class:`Policy`)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from . import _drill
+
+
+class Policy:
+    """A policy drill trained, loaded for inference (from :func:`load`).
+
+    ``policy(obs)`` gives the actions ``drill eval`` takes (greedy, most likely, or the mean)
+    for one observation or a batch ``[n, *obs_shape]``; :meth:`q_values` (DQN) and
+    :meth:`values` (PPO) the networks' outputs; :meth:`state_dict` its tensors in PyTorch's
+    layout under DI-engine's names, :meth:`to_torch` DI-engine's model holding them.
+    """
+
+    def __init__(self, core: Any) -> None:
+        self._core = core
+        self.obs_shape: tuple[int, ...] = tuple(core.obs_shape)
+        self.obs_dtype = np.dtype(core.obs_dtype)
+
+    @property
+    def kind(self) -> str:
+        """The algorithm: ``"dqn"``, ``"ppo"`` or ``"sac"``."""
+        return self._core.kind
+
+    @property
+    def env_id(self) -> str:
+        """The environment it was trained on."""
+        return self._core.env_id
+
+    @property
+    def checkpoint(self) -> str:
+        """The checkpoint file loaded."""
+        return os.fspath(self._core.checkpoint)
+
+    @property
+    def config(self) -> str:
+        """The config it was trained with (TOML)."""
+        return self._core.config
+
+    def _batch(self, obs: Any) -> tuple[np.ndarray, bool]:
+        x = np.ascontiguousarray(obs, dtype=self.obs_dtype)
+        single = x.shape == self.obs_shape
+        return (x[None] if single else x), single
+
+    def __call__(self, obs: Any) -> Any:
+        """Deterministic actions: int64 ``[n]`` (discrete) or float32 ``[n, dim]``; for one
+        observation, one action."""
+        x, single = self._batch(obs)
+        a = self._core.act(x)
+        return a[0] if single else a
+
+    def q_values(self, obs: Any) -> np.ndarray:
+        """DQN's Q-values, float32 ``[n, actions]`` (``[actions]`` for one observation)."""
+        x, single = self._batch(obs)
+        q = self._core.q_values(x)
+        return q[0] if single else q
+
+    def values(self, obs: Any) -> np.ndarray:
+        """PPO's state values, float32 ``[n]`` (a scalar for one observation)."""
+        x, single = self._batch(obs)
+        v = self._core.values(x)
+        return v[0] if single else v
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The tensors in PyTorch's layout under DI-engine's names (``drill export``)."""
+        return dict(self._core.state_dict())
+
+    def to_torch(self) -> Any:
+        """DI-engine's model for this policy (``ding.model.DQN``, or ``VAC`` for PPO) with
+        the weights loaded (``strict=True``); needs torch and DI-engine."""
+        try:
+            import torch
+            from ding.model import DQN, VAC
+        except ImportError as e:
+            raise ImportError(
+                "to_torch() builds DI-engine's model: pip install torch DI-engine "
+                "(state_dict() gives the tensors without them)"
+            ) from e
+        try:
+            import tomllib
+        except ImportError:  # Python < 3.11
+            import tomli as tomllib
+
+        cfg = tomllib.loads(self.config)
+        model_cfg = cfg["policy"]["model"]
+        hidden = model_cfg.get("encoder_hidden_size_list")
+        if hidden is None or model_cfg.get("encoder") == "nature":
+            raise NotImplementedError(
+                f"to_torch(): DI-engine has no model for {self.env_id}'s {self.kind} network "
+                "(drill's Nature trunk); use state_dict()"
+            )
+        obs = self.obs_shape[0] if len(self.obs_shape) == 1 else list(self.obs_shape)
+        state = {k: torch.from_numpy(v.copy()) for k, v in self.state_dict().items()}
+        if self.kind == "dqn":
+            model = DQN(
+                obs_shape=obs,
+                action_shape=self._core.n_actions,
+                encoder_hidden_size_list=hidden,
+                dueling=model_cfg.get("dueling", True),
+            )
+        elif self.kind == "ppo":
+            continuous = self._core.n_actions is None
+            model = VAC(
+                obs_shape=obs,
+                action_shape=self._core.action_dim,
+                action_space="continuous" if continuous else "discrete",
+                share_encoder=False,
+                encoder_hidden_size_list=hidden[:-1],
+                actor_head_hidden_size=hidden[-1],
+                actor_head_layer_num=1,
+                critic_head_hidden_size=hidden[-1],
+                critic_head_layer_num=1,
+                activation=torch.nn.Tanh() if model_cfg.get("activation") == "tanh" else torch.nn.ReLU(),
+                sigma_type=model_cfg.get("sigma_type", "independent"),
+            )
+        else:
+            raise NotImplementedError("to_torch(): drill exports DQN and PPO policies")
+        model.load_state_dict(state, strict=True)
+        return model.eval()
+
+
+def load(path: str | os.PathLike[str], *, config: str | os.PathLike[str] | None = None) -> Policy:
+    """Load a trained policy.
+
+    Args:
+        path: an experiment folder (its newest checkpoint among final/latest/best) or a
+            checkpoint file (``EXP/ckpt/*.safetensors``).
+        config: the config it was trained with (default: the experiment folder's
+            ``config.toml``).
+
+    Raises:
+        Error: no checkpoint or config there, or one that does not fit.
+        ConfigError: the config is invalid.
+    """
+    core = _drill.Policy(os.fspath(path), None if config is None else os.fspath(config))
+    return Policy(core)
