@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `drill train configs/pong_ppo.toml` side by side with CleanRL's ppo_atari in PyTorch
-# (scripts/cleanrl_ppo_atari.py: ale-py's AtariVectorEnv, the same hyper-parameters),
+# (examples/python/ppo_atari.py --envs ale-py: ale-py's AtariVectorEnv, the same hyper-parameters),
 # interleaved round by round so both see the same machine load. Each side's figure is the
 # median env steps/s over its iterations after the first (drill's from metrics.jsonl: env steps
 # and wall time of each iteration's log; no evaluation inside the window).
@@ -29,7 +29,7 @@ rates = [(s1 - s0) / (w1 - w0) for (s0, w0), (s1, w1) in zip(pts, pts[1:])]
 print(f"{statistics.median(rates):.1f}")
 PY
 )
-  t=$("$PY" scripts/cleanrl_ppo_atari.py --threads "$TT" --iterations "$ITERS" | tail -1 |
+  t=$("$PY" examples/python/ppo_atari.py --envs ale-py --threads "$TT" --iterations "$ITERS" | tail -1 |
     sed -n 's/.*median \([0-9.]*\) env.*/\1/p')
   printf 'round %s: drill %s env steps/s, torch %s env steps/s\n' "$r" "$d" "$t" | tee -a "$tmp/rows"
 done

@@ -1,22 +1,25 @@
-"""The anchor for `drill train configs/pong_ppo.toml`: CleanRL's `ppo_atari` as a user would write
-it in PyTorch, on ale-py's vectorised Atari (AtariVectorEnv, C++ threads), with pong_ppo.toml's
-hyper-parameters: 8 envs x 128 steps, 4 epochs x 4 minibatches of 256, lr 2.5e-4 annealed,
-clip 0.1 (policy and value), entropy 0.01, value 0.5, GAE 0.99/0.95, advantage normalisation,
-gradient norm 0.5, the Nature CNN with orthogonal init. It prints env steps/s per iteration
-and, at the end, the median after the first iteration (the figure drill's is compared with).
+"""CleanRL's `ppo_atari` in PyTorch, on drill's vector environments (`drill.make_vec`) or, to
+compare, ale-py's `AtariVectorEnv`: the same logic and hyper-parameters as `configs/pong_ppo.toml`
+(8 envs x 128 steps, 4 epochs x 4 minibatches of 256, lr 2.5e-4 annealed over 10 M env steps,
+clip 0.1 for policy and value, entropy 0.01, value 0.5, GAE 0.99/0.95, advantage
+normalisation, gradient norm 0.5, the Nature CNN with orthogonal init). Both env sources get
+DI-engine's training chain (noop 30, frame skip 4 with max-pool, fire reset, 84x84 grayscale,
+reward clipping, stack 4, episodic life, no sticky actions).
 
-    python3 -m venv /tmp/v && /tmp/v/bin/pip install torch numpy ale-py==0.12.1 gymnasium
-    /tmp/v/bin/python scripts/cleanrl_ppo_atari.py [--threads 2] [--iterations 20] [--env-threads 2]
+    pip install torch ale-py==0.12.1 && MATURIN_PEP517_ARGS="--features atari" pip install ./python
+    ALE_ROM_DIR=... python examples/python/ppo_atari.py [--envs drill|ale-py] [--total-steps N]
+        [--iterations N] [--threads 2] [--env-threads 2] [--log returns.csv]
 
-`--threads` is torch's intra-op threads (its best on 2 cores is measured, not assumed:
-run 1 and 2). Side by side with drill: scripts/bench_pong_ppo_vs_torch.sh.
+It prints env steps/s per iteration and each finished episode's return (also to `--log` as
+CSV), and at the end the median env steps/s after the first iteration (the anchor
+`scripts/bench_pong_ppo_vs_torch.sh` compares `drill train` with, on ale-py).
+`--threads` is torch's intra-op threads (measure 1 and 2 on 2 cores).
 """
 
 import argparse
 import statistics
 import time
 
-import ale_py
 import numpy as np
 import torch
 import torch.nn as nn
@@ -57,32 +60,46 @@ class Agent(nn.Module):
         return action, probs.log_prob(action), probs.entropy(), self.critic(hidden)
 
 
+def make_envs(source, game, num_envs, threads, seed):
+    """8 copies of `game` behind DI-engine's training chain, from drill or from ale-py."""
+    if source == "drill":
+        import drill
+
+        name = "".join(w.capitalize() for w in game.split("_"))
+        return drill.make_vec(f"{name}NoFrameskip-v4", num_envs, seed=seed, num_threads=threads)
+    import ale_py
+
+    return ale_py.vector_env.AtariVectorEnv(
+        game=game,
+        num_envs=num_envs,
+        num_threads=threads,
+        repeat_action_probability=0.0,
+        episodic_life=True,
+        reward_clipping=True,
+    )
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--game", default="pong")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--env-threads", type=int, default=2)
-    p.add_argument("--iterations", type=int, default=20)
+    p.add_argument("--envs", choices=("drill", "ale-py"), default="drill")
+    p.add_argument("--total-steps", type=int, default=10_000_000)
+    p.add_argument("--iterations", type=int, default=None, help="stop after N iterations (default: total steps)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--log", default=None, help="CSV of env_step,episode_return")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     num_envs, num_steps, epochs, minibatches = 8, 128, 4, 4
     lr, gamma, lam, clip, ent, vf, max_norm = 2.5e-4, 0.99, 0.95, 0.1, 0.01, 0.5, 0.5
-    total_steps = 10_000_000
+    total_steps = a.total_steps
     batch = num_envs * num_steps
+    iterations = a.iterations or total_steps // batch
     mb_size = batch // minibatches
 
-    # The same chain as drill's training default: noop 30, frame skip 4 with max-pool, fire
-    # reset, 84x84 grayscale, reward clipping, stack 4, episodic life, no sticky actions.
-    envs = ale_py.vector_env.AtariVectorEnv(
-        game=a.game,
-        num_envs=num_envs,
-        num_threads=a.env_threads,
-        repeat_action_probability=0.0,
-        episodic_life=True,
-        reward_clipping=True,
-    )
+    envs = make_envs(a.envs, a.game, num_envs, a.env_threads, a.seed)
     n_act = envs.single_action_space.n
     agent = Agent(n_act)
     opt = torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5)
@@ -97,7 +114,11 @@ def main():
     next_done = torch.zeros(num_envs)
     step = 0
     rates = []
-    for it in range(1, a.iterations + 1):
+    running = np.zeros(num_envs)
+    log = open(a.log, "w") if a.log else None
+    if log:
+        log.write("env_step,episode_return\n")
+    for it in range(1, iterations + 1):
         t0 = time.perf_counter()
         opt.param_groups[0]["lr"] = lr * (1.0 - (it - 1.0) * batch / total_steps)
         for s in range(num_steps):
@@ -112,7 +133,15 @@ def main():
             o, r, term, trunc, _ = envs.step(action.numpy())
             rewards[s] = torch.as_tensor(r, dtype=torch.float32)
             next_obs = torch.as_tensor(o)
-            next_done = torch.as_tensor(np.logical_or(term, trunc), dtype=torch.float32)
+            done = np.logical_or(term, trunc)
+            next_done = torch.as_tensor(done, dtype=torch.float32)
+            running += r
+            for i in np.flatnonzero(done):
+                print(f"env step {step}: episode return {running[i]:.0f}", flush=True)
+                if log:
+                    log.write(f"{step},{running[i]}\n")
+                    log.flush()
+                running[i] = 0
         with torch.no_grad():
             next_value = agent.get_value(next_obs.float()).reshape(1, -1)
             adv = torch.zeros_like(rewards)
@@ -158,8 +187,8 @@ def main():
         print(f"iteration {it}: {step} env steps, {rate:.1f} env steps/s", flush=True)
     envs.close()
     print(
-        f"torch ppo_atari: median {statistics.median(rates):.1f} env steps/s after the first "
-        f"iteration ({a.threads} torch threads, {a.env_threads} env threads)"
+        f"torch ppo_atari on {a.envs}: median {statistics.median(rates):.1f} env steps/s after "
+        f"the first iteration ({a.threads} torch threads, {a.env_threads} env threads)"
     )
 
 
