@@ -1,7 +1,8 @@
 """Load `drill export` output into DI-engine's model (DQN, or VAC for PPO) with strict=True,
 and compare its outputs with drill's (the probe `drill export --probe N` writes beside it);
-for DQN also through plain PyTorch ops. Run by a developer, not CI (it needs torch and
-DI-engine):
+for DQN also through plain PyTorch ops. Run by a developer, not CI (it needs torch, DI-engine
+and the package `drill`, `pip install ./python`, whose `drill.policy.ding_model` builds the
+model):
 
     drill export EXP/ckpt/best.safetensors -o dqn.safetensors --probe 256
     python scripts/check_export.py dqn.safetensors EXP/config.toml
@@ -16,45 +17,22 @@ import sys
 import tomllib
 
 import torch
+from drill.policy import ding_model
 from safetensors.torch import load_file
 
 
 def obs_shape(probe):
-    shape = list(probe["obs"].shape[1:])
-    return shape[0] if len(shape) == 1 else shape
+    return list(probe["obs"].shape[1:])
 
 
 def ding_dqn(cfg, probe):
-    from ding.model import DQN
-
-    return DQN(
-        obs_shape=obs_shape(probe),
-        action_shape=probe["q"].shape[1],
-        encoder_hidden_size_list=cfg["policy"]["model"]["encoder_hidden_size_list"],
-        dueling=cfg["policy"]["model"]["dueling"],
-    )
+    return ding_model("dqn", cfg["policy"]["model"], obs_shape(probe), probe["q"].shape[1], False)
 
 
 def ding_vac(cfg, probe):
-    """drill's MLPs [h1 .. hk] as VAC: encoder [h1 .. h(k-1)], heads of one hidden hk."""
-    from ding.model import VAC
-
-    m = cfg["policy"]["model"]
-    h = m["encoder_hidden_size_list"]
     continuous = "mu" in probe
-    return VAC(
-        obs_shape=obs_shape(probe),
-        action_shape=(probe["mu"] if continuous else probe["logit"]).shape[1],
-        action_space="continuous" if continuous else "discrete",
-        share_encoder=False,
-        encoder_hidden_size_list=h[:-1],
-        actor_head_hidden_size=h[-1],
-        actor_head_layer_num=1,
-        critic_head_hidden_size=h[-1],
-        critic_head_layer_num=1,
-        activation=torch.nn.Tanh() if m.get("activation") == "tanh" else torch.nn.ReLU(),
-        sigma_type=m.get("sigma_type", "independent"),
-    )
+    actions = (probe["mu"] if continuous else probe["logit"]).shape[1]
+    return ding_model("ppo", cfg["policy"]["model"], obs_shape(probe), actions, continuous)
 
 
 def check_vac(model, probe):

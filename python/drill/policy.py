@@ -76,8 +76,8 @@ class Policy:
         """DI-engine's model for this policy (``ding.model.DQN``, or ``VAC`` for PPO) with
         the weights loaded (``strict=True``); needs torch and DI-engine."""
         try:
+            import ding.model  # noqa: F401
             import torch
-            from ding.model import DQN, VAC
         except ImportError as e:
             raise ImportError(
                 "to_torch() builds DI-engine's model: pip install torch DI-engine "
@@ -96,34 +96,49 @@ class Policy:
                 f"to_torch(): DI-engine has no model for {self.env_id}'s {self.kind} network "
                 "(drill's Nature trunk); use state_dict()"
             )
-        obs = self.obs_shape[0] if len(self.obs_shape) == 1 else list(self.obs_shape)
         state = {k: torch.from_numpy(v.copy()) for k, v in self.state_dict().items()}
-        if self.kind == "dqn":
-            model = DQN(
-                obs_shape=obs,
-                action_shape=self._core.n_actions,
-                encoder_hidden_size_list=hidden,
-                dueling=model_cfg.get("dueling", True),
-            )
-        elif self.kind == "ppo":
-            continuous = self._core.n_actions is None
-            model = VAC(
-                obs_shape=obs,
-                action_shape=self._core.action_dim,
-                action_space="continuous" if continuous else "discrete",
-                share_encoder=False,
-                encoder_hidden_size_list=hidden[:-1],
-                actor_head_hidden_size=hidden[-1],
-                actor_head_layer_num=1,
-                critic_head_hidden_size=hidden[-1],
-                critic_head_layer_num=1,
-                activation=torch.nn.Tanh() if model_cfg.get("activation") == "tanh" else torch.nn.ReLU(),
-                sigma_type=model_cfg.get("sigma_type", "independent"),
-            )
-        else:
-            raise NotImplementedError("to_torch(): drill exports DQN and PPO policies")
+        model = ding_model(
+            self.kind,
+            model_cfg,
+            self.obs_shape,
+            self._core.action_dim,
+            continuous=self._core.n_actions is None,
+        )
         model.load_state_dict(state, strict=True)
         return model.eval()
+
+
+def ding_model(kind: str, model_cfg: dict, obs_shape: Any, action_dim: int, continuous: bool) -> Any:
+    """DI-engine's model for a drill MLP policy (``[policy.model]`` of its config): ``DQN``
+    for ``kind == "dqn"``; for PPO, drill's layers ``[h1 .. hk]`` as ``VAC`` with encoder
+    ``[h1 .. h(k-1)]`` and heads of one hidden layer ``hk``. Needs torch and DI-engine."""
+    import torch
+    from ding.model import DQN, VAC
+
+    obs = obs_shape[0] if len(obs_shape) == 1 else list(obs_shape)
+    hidden = model_cfg["encoder_hidden_size_list"]
+    if kind == "dqn":
+        return DQN(
+            obs_shape=obs,
+            action_shape=action_dim,
+            encoder_hidden_size_list=hidden,
+            dueling=model_cfg.get("dueling", True),
+        )
+    if kind == "ppo":
+        return VAC(
+            obs_shape=obs,
+            action_shape=action_dim,
+            action_space="continuous" if continuous else "discrete",
+            share_encoder=False,
+            encoder_hidden_size_list=hidden[:-1],
+            actor_head_hidden_size=hidden[-1],
+            actor_head_layer_num=1,
+            critic_head_hidden_size=hidden[-1],
+            critic_head_layer_num=1,
+            activation=torch.nn.Tanh() if model_cfg.get("activation") == "tanh" else torch.nn.ReLU(),
+            sigma_type=model_cfg.get("sigma_type", "independent"),
+        )
+    raise NotImplementedError("DI-engine models for drill's DQN and PPO policies only")
 
 
 def load(path: str | os.PathLike[str], *, config: str | os.PathLike[str] | None = None) -> Policy:

@@ -132,3 +132,25 @@ sys.exit(3)
     r = drill.train(resume=tmp_path / "intr", quiet=True, overrides={"max_env_step": result["env_steps"] + 64})
     assert r["env_steps"] >= result["env_steps"]
     shutil.rmtree(tmp_path / "intr")
+
+
+def test_to_torch_gives_di_engines_model_with_drills_outputs(configs, tmp_path):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("ding.model")
+    r = drill.train(configs / "cartpole_dqn.toml", seed=0, quiet=True, exp_dir=tmp_path / "dqn")
+    p = drill.load(r["exp_dir"])
+    obs = np.random.default_rng(1).normal(size=(32, 4)).astype(np.float32)
+    model = p.to_torch()
+    assert type(model).__name__ == "DQN"
+    with torch.no_grad():
+        q = model(torch.from_numpy(obs))["logit"].numpy()
+    np.testing.assert_allclose(q, p.q_values(obs), atol=1e-5)
+
+    r = drill.train(configs / "cartpole_v1_ppo.toml", seed=0, quiet=True, exp_dir=tmp_path / "ppo",
+                    overrides={"max_env_step": 4096})
+    p = drill.load(r["exp_dir"])
+    vac = p.to_torch()
+    with torch.no_grad():
+        out = vac(torch.from_numpy(obs), mode="compute_actor_critic")
+    np.testing.assert_allclose(out["value"].numpy(), p.values(obs), atol=1e-5)
+    np.testing.assert_array_equal(out["logit"].argmax(-1).numpy(), p(obs))

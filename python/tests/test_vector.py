@@ -134,6 +134,13 @@ def test_send_recv_equals_step():
         b = asyn.recv()
         for x, y in zip(a[:4], b[:4]):
             np.testing.assert_array_equal(x, y)
+    # A reset's results carry no step's rewards or flags, even right after episodes ended.
+    while not asyn.step(np.zeros(3, np.int64))[2].any():
+        pass
+    asyn.async_reset(seed=9)
+    o, r, te, tr, _ = asyn.recv()
+    assert not r.any() and not te.any() and not tr.any()
+    np.testing.assert_array_equal(o, sync.reset(seed=9)[0])
     asyn.send(acts[0])
     with pytest.raises(RuntimeError, match="recv"):
         asyn.step(acts[0])

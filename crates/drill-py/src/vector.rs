@@ -36,11 +36,14 @@ struct State {
     discrete: Vec<u32>,
     continuous: Vec<f32>,
     job: Job,
+    /// The last job run was a reset: the step results (rewards, flags) are not its.
+    reset_last: bool,
 }
 
 impl State {
     /// Run `job` on the copies.
     fn run(&mut self, job: &Job) -> Result<(), EnvError> {
+        self.reset_last = matches!(job, Job::Reset(_));
         match job {
             Job::Reset(seed) => self.env.reset(*seed).map(drop),
             Job::Step => {
@@ -165,8 +168,9 @@ impl VecEnvCore {
     }
 
     /// Copy `actions` (numpy) into the state's action buffers, checked.
-    fn set_actions(&self, st: &mut State, actions: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn set_actions(&self, actions: &Bound<'_, PyAny>) -> PyResult<()> {
         let n = self.num_envs;
+        let mut st = self.shared.lock();
         match &self.spec.action_space {
             ActionSpace::Discrete(k) => {
                 st.discrete.clear();
@@ -233,13 +237,20 @@ impl VecEnvCore {
     ) -> PyResult<usize> {
         let n = self.num_envs;
         write_obs(st.env.obs(), obs, "obs")?;
-        slice_mut::<f32>(rewards, n, "rewards")?
-            .as_slice_mut()?
-            .copy_from_slice(st.env.rewards());
-        slice_mut::<bool>(terminated, n, "terminated")?
+        let mut rewards = slice_mut::<f32>(rewards, n, "rewards")?;
+        let mut terminated = slice_mut::<bool>(terminated, n, "terminated")?;
+        let mut truncated = slice_mut::<bool>(truncated, n, "truncated")?;
+        if st.reset_last {
+            rewards.as_slice_mut()?.fill(0.0);
+            terminated.as_slice_mut()?.fill(false);
+            truncated.as_slice_mut()?.fill(false);
+            return Ok(0);
+        }
+        rewards.as_slice_mut()?.copy_from_slice(st.env.rewards());
+        terminated
             .as_slice_mut()?
             .copy_from_slice(st.env.terminated());
-        slice_mut::<bool>(truncated, n, "truncated")?
+        truncated
             .as_slice_mut()?
             .copy_from_slice(st.env.truncated());
         Ok(st
@@ -310,6 +321,7 @@ impl VecEnvCore {
                     discrete: Vec::with_capacity(num_envs),
                     continuous: Vec::new(),
                     job: Job::Idle,
+                    reset_last: false,
                 }),
                 changed: Condvar::new(),
             }),
@@ -383,7 +395,7 @@ impl VecEnvCore {
     fn reset(&mut self, py: Python<'_>, seed: Option<u64>, obs: &Bound<'_, PyAny>) -> PyResult<()> {
         self.idle("reset")?;
         let shared = Arc::clone(&self.shared);
-        py.detach(move || shared.lock().env.reset(seed).map(drop))
+        py.detach(move || shared.lock().run(&Job::Reset(seed)))
             .map_err(errors::env)?;
         write_obs(self.shared.lock().env.obs(), obs, "obs")
     }
@@ -401,10 +413,7 @@ impl VecEnvCore {
         truncated: &Bound<'_, PyAny>,
     ) -> PyResult<usize> {
         self.idle("step")?;
-        {
-            let mut st = self.shared.lock();
-            self.set_actions(&mut st, actions)?;
-        }
+        self.set_actions(actions)?;
         let shared = Arc::clone(&self.shared);
         py.detach(move || shared.lock().run(&Job::Step))
             .map_err(errors::env)?;
@@ -416,15 +425,12 @@ impl VecEnvCore {
     /// `recv` collects it.
     fn send(&mut self, actions: &Bound<'_, PyAny>) -> PyResult<()> {
         self.idle("send")?;
-        {
-            let mut st = self.shared.lock();
-            self.set_actions(&mut st, actions)?;
-        }
+        self.set_actions(actions)?;
         self.post(Job::Step);
         Ok(())
     }
 
-    /// Start a reset on the worker thread; `recv` collects it (rewards and flags zero).
+    /// Start a reset on the worker thread; `recv` collects it (its rewards and flags zero).
     #[pyo3(signature = (seed=None))]
     fn send_reset(&mut self, seed: Option<u64>) -> PyResult<()> {
         self.idle("send_reset")?;
