@@ -8,6 +8,7 @@
 //! Each algorithm's hyper-parameters are one struct ([`DqnPolicy`], [`PpoPolicy`], [`SacPolicy`]); their field
 //! docs are the reference for the config keys.
 
+mod check;
 mod error;
 mod policy;
 mod tree;

@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::check::{Checker, MAX_BATCH, MAX_WIDTH};
+
 /// An observation shape as DI-engine writes it: a number (`obs_shape = 4`) or a list
 /// (`obs_shape = [4, 84, 84]`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -276,6 +278,75 @@ impl Default for DqnPolicy {
     }
 }
 
+impl DqnPolicy {
+    /// Check DQN's values under `[policy]`.
+    pub(crate) fn check(&self, c: &mut Checker<'_>) {
+        let p = self;
+        c.unit("policy.discount_factor", p.discount_factor);
+        c.size("policy.nstep", p.nstep as u64, 1000);
+        c.hidden(
+            "policy.model.encoder_hidden_size_list",
+            &p.model.encoder_hidden_size_list,
+        );
+        c.size(
+            "policy.learn.batch_size",
+            p.learn.batch_size as u64,
+            MAX_BATCH,
+        );
+        c.size(
+            "policy.learn.update_per_collect",
+            p.learn.update_per_collect as u64,
+            1 << 20,
+        );
+        c.positive("policy.learn.learning_rate", p.learn.learning_rate);
+        c.at_least_1(
+            "policy.learn.target_update_freq",
+            p.learn.target_update_freq,
+        );
+        if let Some(theta) = p.learn.target_theta {
+            c.unit("policy.learn.target_theta", theta);
+        }
+        c.size(
+            "policy.collect.n_sample",
+            p.collect.n_sample as u64,
+            1 << 30,
+        );
+        c.check(
+            p.collect.unroll_len == 1,
+            "policy.collect.unroll_len",
+            "DQN uses single transitions: must be 1",
+        );
+        let eps = &p.other.eps;
+        c.check(
+            (0.0..=1.0).contains(&eps.start),
+            "policy.other.eps.start",
+            "must be in [0, 1]",
+        );
+        c.check(
+            (0.0..=1.0).contains(&eps.end),
+            "policy.other.eps.end",
+            "must be in [0, 1]",
+        );
+        c.positive("policy.other.eps.decay", eps.decay);
+        let rb = &p.other.replay_buffer;
+        c.check(
+            rb.replay_buffer_size >= p.learn.batch_size,
+            "policy.other.replay_buffer.replay_buffer_size",
+            &format!("must hold at least one batch ({})", p.learn.batch_size),
+        );
+        c.check(
+            rb.priority_alpha >= 0.0,
+            "policy.other.replay_buffer.priority_alpha",
+            "must be >= 0",
+        );
+        c.check(
+            (0.0..=1.0).contains(&rb.priority_beta),
+            "policy.other.replay_buffer.priority_beta",
+            "must be in [0, 1]",
+        );
+    }
+}
+
 /// `policy.precision`: the arithmetic of the large matrix products (convolutions and wide
 /// dense layers) on the CPU.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -465,6 +536,90 @@ impl Default for PpoPolicy {
     }
 }
 
+impl PpoPolicy {
+    /// Check PPO's values under `[policy]` (`n_sample` against the env copies, `lr_anneal`
+    /// against `max_env_step`).
+    pub(crate) fn check(
+        &self,
+        c: &mut Checker<'_>,
+        collector_env_num: usize,
+        max_env_step: Option<u64>,
+    ) {
+        let p = self;
+        // Empty is allowed: the heads read the observations (or an image trunk's
+        // features) directly, as CleanRL's ppo_atari.
+        c.widths(
+            "policy.model.encoder_hidden_size_list",
+            &p.model.encoder_hidden_size_list,
+        );
+        c.check(
+            p.model.init_log_std.is_finite(),
+            "policy.model.init_log_std",
+            "must be finite",
+        );
+        c.size(
+            "policy.learn.epoch_per_collect",
+            p.learn.epoch_per_collect as u64,
+            1 << 20,
+        );
+        c.size(
+            "policy.learn.batch_size",
+            p.learn.batch_size as u64,
+            MAX_BATCH,
+        );
+        c.positive("policy.learn.learning_rate", p.learn.learning_rate);
+        c.check(
+            p.learn.value_weight >= 0.0,
+            "policy.learn.value_weight",
+            "must be >= 0",
+        );
+        c.check(
+            p.learn.entropy_weight >= 0.0,
+            "policy.learn.entropy_weight",
+            "must be >= 0",
+        );
+        c.positive("policy.learn.clip_ratio", p.learn.clip_ratio);
+        c.check(
+            p.learn.grad_clip_value >= 0.0,
+            "policy.learn.grad_clip_value",
+            "must be >= 0 (0: off)",
+        );
+        c.check(
+            p.learn.target_kl >= 0.0,
+            "policy.learn.target_kl",
+            "must be >= 0 (0: off)",
+        );
+        c.check(
+            !p.learn.lr_anneal || max_env_step.is_some(),
+            "policy.learn.lr_anneal",
+            "needs max_env_step to anneal over",
+        );
+        c.unit("policy.collect.discount_factor", p.collect.discount_factor);
+        c.check(
+            (0.0..=1.0).contains(&p.collect.gae_lambda),
+            "policy.collect.gae_lambda",
+            "must be in [0, 1]",
+        );
+        c.check(
+            p.collect.n_sample >= collector_env_num
+                && p.collect.n_sample.checked_rem(collector_env_num) == Some(0),
+            "policy.collect.n_sample",
+            &format!(
+                "must be a positive multiple of env.collector_env_num ({})",
+                collector_env_num
+            ),
+        );
+        c.check(
+            p.learn.batch_size <= p.collect.n_sample,
+            "policy.learn.batch_size",
+            &format!(
+                "must not exceed policy.collect.n_sample ({})",
+                p.collect.n_sample
+            ),
+        );
+    }
+}
+
 /// `[policy.model]` for SAC: a squashed-Gaussian actor and twin Q critics (DI-engine's `QAC`
 /// with `action_space = "reparameterization"`, `twin_critic = true`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -610,5 +765,60 @@ impl Default for SacPolicy {
             eval: EvalConfig::default(),
             other: SacOther::default(),
         }
+    }
+}
+
+impl SacPolicy {
+    /// Check SAC's values under `[policy]`.
+    pub(crate) fn check(&self, c: &mut Checker<'_>) {
+        let p = self;
+        c.size(
+            "policy.model.actor_head_hidden_size",
+            p.model.actor_head_hidden_size as u64,
+            MAX_WIDTH,
+        );
+        c.size(
+            "policy.model.critic_head_hidden_size",
+            p.model.critic_head_hidden_size as u64,
+            MAX_WIDTH,
+        );
+        c.size(
+            "policy.learn.batch_size",
+            p.learn.batch_size as u64,
+            MAX_BATCH,
+        );
+        c.size(
+            "policy.learn.update_per_collect",
+            p.learn.update_per_collect as u64,
+            1 << 20,
+        );
+        c.positive("policy.learn.learning_rate_q", p.learn.learning_rate_q);
+        c.positive(
+            "policy.learn.learning_rate_policy",
+            p.learn.learning_rate_policy,
+        );
+        c.positive(
+            "policy.learn.learning_rate_alpha",
+            p.learn.learning_rate_alpha,
+        );
+        c.unit("policy.learn.target_theta", p.learn.target_theta);
+        c.unit("policy.learn.discount_factor", p.learn.discount_factor);
+        c.positive("policy.learn.init_alpha", p.learn.init_alpha);
+        c.size(
+            "policy.collect.n_sample",
+            p.collect.n_sample as u64,
+            1 << 30,
+        );
+        let rb = &p.other.replay_buffer;
+        c.check(
+            !rb.priority,
+            "policy.other.replay_buffer.priority",
+            "SAC samples uniformly: must be false",
+        );
+        c.check(
+            rb.replay_buffer_size >= p.learn.batch_size,
+            "policy.other.replay_buffer.replay_buffer_size",
+            &format!("must hold at least one batch ({})", p.learn.batch_size),
+        );
     }
 }

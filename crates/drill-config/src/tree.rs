@@ -1,5 +1,6 @@
 //! The whole experiment tree ([`Config`]), loading, `--set` overrides and validation.
 
+use crate::check::{Checker, MAX_ENVS, value_err};
 use crate::{ConfigError, DqnPolicy, PpoPolicy, SacPolicy};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
@@ -376,11 +377,34 @@ impl Config {
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
-        let mut c = Checker {
-            source: &self.source,
-            first: None,
-        };
-        let e = &self.env;
+        let mut c = Checker::new(&self.source);
+        self.env.check(&mut c);
+        c.check(
+            self.max_env_step != Some(0),
+            "max_env_step",
+            "must be at least 1 (omit for no limit)",
+        );
+        c.check(
+            self.max_train_iter != Some(0),
+            "max_train_iter",
+            "must be at least 1 (omit for no limit)",
+        );
+        c.at_least_1("policy.eval.evaluator.eval_freq", self.policy.eval_freq());
+        c.positive("policy.ddp_bucket_cap_mb", self.policy.ddp().bucket_cap_mb);
+        match &self.policy {
+            Policy::Dqn(p) => p.check(&mut c),
+            Policy::Ppo(p) => p.check(&mut c, self.env.collector_env_num, self.max_env_step),
+            Policy::Sac(p) => p.check(&mut c),
+        }
+        self.task.check(&mut c);
+        c.result()
+    }
+}
+
+impl EnvConfig {
+    /// Check `[env]`'s values.
+    fn check(&self, c: &mut Checker<'_>) {
+        let e = self;
         c.check(!e.id.is_empty(), "env.id", "must name an environment");
         let gym = e.id.starts_with("gymnasium:");
         c.check(
@@ -429,208 +453,13 @@ impl Config {
         if let Some(v) = e.stop_value {
             c.check(v.is_finite(), "env.stop_value", "must be finite");
         }
-        c.check(
-            self.max_env_step != Some(0),
-            "max_env_step",
-            "must be at least 1 (omit for no limit)",
-        );
-        c.check(
-            self.max_train_iter != Some(0),
-            "max_train_iter",
-            "must be at least 1 (omit for no limit)",
-        );
-        c.at_least_1("policy.eval.evaluator.eval_freq", self.policy.eval_freq());
-        c.positive("policy.ddp_bucket_cap_mb", self.policy.ddp().bucket_cap_mb);
-        match &self.policy {
-            Policy::Dqn(p) => {
-                c.unit("policy.discount_factor", p.discount_factor);
-                c.size("policy.nstep", p.nstep as u64, 1000);
-                c.hidden(
-                    "policy.model.encoder_hidden_size_list",
-                    &p.model.encoder_hidden_size_list,
-                );
-                c.size(
-                    "policy.learn.batch_size",
-                    p.learn.batch_size as u64,
-                    MAX_BATCH,
-                );
-                c.size(
-                    "policy.learn.update_per_collect",
-                    p.learn.update_per_collect as u64,
-                    1 << 20,
-                );
-                c.positive("policy.learn.learning_rate", p.learn.learning_rate);
-                c.at_least_1(
-                    "policy.learn.target_update_freq",
-                    p.learn.target_update_freq,
-                );
-                if let Some(theta) = p.learn.target_theta {
-                    c.unit("policy.learn.target_theta", theta);
-                }
-                c.size(
-                    "policy.collect.n_sample",
-                    p.collect.n_sample as u64,
-                    1 << 30,
-                );
-                c.check(
-                    p.collect.unroll_len == 1,
-                    "policy.collect.unroll_len",
-                    "DQN uses single transitions: must be 1",
-                );
-                let eps = &p.other.eps;
-                c.check(
-                    (0.0..=1.0).contains(&eps.start),
-                    "policy.other.eps.start",
-                    "must be in [0, 1]",
-                );
-                c.check(
-                    (0.0..=1.0).contains(&eps.end),
-                    "policy.other.eps.end",
-                    "must be in [0, 1]",
-                );
-                c.positive("policy.other.eps.decay", eps.decay);
-                let rb = &p.other.replay_buffer;
-                c.check(
-                    rb.replay_buffer_size >= p.learn.batch_size,
-                    "policy.other.replay_buffer.replay_buffer_size",
-                    &format!("must hold at least one batch ({})", p.learn.batch_size),
-                );
-                c.check(
-                    rb.priority_alpha >= 0.0,
-                    "policy.other.replay_buffer.priority_alpha",
-                    "must be >= 0",
-                );
-                c.check(
-                    (0.0..=1.0).contains(&rb.priority_beta),
-                    "policy.other.replay_buffer.priority_beta",
-                    "must be in [0, 1]",
-                );
-            }
-            Policy::Ppo(p) => {
-                // Empty is allowed: the heads read the observations (or an image trunk's
-                // features) directly, as CleanRL's ppo_atari.
-                c.widths(
-                    "policy.model.encoder_hidden_size_list",
-                    &p.model.encoder_hidden_size_list,
-                );
-                c.check(
-                    p.model.init_log_std.is_finite(),
-                    "policy.model.init_log_std",
-                    "must be finite",
-                );
-                c.size(
-                    "policy.learn.epoch_per_collect",
-                    p.learn.epoch_per_collect as u64,
-                    1 << 20,
-                );
-                c.size(
-                    "policy.learn.batch_size",
-                    p.learn.batch_size as u64,
-                    MAX_BATCH,
-                );
-                c.positive("policy.learn.learning_rate", p.learn.learning_rate);
-                c.check(
-                    p.learn.value_weight >= 0.0,
-                    "policy.learn.value_weight",
-                    "must be >= 0",
-                );
-                c.check(
-                    p.learn.entropy_weight >= 0.0,
-                    "policy.learn.entropy_weight",
-                    "must be >= 0",
-                );
-                c.positive("policy.learn.clip_ratio", p.learn.clip_ratio);
-                c.check(
-                    p.learn.grad_clip_value >= 0.0,
-                    "policy.learn.grad_clip_value",
-                    "must be >= 0 (0: off)",
-                );
-                c.check(
-                    p.learn.target_kl >= 0.0,
-                    "policy.learn.target_kl",
-                    "must be >= 0 (0: off)",
-                );
-                c.check(
-                    !p.learn.lr_anneal || self.max_env_step.is_some(),
-                    "policy.learn.lr_anneal",
-                    "needs max_env_step to anneal over",
-                );
-                c.unit("policy.collect.discount_factor", p.collect.discount_factor);
-                c.check(
-                    (0.0..=1.0).contains(&p.collect.gae_lambda),
-                    "policy.collect.gae_lambda",
-                    "must be in [0, 1]",
-                );
-                c.check(
-                    p.collect.n_sample >= e.collector_env_num
-                        && p.collect.n_sample.checked_rem(e.collector_env_num) == Some(0),
-                    "policy.collect.n_sample",
-                    &format!(
-                        "must be a positive multiple of env.collector_env_num ({})",
-                        e.collector_env_num
-                    ),
-                );
-                c.check(
-                    p.learn.batch_size <= p.collect.n_sample,
-                    "policy.learn.batch_size",
-                    &format!(
-                        "must not exceed policy.collect.n_sample ({})",
-                        p.collect.n_sample
-                    ),
-                );
-            }
-            Policy::Sac(p) => {
-                c.size(
-                    "policy.model.actor_head_hidden_size",
-                    p.model.actor_head_hidden_size as u64,
-                    MAX_WIDTH,
-                );
-                c.size(
-                    "policy.model.critic_head_hidden_size",
-                    p.model.critic_head_hidden_size as u64,
-                    MAX_WIDTH,
-                );
-                c.size(
-                    "policy.learn.batch_size",
-                    p.learn.batch_size as u64,
-                    MAX_BATCH,
-                );
-                c.size(
-                    "policy.learn.update_per_collect",
-                    p.learn.update_per_collect as u64,
-                    1 << 20,
-                );
-                c.positive("policy.learn.learning_rate_q", p.learn.learning_rate_q);
-                c.positive(
-                    "policy.learn.learning_rate_policy",
-                    p.learn.learning_rate_policy,
-                );
-                c.positive(
-                    "policy.learn.learning_rate_alpha",
-                    p.learn.learning_rate_alpha,
-                );
-                c.unit("policy.learn.target_theta", p.learn.target_theta);
-                c.unit("policy.learn.discount_factor", p.learn.discount_factor);
-                c.positive("policy.learn.init_alpha", p.learn.init_alpha);
-                c.size(
-                    "policy.collect.n_sample",
-                    p.collect.n_sample as u64,
-                    1 << 30,
-                );
-                let rb = &p.other.replay_buffer;
-                c.check(
-                    !rb.priority,
-                    "policy.other.replay_buffer.priority",
-                    "SAC samples uniformly: must be false",
-                );
-                c.check(
-                    rb.replay_buffer_size >= p.learn.batch_size,
-                    "policy.other.replay_buffer.replay_buffer_size",
-                    &format!("must hold at least one batch ({})", p.learn.batch_size),
-                );
-            }
-        }
-        let t = &self.task;
+    }
+}
+
+impl TaskConfig {
+    /// Check `[task]`'s values.
+    fn check(&self, c: &mut Checker<'_>) {
+        let t = self;
         c.check(
             ["star", "mesh", "alone"].contains(&t.topology.as_str()),
             "task.topology",
@@ -660,80 +489,6 @@ impl Config {
                 "is not a valid label pattern",
             );
         }
-        match c.first {
-            Some(err) => Err(err),
-            None => Ok(()),
-        }
-    }
-}
-
-/// Most environment copies of one kind in one process.
-const MAX_ENVS: u64 = 65_536;
-/// Largest batch.
-const MAX_BATCH: u64 = 1 << 20;
-/// Widest layer.
-const MAX_WIDTH: u64 = 1 << 16;
-
-struct Checker<'a> {
-    source: &'a str,
-    first: Option<ConfigError>,
-}
-
-impl Checker<'_> {
-    fn check(&mut self, ok: bool, path: &str, message: &str) {
-        if !ok && self.first.is_none() {
-            self.first = Some(value_err(self.source, path, message.to_string()));
-        }
-    }
-    fn at_least_1(&mut self, path: &str, v: u64) {
-        self.check(v >= 1, path, "must be at least 1");
-    }
-    /// A count or size: 1..=`max` (more is surely a typo, and would fail to allocate).
-    fn size(&mut self, path: &str, v: u64, max: u64) {
-        self.check(
-            (1..=max).contains(&v),
-            path,
-            &format!("must be 1..={max}, got {v}"),
-        );
-    }
-    fn positive(&mut self, path: &str, v: f64) {
-        self.check(
-            v.is_finite() && v > 0.0,
-            path,
-            &format!("must be a positive number, got {v}"),
-        );
-    }
-    fn unit(&mut self, path: &str, v: f64) {
-        self.check(
-            v > 0.0 && v <= 1.0,
-            path,
-            &format!("must be in (0, 1], got {v}"),
-        );
-    }
-    /// Layer sizes, at least one.
-    fn hidden(&mut self, path: &str, sizes: &[usize]) {
-        self.check(
-            !sizes.is_empty(),
-            path,
-            &format!("must list at least one layer size, each 1..={MAX_WIDTH}"),
-        );
-        self.widths(path, sizes);
-    }
-    /// Layer sizes (possibly none), each 1..=[`MAX_WIDTH`].
-    fn widths(&mut self, path: &str, sizes: &[usize]) {
-        self.check(
-            sizes.iter().all(|&s| (1..=MAX_WIDTH as usize).contains(&s)),
-            path,
-            &format!("layer sizes must be 1..={MAX_WIDTH}, got {sizes:?}"),
-        );
-    }
-}
-
-fn value_err(source: &str, path: &str, message: String) -> ConfigError {
-    ConfigError::Value {
-        file: source.to_string(),
-        path: path.to_string(),
-        message,
     }
 }
 
