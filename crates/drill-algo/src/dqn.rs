@@ -19,7 +19,7 @@ use crate::middleware::{
     ModelExchanger, NStepRewardEnhancer, OffPolicyLearner, OnlineLogger, Outputs, Roles,
     StepCollector, TerminationChecker, run_result,
 };
-use crate::nets::{ConvEncoder, QNet, input};
+use crate::nets::{ConvEncoder, QNet, argmax, input};
 use crate::optim::{ActingCopy, ParamLayout, Trainer};
 use crate::policy::{Acted, Explore, LearnOutput, Policy};
 use crate::run::{RunContext, TrainResult};
@@ -94,16 +94,6 @@ pub fn greedy(net: &QNet, obs: Obs<'_>, obs_dim: usize, device: &Device, out: &m
         let row = &q[i * actions..(i + 1) * actions];
         *a = argmax(row) as u32;
     }
-}
-
-fn argmax(row: &[f32]) -> usize {
-    let mut best = 0;
-    for (j, &v) in row.iter().enumerate() {
-        if v > row[best] {
-            best = j;
-        }
-    }
-    best
 }
 
 /// DQN: the online net (trained), the target net, the copy the collector and evaluator act

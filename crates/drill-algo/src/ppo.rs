@@ -19,7 +19,7 @@ use crate::middleware::{
     CkptSaver, GaeEstimator, InteractionEvaluator, OnPolicyLearner, OnlineLogger, Outputs,
     RolloutCollector, TerminationChecker, run_result,
 };
-use crate::nets::{Actor, ActorCritic, ActorHead, ConvEncoder, Critic, input};
+use crate::nets::{Actor, ActorCritic, ActorHead, ConvEncoder, Critic, HALF_LN_2PI, input};
 use crate::optim::{ActingCopy, Trainer};
 use crate::policy::{Acted, Explore, LearnOutput, Policy};
 use crate::run::{RunContext, TrainResult};
@@ -34,7 +34,6 @@ use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::StandardNormal;
 use std::cell::RefCell;
-use std::f32::consts::PI;
 use std::time::Instant;
 
 /// The actor-critic for the environment `spec` describes, as `[policy.model]` says.
@@ -109,7 +108,7 @@ pub fn act_deterministic(
             let l = logits.as_slice::<f32>().unwrap();
             for (i, a) in out.discrete_mut(n).iter_mut().enumerate() {
                 let row = &l[i * k..(i + 1) * k];
-                *a = (0..*k).fold(0, |b, j| if row[j] > row[b] { j } else { b }) as u32;
+                *a = crate::nets::argmax(row) as u32;
             }
         }
         ActionSpace::Continuous { low, high } => {
@@ -181,7 +180,7 @@ pub fn sample_actions(
                     let k = i * act_dim + d;
                     let z: f32 = rng.sample(StandardNormal);
                     a[k] = mean[k] + log_std[k].exp() * z;
-                    lp += -0.5 * z * z - log_std[k] - 0.5 * (2.0 * PI).ln();
+                    lp += -0.5 * z * z - log_std[k] - HALF_LN_2PI as f32;
                 }
                 *lp_out = lp;
             }
@@ -447,10 +446,8 @@ pub fn minibatch_update(
             let a = Tensor::<2>::from_data(TensorData::new(gather(values, *dim), [b, *dim]), ad);
             let (mean, log_std) = model.actor.gaussian(obs.clone());
             let z = (a - mean) / log_std.clone().exp();
-            let logp = (z.clone() * z).mul_scalar(-0.5)
-                - log_std.clone()
-                - 0.5 * (2.0 * std::f64::consts::PI).ln();
-            let entropy = log_std.add_scalar(0.5 + 0.5 * (2.0 * std::f64::consts::PI).ln());
+            let logp = (z.clone() * z).mul_scalar(-0.5) - log_std.clone() - HALF_LN_2PI;
+            let entropy = log_std.add_scalar(0.5 + HALF_LN_2PI);
             (
                 logp.sum_dim(1).reshape([b]),
                 entropy.sum_dim(1).reshape([b]),

@@ -18,7 +18,7 @@ use crate::middleware::{
     CkptSaver, DataPusher, InteractionEvaluator, NStepRewardEnhancer, OffPolicyLearner,
     OnlineLogger, Outputs, StepCollector, TerminationChecker, run_result,
 };
-use crate::nets::{SquashedGaussian, TwinQ, input};
+use crate::nets::{HALF_LN_2PI, SquashedGaussian, TwinQ, input};
 use crate::optim::{ActingCopy, Adam, Trainer};
 use crate::policy::{Acted, Explore, LearnOutput, Policy};
 use crate::run::{RunContext, TrainResult};
@@ -30,9 +30,6 @@ use drill_task::Task;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::StandardNormal;
-
-/// `0.5 * ln(2 pi)`.
-const HALF_LN_2PI: f64 = 0.918_938_533_204_672_8;
 
 /// The action box as `scale * a + bias` for `a` in `[-1, 1]`, per dimension.
 #[derive(Debug, Clone)]

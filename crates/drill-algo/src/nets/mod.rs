@@ -49,3 +49,18 @@ pub(crate) fn linears(sizes: &[usize], init: &Initializer, device: &Device) -> V
         })
         .collect()
 }
+
+/// `0.5 ln(2 pi)`: the constant of the Gaussian log-density (PPO's and SAC's policies).
+pub const HALF_LN_2PI: f64 = 0.918_938_533_204_672_8;
+
+/// The index of the largest value of `row` (the first of equals): the greedy action of
+/// Q-values or logits.
+pub fn argmax(row: &[f32]) -> usize {
+    let mut best = 0;
+    for (j, &v) in row.iter().enumerate() {
+        if v > row[best] {
+            best = j;
+        }
+    }
+    best
+}
