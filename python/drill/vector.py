@@ -165,6 +165,8 @@ class VecEnv(gymnasium.vector.VectorEnv):
                     "drill seeds copy i with seed + i: give one int, or the list [s, s+1, ..., s+num_envs-1]"
                 )
             seed = seed[0]
+        # Gymnasium's convention: the env's own generator (np_random) follows the seed.
+        super().reset(seed=seed)
         obs = self._buffers[0] if self._reuse else np.empty(self._obs_shape, self._obs_dtype)
         self._core.reset(seed, obs)
         return obs, {}

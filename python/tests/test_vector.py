@@ -172,3 +172,14 @@ def test_help_is_useful():
     doc = drill.make_vec.__doc__
     for word in ("num_envs", "seed", "num_threads", "reuse_buffers", "frame_stack", "EnvError"):
         assert word in doc
+
+
+def test_gymnasiums_checks_that_take_a_vector_env():
+    """Gymnasium's env_checker functions that do not assume one environment (the others
+    test a truth value of `terminated`, an array here)."""
+    from gymnasium.utils import env_checker
+
+    env = drill.make_vec("CartPole-v1", 3, seed=0)
+    env_checker.check_reset_seed_determinism(env)
+    env_checker.check_reset_return_type(env)
+    assert env.np_random is not None
