@@ -396,20 +396,14 @@ pub fn train_roles(
         .map_or((rank, world), |r| (r.collector_index, r.collectors.max(1)));
     let spec = &run.spec;
     let mut dqn = Dqn::from_spec(cfg, p, spec, &run.device)?;
-    let mut env_step = 0;
-    if roles.learner
-        && let Some(ck) = &run.resume
-    {
-        dqn.load_state_dict(ck)?;
-        env_step = ck.counter("env_steps")?;
-    }
+    let resume = run.resume.as_ref().filter(|_| roles.learner);
+    let env_step = session::resume(&mut dqn, resume)?;
     if let Some(pg) = ranks.group() {
         dqn.distribute(pg.clone(), session::ddp_options(cfg))?;
     }
     let dqn = RefCell::new(dqn);
     let rng = RefCell::new(session::rank_rng(cfg, run.resume.as_ref(), slot));
     let rb = &p.other.replay_buffer;
-    let resume = run.resume.as_ref().filter(|_| roles.learner);
     let buffer = RefCell::new(session::replay_buffer(rb, spec, resume, rank, world)?);
     let eval_freq = p.eval.evaluator.eval_freq;
     let timeout = roles.remote.as_ref().map_or(Duration::MAX, |r| r.timeout);

@@ -268,6 +268,18 @@ impl Ppo {
             order: Vec::new(),
         })
     }
+
+    /// Train data-parallel on `pg`: rank 0's actor-critic is broadcast, and every update
+    /// averages gradients across ranks.
+    pub fn distribute(
+        &mut self,
+        pg: drill_comm::ProcessGroup,
+        opts: crate::ddp::DdpOptions,
+    ) -> Result<(), TrainError> {
+        self.trainer.distribute(pg, opts)?;
+        self.acting.invalidate();
+        Ok(())
+    }
 }
 
 impl Policy for Ppo {
@@ -514,15 +526,9 @@ pub fn train(
     let (rank, world) = (ranks.rank(), ranks.world());
     let n_env = venv.num_envs();
     let mut ppo = Ppo::from_spec(cfg, p, &run.spec, &run.device, ranks.clone())?;
-    let mut env_step = 0;
-    if let Some(ck) = &run.resume {
-        ppo.load_state_dict(ck)?;
-        env_step = ck.counter("env_steps")?;
-    }
+    let env_step = session::resume(&mut ppo, run.resume.as_ref())?;
     if let Some(pg) = ranks.group() {
-        ppo.trainer
-            .distribute(pg.clone(), session::ddp_options(cfg))?;
-        ppo.acting.invalidate();
+        ppo.distribute(pg.clone(), session::ddp_options(cfg))?;
     }
     let ppo = RefCell::new(ppo);
     let rng = RefCell::new(session::rank_rng(cfg, run.resume.as_ref(), rank));

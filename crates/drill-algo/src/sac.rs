@@ -377,11 +377,7 @@ pub fn train(
     let (rank, world) = (ranks.rank(), ranks.world());
     let spec = &run.spec;
     let mut sac = Sac::from_spec(cfg, p, spec, &run.device, ranks.clone())?;
-    let mut env_step = 0;
-    if let Some(ck) = &run.resume {
-        sac.load_state_dict(ck)?;
-        env_step = ck.counter("env_steps")?;
-    }
+    let env_step = session::resume(&mut sac, run.resume.as_ref())?;
     if let Some(pg) = ranks.group() {
         sac.distribute(pg.clone(), session::ddp_options(cfg))?;
     }

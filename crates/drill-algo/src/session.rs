@@ -10,6 +10,7 @@ use crate::data::ReplayBuffer;
 use crate::ddp::{DdpOptions, Ranks};
 use crate::error::TrainError;
 use crate::eval::Evaluator;
+use crate::policy::Policy;
 use drill_comm::{BackendKind, InitInfo, InitOptions, ProcessGroup};
 use drill_config::{Config, ReplayBufferConfig};
 use drill_env::atari::AtariOptions;
@@ -27,6 +28,18 @@ pub fn rank_rng(cfg: &Config, resume: Option<&Checkpoint>, rank: usize) -> ChaCh
         .unwrap_or_else(|| {
             ChaCha8Rng::seed_from_u64(cfg.seed.wrapping_add(0x5eed).wrapping_add(rank as u64))
         })
+}
+
+/// Where a learner starts: `resume`'s state restored into `policy` (its env-step count
+/// returned; 0 without a checkpoint). Every algorithm's setup calls it before distributing.
+pub fn resume<P: Policy>(policy: &mut P, resume: Option<&Checkpoint>) -> Result<u64, TrainError> {
+    match resume {
+        Some(ck) => {
+            policy.load_state_dict(ck)?;
+            Ok(ck.counter("env_steps")?)
+        }
+        None => Ok(0),
+    }
 }
 
 /// The start of every pipeline: the DDP ranks of `run`, with the device seeded with
