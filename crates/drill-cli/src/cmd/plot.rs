@@ -7,6 +7,7 @@ use ab_glyph::{Font, FontRef, PxScale, ScaleFont, point};
 use anyhow::{Context, bail};
 use plotters::coord::Shift;
 use plotters::coord::ranged1d::{BoldPoints, Ranged};
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -272,37 +273,7 @@ impl Type<'_> {
 
 /// Draw the curves into `args.output`.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    // Groups in the order their first folder was given.
-    let mut groups: Vec<(String, String, Vec<Points>)> = Vec::new();
-    for dir in &args.exp_dirs {
-        let points = smooth(&series(dir, &args.tag, args.x)?, args.smooth as usize);
-        let (key, label) = group_of(dir);
-        match groups.iter_mut().find(|g| g.0 == key) {
-            Some(g) => g.2.push(points),
-            None => groups.push((key, label, vec![points])),
-        }
-    }
-    // Two configs that share a name are told apart by number.
-    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
-    let lines: Vec<Line> = groups
-        .iter()
-        .map(|(_, label, runs)| {
-            let k = seen.entry(label.clone()).or_default();
-            *k += 1;
-            let name = if *k > 1 {
-                format!("{label} ({k})")
-            } else {
-                label.clone()
-            };
-            let name = match runs.len() {
-                1 => name,
-                n => format!("{name}, {n} seeds"),
-            };
-            let line = combine(runs);
-            let stops = ends(runs, &line);
-            (name, line, stops)
-        })
-        .collect();
+    let lines = load_lines(&args)?;
     plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
         .map_err(|_| anyhow::anyhow!("embedded font is invalid"))?;
     let all = lines.iter().flat_map(|(_, p, _)| p.iter());
@@ -337,6 +308,80 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .y_label_formatter(&|_| String::new())
         .draw()
         .map_err(|e| draw(&e))?;
+    draw_curves(&mut chart, &lines).map_err(|e| draw(&e))?;
+    let ty = Type {
+        font: FontRef::try_from_slice(FONT).context("the embedded font is invalid")?,
+    };
+    let x_desc = match args.x {
+        XAxis::Steps => "env steps",
+        XAxis::Wall => "seconds",
+    };
+    let frame = chart_frame(&chart, x_max, (y_min - pad, y_max + pad));
+    draw_labels(&root, &ty, &chart, frame, &args.tag, x_desc);
+    draw_legend(&root, &ty, &lines, frame.3 + 10).map_err(|e| draw(&e))?;
+    root.present().map_err(|e| draw(&e))?;
+    println!("{}", args.output.display());
+    Ok(())
+}
+
+/// Text colours: titles and names, tick values and notes.
+const INK: RGBAColor = RGBAColor(0, 0, 0, 1.0);
+const GREY: RGBAColor = RGBAColor(60, 60, 60, 1.0);
+
+/// A text style.
+fn style(size: f32, anchor: Anchor, color: RGBAColor, vertical: bool) -> Style {
+    Style {
+        size,
+        anchor,
+        color,
+        vertical,
+    }
+}
+
+/// The runs of `args`, one line per config (seeds combined), in the order given.
+fn load_lines(args: &Args) -> anyhow::Result<Vec<Line>> {
+    // Groups in the order their first folder was given.
+    let mut groups: Vec<(String, String, Vec<Points>)> = Vec::new();
+    for dir in &args.exp_dirs {
+        let points = smooth(&series(dir, &args.tag, args.x)?, args.smooth as usize);
+        let (key, label) = group_of(dir);
+        match groups.iter_mut().find(|g| g.0 == key) {
+            Some(g) => g.2.push(points),
+            None => groups.push((key, label, vec![points])),
+        }
+    }
+    // Two configs that share a name are told apart by number.
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let lines: Vec<Line> = groups
+        .iter()
+        .map(|(_, label, runs)| {
+            let k = seen.entry(label.clone()).or_default();
+            *k += 1;
+            let name = if *k > 1 {
+                format!("{label} ({k})")
+            } else {
+                label.clone()
+            };
+            let name = match runs.len() {
+                1 => name,
+                n => format!("{name}, {n} seeds"),
+            };
+            let line = combine(runs);
+            let stops = ends(runs, &line);
+            (name, line, stops)
+        })
+        .collect();
+    Ok(lines)
+}
+
+/// The chart's drawing type.
+type Chart<'a> = ChartContext<'a, BitMapBackend<'a>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// Each line: its min-max band, the mean, a dot where a seed stopped.
+fn draw_curves(
+    chart: &mut Chart<'_>,
+    lines: &[Line],
+) -> Result<(), DrawingAreaErrorKind<<BitMapBackend<'static> as DrawingBackend>::ErrorType>> {
     for (i, (_, points, stops)) in lines.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
         if points.iter().any(|p| p.2 < p.3) {
@@ -345,47 +390,48 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 .map(|p| (p.0, p.3))
                 .chain(points.iter().rev().map(|p| (p.0, p.2)))
                 .collect();
-            chart
-                .draw_series(std::iter::once(Polygon::new(
-                    band,
-                    color.mix(0.18).filled(),
-                )))
-                .map_err(|e| draw(&e))?;
+            chart.draw_series(std::iter::once(Polygon::new(
+                band,
+                color.mix(0.18).filled(),
+            )))?;
         }
-        chart
-            .draw_series(LineSeries::new(
-                points.iter().map(|p| (p.0, p.1)),
-                color.stroke_width(2),
-            ))
-            .map_err(|e| draw(&e))?;
-        chart
-            .draw_series(stops.iter().map(|&p| Circle::new(p, 5, color.filled())))
-            .map_err(|e| draw(&e))?;
+        chart.draw_series(LineSeries::new(
+            points.iter().map(|p| (p.0, p.1)),
+            color.stroke_width(2),
+        ))?;
+        chart.draw_series(stops.iter().map(|&p| Circle::new(p, 5, color.filled())))?;
     }
-    let ty = Type {
-        font: FontRef::try_from_slice(FONT).context("the embedded font is invalid")?,
-    };
-    let ink = BLACK.to_rgba();
-    let style = |size, anchor, color, vertical| Style {
-        size,
-        anchor,
-        color,
-        vertical,
-    };
-    let grey = RGBAColor(60, 60, 60, 1.0);
-    let (x0, y0) = chart.backend_coord(&(0.0, y_min - pad));
-    let (x1, y1) = chart.backend_coord(&(x_max, y_max + pad));
+    Ok(())
+}
+
+/// The plot area's corners in pixels: left, bottom, right, top.
+fn chart_frame(chart: &Chart<'_>, x_max: f64, (y_lo, y_hi): (f64, f64)) -> (i32, i32, i32, i32) {
+    let (x0, y0) = chart.backend_coord(&(0.0, y_lo));
+    let (x1, y1) = chart.backend_coord(&(x_max, y_hi));
+    (x0, y0, x1, y1)
+}
+
+/// The title, the tick values and the axis names, in the embedded font.
+fn draw_labels(
+    root: &DrawingArea<BitMapBackend<'_>, Shift>,
+    ty: &Type,
+    chart: &Chart<'_>,
+    (x0, y0, x1, y1): (i32, i32, i32, i32),
+    tag: &str,
+    x_desc: &str,
+) {
+    let (ink, grey) = (INK, GREY);
     ty.draw(
-        &root,
-        &title(&args.tag),
+        root,
+        &title(tag),
         ((x0 + x1) / 2, 14),
         style(24.0, Anchor::Center, ink, false),
     );
     let spec = chart.as_coord_spec();
     for v in spec.x_spec().key_points(BoldPoints(TICKS)) {
-        let (x, _) = chart.backend_coord(&(v, y_min - pad));
+        let (x, _) = chart.backend_coord(&(v, 0.0));
         ty.draw(
-            &root,
+            root,
             &tick(v),
             (x, y0 + 8),
             style(14.0, Anchor::Center, grey, false),
@@ -394,46 +440,50 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for v in spec.y_spec().key_points(BoldPoints(TICKS)) {
         let (_, y) = chart.backend_coord(&(0.0, v));
         ty.draw(
-            &root,
+            root,
             &tick(v),
             (x0 - 8, y - 8),
             style(14.0, Anchor::Right, grey, false),
         );
     }
-    let x_desc = match args.x {
-        XAxis::Steps => "env steps",
-        XAxis::Wall => "seconds",
-    };
     ty.draw(
-        &root,
+        root,
         x_desc,
         ((x0 + x1) / 2, y0 + 34),
         style(17.0, Anchor::Center, ink, false),
     );
-    let y_desc = if args.tag.contains("return") {
+    let y_desc = if tag.contains("return") {
         "return"
     } else {
-        args.tag.as_str()
+        tag
     };
     let y_mid = (y0 + y1) / 2 + ty.width(17.0, y_desc) as i32 / 2;
     ty.draw(
-        &root,
+        root,
         y_desc,
         (x0 - 72, y_mid),
         style(17.0, Anchor::Left, ink, true),
     );
-    // The legend, in its own column right of the chart: never over the curves.
+}
+
+/// The legend, in its own column right of the chart (never over the curves), from `top`.
+fn draw_legend(
+    root: &DrawingArea<BitMapBackend<'_>, Shift>,
+    ty: &Type,
+    lines: &[Line],
+    top: i32,
+) -> Result<(), DrawingAreaErrorKind<<BitMapBackend<'static> as DrawingBackend>::ErrorType>> {
+    let (ink, grey) = (INK, GREY);
     let left = (SIZE.0 - LEGEND_WIDTH) as i32;
-    let mut y = y1 + 10;
+    let mut y = top;
     for (i, (name, _, _)) in lines.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
         root.draw(&PathElement::new(
             vec![(left + 8, y + 9), (left + 34, y + 9)],
             color.stroke_width(3),
-        ))
-        .map_err(|e| draw(&e))?;
+        ))?;
         ty.draw(
-            &root,
+            root,
             name,
             (left + 42, y),
             style(15.0, Anchor::Left, ink, false),
@@ -450,15 +500,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     for note in notes {
         ty.draw(
-            &root,
+            root,
             note,
             (left + 8, y + 6),
             style(12.0, Anchor::Left, grey, false),
         );
         y += 16;
     }
-    root.present().map_err(|e| draw(&e))?;
-    println!("{}", args.output.display());
     Ok(())
 }
 
