@@ -98,6 +98,80 @@ pub fn stamp_of(path: &Path) -> Result<Stamp, CheckpointError> {
     stamp(path, &open(path)?.1)
 }
 
+/// A mapped replay file being read: its arrays and metadata, each checked as it is taken.
+struct Reader<'a> {
+    path: &'a Path,
+    st: SafeTensors<'a>,
+    meta: &'a HashMap<String, String>,
+}
+
+impl<'a> Reader<'a> {
+    fn new(
+        path: &'a Path,
+        map: &'a [u8],
+        meta: &'a HashMap<String, String>,
+    ) -> Result<Self, CheckpointError> {
+        let st = SafeTensors::deserialize(map).map_err(|e| CheckpointError::Format {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        Ok(Reader { path, st, meta })
+    }
+
+    /// The file does not hold what this run needs: `message` says what.
+    fn mismatch(&self, message: String) -> CheckpointError {
+        CheckpointError::Mismatch {
+            path: self.path.to_path_buf(),
+            message,
+        }
+    }
+
+    /// A metadata entry.
+    fn get(&self, key: &str) -> Result<&'a str, CheckpointError> {
+        self.meta
+            .get(key)
+            .map(String::as_str)
+            .ok_or_else(|| self.mismatch(format!("not a replay file: no metadata {key}")))
+    }
+
+    /// A numeric metadata entry.
+    fn num(&self, key: &str) -> Result<usize, CheckpointError> {
+        self.get(key)?
+            .parse()
+            .map_err(|_| self.mismatch(format!("metadata {key} is not a number")))
+    }
+
+    /// The bytes of array `name`, which must be `dtype` and `shape`.
+    fn tensor(
+        &self,
+        name: &str,
+        dtype: StDtype,
+        shape: &[usize],
+    ) -> Result<&'a [u8], CheckpointError> {
+        let view = self
+            .st
+            .tensor(name)
+            .map_err(|_| self.mismatch(format!("missing tensor {name}")))?;
+        if view.dtype() != dtype || view.shape() != shape {
+            return Err(self.mismatch(format!(
+                "tensor {name} is {:?} {:?}, expected {dtype:?} {shape:?}",
+                view.dtype(),
+                view.shape()
+            )));
+        }
+        Ok(view.data())
+    }
+
+    /// Array `name` of `f32`s, which must be `shape`.
+    fn f32s(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, CheckpointError> {
+        Ok(bytemuck::pod_collect_to_vec(self.tensor(
+            name,
+            StDtype::F32,
+            shape,
+        )?))
+    }
+}
+
 impl ReplayBuffer {
     /// Write the buffer to `path` (a temporary file, then renamed) stamped with `stamp`;
     /// returns the file's size in bytes.
@@ -230,162 +304,37 @@ impl ReplayBuffer {
     /// transitions that fit are kept (their priorities start at the maximum, as new ones do).
     pub fn restore(&mut self, path: &Path) -> Result<Stamp, CheckpointError> {
         let (map, meta) = open(path)?;
-        let st = SafeTensors::deserialize(&map).map_err(|e| CheckpointError::Format {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        })?;
-        let mismatch = |message: String| CheckpointError::Mismatch {
-            path: path.to_path_buf(),
-            message,
-        };
-        let get = |key: &str| -> Result<&str, CheckpointError> {
-            meta.get(key)
-                .map(String::as_str)
-                .ok_or_else(|| mismatch(format!("not a replay file: no metadata {key}")))
-        };
-        let num = |key: &str| -> Result<usize, CheckpointError> {
-            get(key)?
-                .parse()
-                .map_err(|_| mismatch(format!("metadata {key} is not a number")))
-        };
-        if get("format")? != FORMAT {
-            return Err(mismatch(format!(
+        let r = Reader::new(path, &map, &meta)?;
+        if r.get("format")? != FORMAT {
+            return Err(r.mismatch(format!(
                 "replay file format {:?}, this drill reads {FORMAT:?}",
-                get("format")?
+                r.get("format")?
             )));
         }
         let stamp = stamp(path, &meta)?;
-        let (capacity, len, next) = (num("capacity")?, num("len")?, num("next")?);
-        let dtype = format!("{:?}", self.dtype);
-        let stack = match &self.store {
-            ObsStore::Rows { .. } => None,
-            ObsStore::Frames { k, .. } => Some(*k),
-        };
-        let saved_stack = meta.get("stack").map(|s| s.parse().unwrap_or(0));
-        if num("obs_dim")? != self.obs_dim || get("obs_dtype")? != dtype || saved_stack != stack {
-            return Err(mismatch(format!(
-                "holds {} observations of {} values{}, this run's env gives {dtype} observations of {}{}",
-                get("obs_dtype")?,
-                num("obs_dim")?,
-                saved_stack.map_or(String::new(), |k| format!(" in stacks of {k}")),
-                self.obs_dim,
-                stack.map_or(String::new(), |k| format!(" in stacks of {k}")),
-            )));
-        }
-        if len > capacity || next >= capacity.max(1) {
-            return Err(mismatch(format!(
-                "len {len} / next {next} do not fit capacity {capacity}"
-            )));
-        }
-        let tensor = |name: &str, dtype: StDtype, shape: &[usize]| {
-            let view = st
-                .tensor(name)
-                .map_err(|_| mismatch(format!("missing tensor {name}")))?;
-            if view.dtype() != dtype || view.shape() != shape {
-                return Err(mismatch(format!(
-                    "tensor {name} is {:?} {:?}, expected {dtype:?} {shape:?}",
-                    view.dtype(),
-                    view.shape()
-                )));
-            }
-            Ok(view.data())
-        };
-        let f32s = |name: &str, shape: &[usize]| -> Result<Vec<f32>, CheckpointError> {
-            Ok(bytemuck::pod_collect_to_vec(tensor(
-                name,
-                StDtype::F32,
-                shape,
-            )?))
-        };
-        let d = self.obs_dim;
+        let (capacity, len, next) = self.check_sizes(&r)?;
         let mut saved = ReplayBuffer {
             capacity,
-            obs_dim: d,
+            obs_dim: self.obs_dim,
             dtype: self.dtype,
             len,
             next,
-            store: match stack {
-                None => {
-                    let rows = |name: &str| -> Result<ObsBuf, CheckpointError> {
-                        let mut buf = match self.dtype {
-                            Dtype::F32 => ObsBuf::F32(f32s(name, &[len, d])?),
-                            Dtype::U8 => ObsBuf::U8(tensor(name, StDtype::U8, &[len, d])?.to_vec()),
-                        };
-                        buf.resize(capacity * d);
-                        Ok(buf)
-                    };
-                    ObsStore::Rows {
-                        obs: rows("obs")?,
-                        next_obs: rows("next_obs")?,
-                    }
-                }
-                Some(k) => {
-                    let frame = d / k;
-                    let slots = st
-                        .tensor("frame_refs")
-                        .map_err(|_| mismatch("missing tensor frame_refs".into()))?
-                        .shape()
-                        .first()
-                        .copied()
-                        .unwrap_or(0);
-                    let refs: Vec<u32> =
-                        bytemuck::pod_collect_to_vec(tensor("frame_refs", StDtype::U32, &[slots])?);
-                    let data = tensor("frames", StDtype::U8, &[slots, frame])?.to_vec();
-                    let mut ids: Vec<u32> = bytemuck::pod_collect_to_vec(tensor(
-                        "frame_ids",
-                        StDtype::U32,
-                        &[len, 2 * k],
-                    )?);
-                    if ids.iter().any(|&id| id as usize >= slots) {
-                        return Err(mismatch("a frame id points past the stored frames".into()));
-                    }
-                    ids.resize(capacity * 2 * k, 0);
-                    ObsStore::Frames {
-                        frames: FrameStore::from_parts(frame, data, refs),
-                        k,
-                        ids,
-                    }
-                }
-            },
+            store: self.read_store(&r, len, capacity)?,
             actions: match &self.actions {
                 ActionBuf::Discrete(_) => ActionBuf::Discrete(bytemuck::pod_collect_to_vec(
-                    tensor("actions", StDtype::U32, &[len])?,
+                    r.tensor("actions", StDtype::U32, &[len])?,
                 )),
                 ActionBuf::Continuous { dim, .. } => ActionBuf::Continuous {
                     dim: *dim,
-                    values: f32s("actions", &[len, *dim])?,
+                    values: r.f32s("actions", &[len, *dim])?,
                 },
             },
-            rewards: f32s("rewards", &[len])?,
-            dones: f32s("dones", &[len])?,
-            discounts: f32s("discounts", &[len])?,
+            rewards: r.f32s("rewards", &[len])?,
+            dones: r.f32s("dones", &[len])?,
+            discounts: r.f32s("discounts", &[len])?,
             priorities: None,
         };
-        if let Some(p) = &self.priorities {
-            let mut tree = SumTree::new(capacity);
-            let mut max = p.max;
-            if st.tensor("priorities").is_ok() {
-                let leaves: Vec<f64> =
-                    bytemuck::pod_collect_to_vec(tensor("priorities", StDtype::F64, &[len])?);
-                for (i, &l) in leaves.iter().enumerate() {
-                    tree.set(i, l);
-                }
-                max = meta
-                    .get("priority_max")
-                    .and_then(|m| m.parse().ok())
-                    .unwrap_or(max);
-            } else {
-                // Saved from uniform replay: every transition starts at the top priority.
-                for i in 0..len {
-                    tree.set(i, max.powf(p.alpha));
-                }
-            }
-            saved.priorities = Some(Priorities {
-                tree,
-                alpha: p.alpha,
-                max,
-            });
-        }
+        saved.priorities = self.read_priorities(&r, len, capacity)?;
         match &mut saved.actions {
             ActionBuf::Discrete(a) => a.resize(capacity, 0),
             ActionBuf::Continuous { dim, values } => values.resize(capacity * *dim, 0.0),
@@ -405,6 +354,122 @@ impl ReplayBuffer {
             self.take_newest(&saved);
         }
         Ok(stamp)
+    }
+
+    /// The file's observations checked against this buffer's; its capacity, length and next
+    /// slot, checked to fit one another.
+    fn check_sizes(&self, r: &Reader<'_>) -> Result<(usize, usize, usize), CheckpointError> {
+        let (capacity, len, next) = (r.num("capacity")?, r.num("len")?, r.num("next")?);
+        let dtype = format!("{:?}", self.dtype);
+        let stack = self.stack();
+        let saved_stack = r.meta.get("stack").map(|s| s.parse().unwrap_or(0));
+        if r.num("obs_dim")? != self.obs_dim || r.get("obs_dtype")? != dtype || saved_stack != stack
+        {
+            return Err(r.mismatch(format!(
+                "holds {} observations of {} values{}, this run's env gives {dtype} observations of {}{}",
+                r.get("obs_dtype")?,
+                r.num("obs_dim")?,
+                saved_stack.map_or(String::new(), |k| format!(" in stacks of {k}")),
+                self.obs_dim,
+                stack.map_or(String::new(), |k| format!(" in stacks of {k}")),
+            )));
+        }
+        if len > capacity || next >= capacity.max(1) {
+            return Err(r.mismatch(format!(
+                "len {len} / next {next} do not fit capacity {capacity}"
+            )));
+        }
+        Ok((capacity, len, next))
+    }
+
+    /// Frames per stacked observation (`None`: observations stored as rows).
+    fn stack(&self) -> Option<usize> {
+        match &self.store {
+            ObsStore::Rows { .. } => None,
+            ObsStore::Frames { k, .. } => Some(*k),
+        }
+    }
+
+    /// The saved observations, grown to `capacity`: rows, or frames with their ids.
+    fn read_store(
+        &self,
+        r: &Reader<'_>,
+        len: usize,
+        capacity: usize,
+    ) -> Result<ObsStore, CheckpointError> {
+        let d = self.obs_dim;
+        let Some(k) = self.stack() else {
+            let rows = |name: &str| -> Result<ObsBuf, CheckpointError> {
+                let mut buf = match self.dtype {
+                    Dtype::F32 => ObsBuf::F32(r.f32s(name, &[len, d])?),
+                    Dtype::U8 => ObsBuf::U8(r.tensor(name, StDtype::U8, &[len, d])?.to_vec()),
+                };
+                buf.resize(capacity * d);
+                Ok(buf)
+            };
+            return Ok(ObsStore::Rows {
+                obs: rows("obs")?,
+                next_obs: rows("next_obs")?,
+            });
+        };
+        let frame = d / k;
+        let slots =
+            r.st.tensor("frame_refs")
+                .map_err(|_| r.mismatch("missing tensor frame_refs".into()))?
+                .shape()
+                .first()
+                .copied()
+                .unwrap_or(0);
+        let refs: Vec<u32> =
+            bytemuck::pod_collect_to_vec(r.tensor("frame_refs", StDtype::U32, &[slots])?);
+        let data = r.tensor("frames", StDtype::U8, &[slots, frame])?.to_vec();
+        let mut ids: Vec<u32> =
+            bytemuck::pod_collect_to_vec(r.tensor("frame_ids", StDtype::U32, &[len, 2 * k])?);
+        if ids.iter().any(|&id| id as usize >= slots) {
+            return Err(r.mismatch("a frame id points past the stored frames".into()));
+        }
+        ids.resize(capacity * 2 * k, 0);
+        Ok(ObsStore::Frames {
+            frames: FrameStore::from_parts(frame, data, refs),
+            k,
+            ids,
+        })
+    }
+
+    /// With prioritized replay: the saved priorities (a file saved from uniform replay gives
+    /// every transition the top priority).
+    fn read_priorities(
+        &self,
+        r: &Reader<'_>,
+        len: usize,
+        capacity: usize,
+    ) -> Result<Option<Priorities>, CheckpointError> {
+        let Some(p) = &self.priorities else {
+            return Ok(None);
+        };
+        let mut tree = SumTree::new(capacity);
+        let mut max = p.max;
+        if r.st.tensor("priorities").is_ok() {
+            let leaves: Vec<f64> =
+                bytemuck::pod_collect_to_vec(r.tensor("priorities", StDtype::F64, &[len])?);
+            for (i, &l) in leaves.iter().enumerate() {
+                tree.set(i, l);
+            }
+            max = r
+                .meta
+                .get("priority_max")
+                .and_then(|m| m.parse().ok())
+                .unwrap_or(max);
+        } else {
+            for i in 0..len {
+                tree.set(i, max.powf(p.alpha));
+            }
+        }
+        Ok(Some(Priorities {
+            tree,
+            alpha: p.alpha,
+            max,
+        }))
     }
 
     /// On resume from `ck`: restore rank `rank`'s buffer saved beside it with the same
