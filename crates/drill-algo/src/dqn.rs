@@ -16,7 +16,7 @@ use crate::data::Batch;
 use crate::error::TrainError;
 use crate::middleware::{
     CkptSaver, ContextExchanger, DataPusher, EpsGreedyHandler, FinishSync, InteractionEvaluator,
-    ModelExchanger, NStepRewardEnhancer, OffPolicyLearner, OnlineLogger, Outputs, Roles,
+    ModelExchanger, NStepRewardEnhancer, OffPolicyLearner, OnlineLogger, Outputs, Remote, Roles,
     StepCollector, TerminationChecker, run_result,
 };
 use crate::nets::{ConvEncoder, QNet, argmax, input};
@@ -414,32 +414,7 @@ pub fn train_roles(
     // ALGO: the pipeline, DI-engine's order. Each role's middlewares run only where the role
     // does; exchangers carry data to the roles that run in other processes.
     if let Some(remote) = &roles.remote {
-        task.use_mw(FinishSync::new(&handle));
-        let mut x = ContextExchanger::new(timeout);
-        if roles.learner {
-            if roles.collector_elsewhere() {
-                x = x.receive_trajectories(&handle);
-            }
-            if roles.evaluator_elsewhere() {
-                x = x.receive_eval(&handle);
-            }
-        } else {
-            if roles.collector {
-                x = x.send_trajectories(remote.node);
-                task.use_mw(ModelExchanger::collector(
-                    &handle,
-                    remote.node,
-                    remote.model_staleness,
-                    &dqn,
-                    timeout,
-                ));
-            }
-            if roles.evaluator {
-                x = x.send_eval();
-                task.use_mw(ModelExchanger::evaluator(&handle, &dqn, timeout));
-            }
-        }
-        task.use_mw(x);
+        use_exchangers(&mut task, &handle, roles, remote, &dqn, timeout);
     }
     if roles.evaluator {
         // Evaluate greedily every eval_freq train iterations (and before training).
@@ -518,6 +493,45 @@ pub fn train_roles(
             run.restarts,
         )
     }))
+}
+
+/// A split run's exchangers (DI-engine's `ContextExchanger` and `ModelExchanger`): the
+/// learner receives trajectories and evaluations from the roles that run elsewhere, a
+/// collector or evaluator sends them and receives the learner's weights.
+fn use_exchangers<'a>(
+    task: &mut Task<'a, OnlineRLContext>,
+    handle: &TaskHandle,
+    roles: &Roles,
+    remote: &Remote,
+    dqn: &'a RefCell<Dqn>,
+    timeout: Duration,
+) {
+    task.use_mw(FinishSync::new(handle));
+    let mut x = ContextExchanger::new(timeout);
+    if roles.learner {
+        if roles.collector_elsewhere() {
+            x = x.receive_trajectories(handle);
+        }
+        if roles.evaluator_elsewhere() {
+            x = x.receive_eval(handle);
+        }
+    } else {
+        if roles.collector {
+            x = x.send_trajectories(remote.node);
+            task.use_mw(ModelExchanger::collector(
+                handle,
+                remote.node,
+                remote.model_staleness,
+                dqn,
+                timeout,
+            ));
+        }
+        if roles.evaluator {
+            x = x.send_eval();
+            task.use_mw(ModelExchanger::evaluator(handle, dqn, timeout));
+        }
+    }
+    task.use_mw(x);
 }
 
 #[cfg(test)]
