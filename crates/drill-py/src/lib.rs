@@ -6,10 +6,12 @@
 //! - [`training`]: `train` and `train_rank`, a whole `drill train` run in this process (or
 //!   its ranks started as processes), the GIL released while it runs;
 //! - [`policy`]: `Policy`, a trained policy loaded for inference (`drill.load`);
-//! - [`errors`]: drill's errors as Python exceptions carrying drill's message.
+//! - [`errors`]: drill's errors as Python exceptions carrying drill's message; [`spaces`]:
+//!   the spec's facts the getters share.
 
 mod errors;
 mod policy;
+mod spaces;
 mod training;
 mod vector;
 

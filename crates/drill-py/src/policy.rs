@@ -110,19 +110,13 @@ impl Policy {
     /// The observations' numpy dtype name: "uint8" (frames) or "float32".
     #[getter]
     fn obs_dtype(&self) -> &'static str {
-        match self.loaded.spec.obs.dtype {
-            Dtype::U8 => "uint8",
-            Dtype::F32 => "float32",
-        }
+        crate::spaces::dtype_name(self.loaded.spec.obs.dtype)
     }
 
     /// Number of discrete actions (None for a continuous space).
     #[getter]
     fn n_actions(&self) -> Option<usize> {
-        match &self.loaded.spec.action_space {
-            ActionSpace::Discrete(n) => Some(*n),
-            ActionSpace::Continuous { .. } => None,
-        }
+        crate::spaces::n_actions(&self.loaded.spec.action_space)
     }
 
     /// The action count (discrete) or the action's dimension (continuous).

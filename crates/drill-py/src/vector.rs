@@ -8,7 +8,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use drill_env::atari::AtariOptions;
-use drill_env::{ActionSpace, Actions, Dtype, DynVecEnv, EnvError, EnvSpec, Obs};
+use drill_env::{ActionBuf, ActionSpace, DynVecEnv, EnvError, EnvSpec, Obs};
 use numpy::{PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -33,8 +33,8 @@ enum Job {
 
 struct State {
     env: Box<dyn DynVecEnv>,
-    discrete: Vec<u32>,
-    continuous: Vec<f32>,
+    /// The actions of the next step.
+    actions: ActionBuf,
     job: Job,
     /// The last job run was a reset: the step results (rewards, flags) are not its.
     reset_last: bool,
@@ -46,14 +46,7 @@ impl State {
         self.reset_last = matches!(job, Job::Reset(_));
         match job {
             Job::Reset(seed) => self.env.reset(*seed).map(drop),
-            Job::Step => {
-                let actions = if self.env.spec().action_space.is_discrete() {
-                    Actions::Discrete(&self.discrete)
-                } else {
-                    Actions::Continuous(&self.continuous)
-                };
-                self.env.step(actions)
-            }
+            Job::Step => self.env.step(self.actions.as_actions()),
             _ => Ok(()),
         }
     }
@@ -167,39 +160,47 @@ impl VecEnvCore {
         Ok(())
     }
 
-    /// Copy `actions` (numpy) into the state's action buffers, checked.
+    /// Copy `actions` (numpy) into the state's action buffer, checked.
     fn set_actions(&self, actions: &Bound<'_, PyAny>) -> PyResult<()> {
         let n = self.num_envs;
+        let wrong_count = |got: usize| {
+            PyValueError::new_err(format!("actions: {got} given, expected one per copy ({n})"))
+        };
         let mut st = self.shared.lock();
         match &self.spec.action_space {
             ActionSpace::Discrete(k) => {
-                st.discrete.clear();
-                if let Ok(a) = actions.cast::<PyArrayDyn<i64>>() {
+                // Negative values become -1, then u32::MAX: out of range below, and named.
+                let out = if let Ok(a) = actions.cast::<PyArrayDyn<i64>>() {
                     let a = a.readonly();
-                    st.discrete.extend(
-                        a.as_slice()?
-                            .iter()
-                            .map(|&x| x.clamp(-1, u32::MAX as i64) as u32),
-                    );
+                    let a = a.as_slice()?;
+                    if a.len() != n {
+                        return Err(wrong_count(a.len()));
+                    }
+                    let out = st.actions.discrete_mut(n);
+                    for (o, &x) in out.iter_mut().zip(a) {
+                        *o = x.clamp(-1, u32::MAX as i64) as u32;
+                    }
+                    out
                 } else if let Ok(a) = actions.cast::<PyArrayDyn<i32>>() {
                     let a = a.readonly();
-                    st.discrete
-                        .extend(a.as_slice()?.iter().map(|&x| x.max(-1) as u32));
+                    let a = a.as_slice()?;
+                    if a.len() != n {
+                        return Err(wrong_count(a.len()));
+                    }
+                    let out = st.actions.discrete_mut(n);
+                    for (o, &x) in out.iter_mut().zip(a) {
+                        *o = x.max(-1) as u32;
+                    }
+                    out
                 } else {
                     return Err(PyTypeError::new_err(
                         "actions: expected a numpy array of int64 or int32, one per copy",
                     ));
-                }
-                if st.discrete.len() != n {
-                    return Err(PyValueError::new_err(format!(
-                        "actions: {} given, expected one per copy ({n})",
-                        st.discrete.len()
-                    )));
-                }
-                if let Some(i) = st.discrete.iter().position(|&a| a as usize >= *k) {
+                };
+                if let Some(i) = out.iter().position(|&a| a as usize >= *k) {
                     return Err(PyValueError::new_err(format!(
                         "actions[{i}] = {}: {} has actions 0..{}",
-                        st.discrete[i] as i32,
+                        out[i] as i32,
                         self.spec.id,
                         k - 1
                     )));
@@ -218,8 +219,7 @@ impl VecEnvCore {
                         low.len()
                     )));
                 }
-                st.continuous.clear();
-                st.continuous.extend_from_slice(s);
+                st.actions.continuous_mut(n, low.len()).copy_from_slice(s);
             }
         }
         Ok(())
@@ -318,8 +318,7 @@ impl VecEnvCore {
             shared: Arc::new(Shared {
                 state: Mutex::new(State {
                     env,
-                    discrete: Vec::with_capacity(num_envs),
-                    continuous: Vec::new(),
+                    actions: ActionBuf::for_space(&spec.action_space, num_envs),
                     job: Job::Idle,
                     reset_last: false,
                 }),
@@ -353,19 +352,13 @@ impl VecEnvCore {
     /// The observations' numpy dtype name: "uint8" (frames) or "float32".
     #[getter]
     fn obs_dtype(&self) -> &'static str {
-        match self.spec.obs.dtype {
-            Dtype::U8 => "uint8",
-            Dtype::F32 => "float32",
-        }
+        crate::spaces::dtype_name(self.spec.obs.dtype)
     }
 
     /// Number of discrete actions (None for a continuous space).
     #[getter]
     fn n_actions(&self) -> Option<usize> {
-        match &self.spec.action_space {
-            ActionSpace::Discrete(n) => Some(*n),
-            ActionSpace::Continuous { .. } => None,
-        }
+        crate::spaces::n_actions(&self.spec.action_space)
     }
 
     /// The continuous action box, (low, high) (None for a discrete space).
