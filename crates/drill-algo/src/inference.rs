@@ -69,7 +69,6 @@ impl Loaded {
         };
         let config = Config::load(&config_path.display().to_string(), &[])?;
         let spec = crate::session::env_spec(&config)?;
-        let alone = Ranks::alone;
         let mut net = match &config.policy {
             drill_config::Policy::Dqn(p) => {
                 Net::Dqn(Box::new(dqn::Dqn::from_spec(&config, p, &spec, device)?))
@@ -79,14 +78,14 @@ impl Loaded {
                 p,
                 &spec,
                 device,
-                alone(),
+                Ranks::alone(),
             )?)),
             drill_config::Policy::Sac(p) => Net::Sac(Box::new(sac::Sac::from_spec(
                 &config,
                 p,
                 &spec,
                 device,
-                alone(),
+                Ranks::alone(),
             )?)),
         };
         match &mut net {

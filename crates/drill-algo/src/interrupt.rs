@@ -19,7 +19,9 @@ fn flag() -> &'static Arc<AtomicBool> {
     FLAG.get_or_init(|| Arc::new(AtomicBool::new(false)))
 }
 
-fn register() -> std::io::Result<()> {
+/// Install the handlers for SIGINT and SIGTERM for the rest of the process (later calls do
+/// nothing).
+pub fn install() -> std::io::Result<()> {
     let mut handlers = HANDLERS.lock().unwrap_or_else(|p| p.into_inner());
     if !handlers.is_empty() {
         return Ok(());
@@ -38,12 +40,6 @@ fn register() -> std::io::Result<()> {
     Ok(())
 }
 
-/// Install the handlers for SIGINT and SIGTERM for the rest of the process (later calls do
-/// nothing).
-pub fn install() -> std::io::Result<()> {
-    register()
-}
-
 /// The handlers, installed until this is dropped (unless [`install`] keeps them).
 pub struct Scope {
     owned: bool,
@@ -56,7 +52,7 @@ pub fn scope() -> std::io::Result<Scope> {
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .is_empty();
-    register()?;
+    install()?;
     clear();
     Ok(Scope { owned })
 }
