@@ -65,6 +65,25 @@ impl<'a> Checker<'a> {
             &format!("must be in (0, 1], got {v}"),
         );
     }
+    /// An off-policy learner's batch size and gradient steps per collect
+    /// (`policy.learn.batch_size`, `policy.learn.update_per_collect`).
+    pub(crate) fn off_policy_learn(&mut self, batch_size: usize, update_per_collect: usize) {
+        self.size("policy.learn.batch_size", batch_size as u64, MAX_BATCH);
+        self.size(
+            "policy.learn.update_per_collect",
+            update_per_collect as u64,
+            1 << 20,
+        );
+    }
+    /// A replay buffer that holds at least one batch
+    /// (`policy.other.replay_buffer.replay_buffer_size`).
+    pub(crate) fn holds_a_batch(&mut self, replay_buffer_size: usize, batch_size: usize) {
+        self.check(
+            replay_buffer_size >= batch_size,
+            "policy.other.replay_buffer.replay_buffer_size",
+            &format!("must hold at least one batch ({batch_size})"),
+        );
+    }
     /// Layer sizes, at least one.
     pub(crate) fn hidden(&mut self, path: &str, sizes: &[usize]) {
         self.check(

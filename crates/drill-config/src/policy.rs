@@ -288,16 +288,7 @@ impl DqnPolicy {
             "policy.model.encoder_hidden_size_list",
             &p.model.encoder_hidden_size_list,
         );
-        c.size(
-            "policy.learn.batch_size",
-            p.learn.batch_size as u64,
-            MAX_BATCH,
-        );
-        c.size(
-            "policy.learn.update_per_collect",
-            p.learn.update_per_collect as u64,
-            1 << 20,
-        );
+        c.off_policy_learn(p.learn.batch_size, p.learn.update_per_collect);
         c.positive("policy.learn.learning_rate", p.learn.learning_rate);
         c.at_least_1(
             "policy.learn.target_update_freq",
@@ -329,11 +320,7 @@ impl DqnPolicy {
         );
         c.positive("policy.other.eps.decay", eps.decay);
         let rb = &p.other.replay_buffer;
-        c.check(
-            rb.replay_buffer_size >= p.learn.batch_size,
-            "policy.other.replay_buffer.replay_buffer_size",
-            &format!("must hold at least one batch ({})", p.learn.batch_size),
-        );
+        c.holds_a_batch(rb.replay_buffer_size, p.learn.batch_size);
         c.check(
             rb.priority_alpha >= 0.0,
             "policy.other.replay_buffer.priority_alpha",
@@ -782,16 +769,7 @@ impl SacPolicy {
             p.model.critic_head_hidden_size as u64,
             MAX_WIDTH,
         );
-        c.size(
-            "policy.learn.batch_size",
-            p.learn.batch_size as u64,
-            MAX_BATCH,
-        );
-        c.size(
-            "policy.learn.update_per_collect",
-            p.learn.update_per_collect as u64,
-            1 << 20,
-        );
+        c.off_policy_learn(p.learn.batch_size, p.learn.update_per_collect);
         c.positive("policy.learn.learning_rate_q", p.learn.learning_rate_q);
         c.positive(
             "policy.learn.learning_rate_policy",
@@ -815,10 +793,6 @@ impl SacPolicy {
             "policy.other.replay_buffer.priority",
             "SAC samples uniformly: must be false",
         );
-        c.check(
-            rb.replay_buffer_size >= p.learn.batch_size,
-            "policy.other.replay_buffer.replay_buffer_size",
-            &format!("must hold at least one batch ({})", p.learn.batch_size),
-        );
+        c.holds_a_batch(rb.replay_buffer_size, p.learn.batch_size);
     }
 }
