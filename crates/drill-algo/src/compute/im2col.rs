@@ -378,18 +378,20 @@ pub fn forward(x: &[f32], weight: &[f32], bias: &[f32], g: &Geometry, relu: bool
 pub fn backward_params(x: &[f32], dy: &[f32], g: &Geometry) -> (Vec<f32>, Vec<f32>) {
     let (k, p, co) = (g.k(), g.p(), g.c_out);
     assert_eq!(dy.len(), g.batch * g.out_len(), "conv output gradient size");
-    // Each worker accumulates its own dW and db (after its patch buffer), summed at the end.
+    // Each worker accumulates its own dW^T and db, summed at the end, then dW^T is transposed
+    // once. dW^T is accumulated row-major (`K x c_out`): `gemm` ran the Nature CNN's weight
+    // gradients at 70-106 GFLOP/s that way against 53-86 writing `dW` (`c_out x K`) directly.
     let partial_len = co * k + co;
     let one = |b: usize, acc: &mut [f32], scratch: &mut [f32], first: bool| {
         let (col, xs) = scratch.split_at_mut(k * p);
         patches(x, b, g, xs, col);
         let dyb = &dy[b * g.out_len()..(b + 1) * g.out_len()];
-        let (dw, db) = acc.split_at_mut(co * k);
-        // dW^T (K x c_out) += col (K x P) * dy[b]^T (P x c_out); dW is c_out x K row-major.
+        let (dwt, db) = acc.split_at_mut(co * k);
+        // dW^T (K x c_out) += col (K x P) * dy[b]^T (P x c_out).
         matmul(
             (k, co, p),
-            dw,
-            (1, k),
+            dwt,
+            (co, 1),
             !first,
             View::rows(col, p),
             View::transposed(dyb, p),
@@ -422,7 +424,7 @@ pub fn backward_params(x: &[f32], dy: &[f32], g: &Geometry) -> (Vec<f32>, Vec<f3
         worker(0)
     };
     let db = acc.split_off(co * k);
-    (acc, db)
+    (View::transposed(&acc, co).to_row_major(co, k), db)
 }
 
 /// Input gradient for output gradient `dy`: `dx [batch, c_in, h, w]`.
