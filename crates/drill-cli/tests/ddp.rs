@@ -27,6 +27,16 @@ fn cartpole_dqn_ddp_reaches_its_stop_value_with_identical_parameters_on_both_ran
         .unwrap();
     let log = text(&out);
     assert!(out.status.success(), "{log}");
+    // Every line the launcher passes on carries its rank's prefix once (the result path, the
+    // last line, once read `[rank 0] [rank 0] ...`).
+    for line in log.lines().filter(|l| l.starts_with("[rank")) {
+        assert_eq!(line.matches("[rank ").count(), 1, "{line}");
+    }
+    assert!(
+        log.lines()
+            .any(|l| l.starts_with("[rank 0] ") && l.ends_with("result.json")),
+        "{log}"
+    );
     let r = result(&exp);
     assert_eq!(r["stop_reached"], true, "{r}");
     assert_eq!(r["world_size"], 2);

@@ -137,87 +137,110 @@ pub fn run_round(
     };
     let mut workers = Vec::with_capacity(cfg.nproc_per_node);
     for local in 0..cfg.nproc_per_node {
-        let rank = p.rank_offset + local;
-        let mut cmd = Command::new(&cfg.program);
-        cmd.args(&cfg.args)
-            .env("RANK", rank.to_string())
-            .env("LOCAL_RANK", local.to_string())
-            .env("WORLD_SIZE", p.world_size.to_string())
-            .env("LOCAL_WORLD_SIZE", cfg.nproc_per_node.to_string())
-            .env("GROUP_RANK", p.node_rank.to_string())
-            .env("NODE_RANK", p.node_rank.to_string())
-            .env("MASTER_ADDR", &p.master_addr)
-            .env("MASTER_PORT", p.master_port.to_string())
-            .env("DRILL_RESTART_COUNT", restart.to_string())
-            .env("TORCHELASTIC_RESTART_COUNT", restart.to_string())
-            .env("DRILL_MAX_RESTARTS", cfg.max_restarts.to_string())
-            .env("TORCHELASTIC_MAX_RESTARTS", cfg.max_restarts.to_string())
-            .env("DRILL_RUN_ID", format!("{}-{restart}", cfg.rdzv_id))
-            .env("DRILL_JOB_TOKEN", token)
-            .env("DRILL_AGENT_STORE", "1")
-            .envs(cfg.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        if std::env::var_os("OMP_NUM_THREADS").is_none() {
-            cmd.env("OMP_NUM_THREADS", "1");
-        }
-        // Each worker leads its own process group, so signals reach the programs it starts
-        // too, and dies with the launcher, even if that is SIGKILLed: no orphans.
-        // SAFETY: the closure runs in the forked child before exec and only makes two
-        // async-signal-safe system calls (setpgid, prctl), allocating nothing.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::setpgid(0, 0) != 0
-                    || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let mut child = match cmd.spawn() {
-            Ok(c) => c,
+        match start_rank(cfg, p, token, restart, local, dir.as_ref()) {
+            Ok(w) => workers.push(w),
             Err(e) => {
                 stop_all(&mut workers, libc::SIGTERM, cfg.grace);
-                return Err(LaunchError::Io {
-                    context: format!("start rank {rank}: {}", cfg.program),
-                    source: e,
-                });
+                return Err(e);
             }
-        };
-        let (fo, fe, log) = match &dir {
-            Some(d) => {
-                let o = d.join(format!("rank_{rank}.stdout"));
-                let e = d.join(format!("rank_{rank}.stderr"));
-                let fo = File::create(&o).map_err(io(format!("create {}", o.display())))?;
-                let fe = File::create(&e).map_err(io(format!("create {}", e.display())))?;
-                (Some(fo), Some(fe), Some(e))
+        }
+    }
+    Ok(watch(cfg, p, restart, rdzv, signals, workers))
+}
+
+/// Start local rank `local` with torchrun's environment, its output pumped to the terminal
+/// with its `[rank N]` prefix (and to `dir`'s files when logging).
+fn start_rank(
+    cfg: &LaunchConfig,
+    p: &Placement,
+    token: &str,
+    restart: usize,
+    local: usize,
+    dir: Option<&PathBuf>,
+) -> Result<Worker, LaunchError> {
+    let rank = p.rank_offset + local;
+    let (fo, fe, log) = match dir {
+        Some(d) => {
+            let o = d.join(format!("rank_{rank}.stdout"));
+            let e = d.join(format!("rank_{rank}.stderr"));
+            let fo = File::create(&o).map_err(io(format!("create {}", o.display())))?;
+            let fe = File::create(&e).map_err(io(format!("create {}", e.display())))?;
+            (Some(fo), Some(fe), Some(e))
+        }
+        None => (None, None, None),
+    };
+    let mut cmd = Command::new(&cfg.program);
+    cmd.args(&cfg.args)
+        .env("RANK", rank.to_string())
+        .env("LOCAL_RANK", local.to_string())
+        .env("WORLD_SIZE", p.world_size.to_string())
+        .env("LOCAL_WORLD_SIZE", cfg.nproc_per_node.to_string())
+        .env("GROUP_RANK", p.node_rank.to_string())
+        .env("NODE_RANK", p.node_rank.to_string())
+        .env("MASTER_ADDR", &p.master_addr)
+        .env("MASTER_PORT", p.master_port.to_string())
+        .env("DRILL_RESTART_COUNT", restart.to_string())
+        .env("TORCHELASTIC_RESTART_COUNT", restart.to_string())
+        .env("DRILL_MAX_RESTARTS", cfg.max_restarts.to_string())
+        .env("TORCHELASTIC_MAX_RESTARTS", cfg.max_restarts.to_string())
+        .env("DRILL_RUN_ID", format!("{}-{restart}", cfg.rdzv_id))
+        .env("DRILL_JOB_TOKEN", token)
+        .env("DRILL_AGENT_STORE", "1")
+        .envs(cfg.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if std::env::var_os("OMP_NUM_THREADS").is_none() {
+        cmd.env("OMP_NUM_THREADS", "1");
+    }
+    // Each worker leads its own process group, so signals reach the programs it starts
+    // too, and dies with the launcher, even if that is SIGKILLed: no orphans.
+    // SAFETY: the closure runs in the forked child before exec and only makes two
+    // async-signal-safe system calls (setpgid, prctl), allocating nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setpgid(0, 0) != 0 || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
             }
-            None => (None, None, None),
-        };
-        let prefix = format!("[rank {rank}] ");
-        let pumps = vec![
-            pump(
-                child.stdout.take().expect("piped"),
-                prefix.clone(),
-                Stream::Out,
-                fo,
-            ),
-            pump(child.stderr.take().expect("piped"), prefix, Stream::Err, fe),
-        ];
-        workers.push(Worker {
-            rank,
-            child,
-            status: None,
-            pumps,
-            log,
+            Ok(())
         });
     }
+    let mut child = cmd
+        .spawn()
+        .map_err(io(format!("start rank {rank}: {}", cfg.program)))?;
+    let prefix = format!("[rank {rank}] ");
+    let pumps = vec![
+        pump(
+            child.stdout.take().expect("piped"),
+            prefix.clone(),
+            Stream::Out,
+            fo,
+        ),
+        pump(child.stderr.take().expect("piped"), prefix, Stream::Err, fe),
+    ];
+    Ok(Worker {
+        rank,
+        child,
+        status: None,
+        pumps,
+        log,
+    })
+}
 
+/// Watch the started ranks until the attempt ends: all exited 0, one failed (here or, with
+/// several nodes, elsewhere), or the launcher was signalled.
+fn watch(
+    cfg: &LaunchConfig,
+    p: &Placement,
+    restart: usize,
+    rdzv: &Rendezvous,
+    signals: &Signals,
+    mut workers: Vec<Worker>,
+) -> RoundEnd {
     let tick = cfg
         .monitor_interval
-        .clamp(Duration::from_millis(5), Duration::from_secs(5));
+        .clamp(Duration::from_millis(5), Duration::from_secs(5))
+        .min(Duration::from_millis(20));
     let mut last_remote_check = Instant::now();
     // The first signal is passed on and the ranks finish their step, save and exit (drill
     // train's interrupt); the launcher waits for them. A second one stops them at once.
@@ -232,9 +255,11 @@ pub fn run_round(
                     "drill launch: got {} again; stopping every rank now",
                     signal_name(sig)
                 );
-                stop_all(&mut workers, sig, cfg.grace);
-                join_pumps(&mut workers);
-                return Ok(RoundEnd::Interrupted(sig));
+                return end_with(
+                    &mut workers,
+                    Some((sig, cfg.grace)),
+                    RoundEnd::Interrupted(sig),
+                );
             }
             eprintln!(
                 "drill launch: got {}; passing it to every rank (drill train stops after its current step and saves; send it again to stop at once)",
@@ -243,89 +268,110 @@ pub fn run_round(
             signal_all(&mut workers, sig);
             interrupt = Some(sig);
         }
-        // A rank killed by a signal is the cause; ranks that exited with an error in the same
-        // pass are usually reporting it (their peer is gone), so the signal wins.
-        let mut failure: Option<Failure> = None;
-        for w in workers.iter_mut().filter(|w| w.status.is_none()) {
-            if let Ok(Some(s)) = w.child.try_wait() {
-                w.status = Some(s);
-                if s.code() == Some(INTERRUPTED) && interrupt.is_none() {
-                    // Interrupted elsewhere (another node's launcher got the signal): every
-                    // rank stops at the same step; wait for the others, do not restart.
-                    eprintln!(
-                        "drill launch: rank {} stopped on an interrupt; waiting for the others",
-                        w.rank
-                    );
-                    interrupt = Some(libc::SIGINT);
-                }
-                let killed = s.signal().is_some();
-                let better = match &failure {
-                    None => true,
-                    Some(f) => killed && f.status.is_some_and(|fs| fs.signal().is_none()),
-                };
-                if !s.success() && better {
-                    failure = Some(Failure {
-                        rank: Some(w.rank),
-                        node_rank: p.node_rank,
-                        pid: w.child.id(),
-                        status: Some(s),
-                        log: w.log.clone(),
-                        remote: None,
-                    });
-                }
-            }
-        }
-        // While interrupted, exits are the ranks stopping as asked: wait for all of them. A
-        // rank that ended otherwise (killed by the signal before its handler was installed,
-        // failed) leaves the others unable to agree on their last step: stop them.
+        let failure = reap(&mut workers, p, &mut interrupt);
         if let Some(sig) = interrupt {
-            if workers.iter().all(|w| w.status.is_some()) {
-                join_pumps(&mut workers);
-                return Ok(RoundEnd::Interrupted(sig));
+            if let Some(end) = end_of_interrupt(&mut workers, sig, cfg.grace) {
+                return end;
             }
-            let broken = workers
-                .iter()
-                .filter_map(|w| w.status.map(|s| (w.rank, s)))
-                .find(|(_, s)| !s.success() && s.code() != Some(INTERRUPTED));
-            if let Some((rank, status)) = broken {
-                eprintln!(
-                    "drill launch: rank {rank} {} instead of stopping with the others; stopping every rank",
-                    describe(status)
-                );
-                stop_all(&mut workers, libc::SIGTERM, cfg.grace);
-                join_pumps(&mut workers);
-                return Ok(RoundEnd::Interrupted(sig));
-            }
-            std::thread::sleep(tick.min(Duration::from_millis(20)));
-            continue;
-        }
-        if let Some(f) = failure {
+        } else if let Some(f) = failure {
             rdzv.report_failure(restart, &f.to_string());
-            stop_all(&mut workers, libc::SIGTERM, cfg.grace);
-            join_pumps(&mut workers);
-            return Ok(RoundEnd::Failed(f));
-        }
-        if workers.iter().all(|w| w.status.is_some()) {
-            join_pumps(&mut workers);
-            return Ok(RoundEnd::Success);
-        }
-        if cfg.nnodes > 1 && last_remote_check.elapsed() >= Duration::from_millis(100) {
+            return end_with(
+                &mut workers,
+                Some((libc::SIGTERM, cfg.grace)),
+                RoundEnd::Failed(f),
+            );
+        } else if workers.iter().all(|w| w.status.is_some()) {
+            return end_with(&mut workers, None, RoundEnd::Success);
+        } else if cfg.nnodes > 1 && last_remote_check.elapsed() >= Duration::from_millis(100) {
             last_remote_check = Instant::now();
             if let Some(r) = rdzv.remote_failure(restart) {
-                stop_all(&mut workers, libc::SIGTERM, cfg.grace);
-                join_pumps(&mut workers);
-                return Ok(RoundEnd::Failed(Failure {
+                let f = Failure {
                     rank: None,
                     node_rank: p.node_rank,
                     pid: 0,
                     status: None,
                     log: None,
                     remote: Some(r),
-                }));
+                };
+                return end_with(
+                    &mut workers,
+                    Some((libc::SIGTERM, cfg.grace)),
+                    RoundEnd::Failed(f),
+                );
             }
         }
-        std::thread::sleep(tick.min(Duration::from_millis(20)));
+        std::thread::sleep(tick);
     }
+}
+
+/// Note the exits since the last look; the failure among them that ends the attempt. A rank
+/// killed by a signal is the cause; ranks that exited with an error in the same pass are
+/// usually reporting it (their peer is gone), so the signal wins. A rank that stopped on an
+/// interrupt while the launcher got none was interrupted elsewhere (another node's launcher
+/// got the signal): `interrupt` is set, and the others are waited for, not restarted.
+fn reap(workers: &mut [Worker], p: &Placement, interrupt: &mut Option<i32>) -> Option<Failure> {
+    let mut failure: Option<Failure> = None;
+    for w in workers.iter_mut().filter(|w| w.status.is_none()) {
+        let Ok(Some(s)) = w.child.try_wait() else {
+            continue;
+        };
+        w.status = Some(s);
+        if s.code() == Some(INTERRUPTED) && interrupt.is_none() {
+            eprintln!(
+                "drill launch: rank {} stopped on an interrupt; waiting for the others",
+                w.rank
+            );
+            *interrupt = Some(libc::SIGINT);
+        }
+        let killed = s.signal().is_some();
+        let better = match &failure {
+            None => true,
+            Some(f) => killed && f.status.is_some_and(|fs| fs.signal().is_none()),
+        };
+        if !s.success() && better {
+            failure = Some(Failure {
+                rank: Some(w.rank),
+                node_rank: p.node_rank,
+                pid: w.child.id(),
+                status: Some(s),
+                log: w.log.clone(),
+                remote: None,
+            });
+        }
+    }
+    failure
+}
+
+/// While interrupted, exits are the ranks stopping as asked: the attempt ends when all have.
+/// A rank that ended otherwise (killed by the signal before its handler was installed,
+/// failed) leaves the others unable to agree on their last step: they are stopped.
+fn end_of_interrupt(workers: &mut [Worker], sig: i32, grace: Duration) -> Option<RoundEnd> {
+    if workers.iter().all(|w| w.status.is_some()) {
+        return Some(end_with(workers, None, RoundEnd::Interrupted(sig)));
+    }
+    let (rank, status) = workers
+        .iter()
+        .filter_map(|w| w.status.map(|s| (w.rank, s)))
+        .find(|(_, s)| !s.success() && s.code() != Some(INTERRUPTED))?;
+    eprintln!(
+        "drill launch: rank {rank} {} instead of stopping with the others; stopping every rank",
+        describe(status)
+    );
+    Some(end_with(
+        workers,
+        Some((libc::SIGTERM, grace)),
+        RoundEnd::Interrupted(sig),
+    ))
+}
+
+/// End the attempt as `end`: first stop the live ranks with `stop`'s signal and grace, if
+/// given, then wait for every rank's output.
+fn end_with(workers: &mut [Worker], stop: Option<(i32, Duration)>, end: RoundEnd) -> RoundEnd {
+    if let Some((sig, grace)) = stop {
+        stop_all(workers, sig, grace);
+    }
+    join_pumps(workers);
+    end
 }
 
 /// `SIGINT` for 2, and so on.
