@@ -16,7 +16,8 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 for ((r = 1; r <= ROUNDS; r++)); do
   for case in ${CASES//,/ }; do
-    d=$("$DRILL" --threads "$THREADS" bench learner --case "$case" --json | sed -n 's/.*"median_us":\([0-9.]*\).*/\1/p')
+    # The case's own line: `nature-cnn-update` also prints the peak, its rate and bf16's.
+    d=$("$DRILL" --threads "$THREADS" bench learner --case "$case" --json | grep "\"case\":\"$case\"," | sed -n 's/.*"median_us":\([0-9.]*\).*/\1/p')
     t=$(OMP_NUM_THREADS=$THREADS "$PY" scripts/bench_torch_learner.py --threads "$THREADS" --case "$case" | awk '{print $2}')
     printf '%s %s %s\n' "$case" "$d" "$t" | tee -a "$out"
   done

@@ -22,7 +22,7 @@ pub enum Target {
     /// Environment steps per second: CartPole single and vectorised, or `--env ID` vectorised
     /// (`--num-envs`, `--env-threads`).
     Env,
-    /// DQN updates (CartPole nets; DI-engine's Pong net), Nature-CNN updates and batch-8 inference; `scripts/bench_learner_vs_torch.sh` runs them side by side with PyTorch.
+    /// DQN updates (CartPole nets; DI-engine's Pong net), Nature-CNN updates (with the machine's FMA peak) and forward passes of batch 4 and 8, CartPole's MLP's batch-8 inference; `scripts/bench_learner_vs_torch.sh` runs them side by side with PyTorch.
     Learner,
     /// Replay memory: bytes per stored transition, filled from `--env` (default
     /// PongNoFrameskip-v4) with random actions; `--iters` transitions (default 20000); and
@@ -618,6 +618,25 @@ fn learner_bench(
             ),
         );
     }
+    if want("nature-cnn-inference") {
+        // The collector's forward pass: a batch of one frame stack per env copy (8 in
+        // `pong_ppo`, 4 for half of them), frames to actions.
+        let (fwd, _) = nature_cnn_macs(6);
+        for bs in [4, 8] {
+            let n = iters.unwrap_or(400);
+            let us = nature_cnn_inference_us(&device, bs, n);
+            report.row(
+                &format!("nature-cnn-inference-b{bs}"),
+                "us",
+                us,
+                n,
+                &format!(
+                    "4x84x84 frames to greedy actions, {:.1} GFLOP/s, {threads} thread(s)",
+                    2.0 * bs as f64 * fwd / (us * 1e3)
+                ),
+            );
+        }
+    }
     if want("nature-cnn-update") || want("nature-cnn-update-bf16") {
         // The roofline: the update's multiply-adds (target forward, online forward, weight
         // gradients, input gradients but the first layer's) against the FMA peak measured on
@@ -713,6 +732,22 @@ fn nature_cnn_update_us(device: &Device, bs: usize, n: usize) -> f64 {
         trainer
             .step(1e-4, 0.0)
             .expect("one process: nothing to fail");
+    })
+}
+
+/// Median microseconds of a Nature-CNN forward pass over `bs` frame stacks to greedy
+/// actions (no autodiff), over `n` iterations.
+fn nature_cnn_inference_us(device: &Device, bs: usize, n: usize) -> f64 {
+    device.seed(0);
+    let net = NatureCnn::new(6, device);
+    let obs =
+        Tensor::<4>::random([bs, 4, 84, 84], Distribution::Uniform(0.0, 1.0), device).into_data();
+    time_us(20.min(n), n, || {
+        let actions = net
+            .forward(Tensor::<4>::from_data(obs.clone(), device))
+            .argmax(1)
+            .into_data();
+        assert_eq!(actions.num_elements(), bs);
     })
 }
 
