@@ -8,15 +8,20 @@ reward clipping, stack 4, episodic life, no sticky actions).
 
     pip install torch ale-py==0.12.1 && MATURIN_PEP517_ARGS="--features atari" pip install ./python
     ALE_ROM_DIR=... python examples/python/ppo_atari.py [--envs drill|ale-py] [--total-steps N]
-        [--iterations N] [--threads 2] [--env-threads 2] [--log returns.csv]
+        [--iterations N] [--threads 2] [--env-threads 2] [--log-dir DIR]
 
-It prints env steps/s per iteration and each finished episode's return (also to `--log` as
-CSV), and at the end the median env steps/s after the first iteration (the anchor
+It prints env steps/s per iteration and each finished episode's return, and at the end the
+median env steps/s after the first iteration (the anchor
 `scripts/bench_pong_ppo_vs_torch.sh` compares `drill train` with, on ale-py).
-`--threads` is torch's intra-op threads (measure 1 and 2 on 2 cores).
+`--threads` is torch's intra-op threads (measure 1 and 2 on 2 cores). `--log-dir DIR` writes
+the returns (`charts/episodic_return`) and the rate (`charts/sps`) to `DIR/metrics.jsonl` in
+drill's format, so that `drill plot --tag charts/episodic_return DIR RUN...` draws this run
+beside drill's own (a folder without a `config.toml` is labelled with its name).
 """
 
 import argparse
+import json
+import os
 import statistics
 import time
 
@@ -88,7 +93,7 @@ def main():
     p.add_argument("--total-steps", type=int, default=10_000_000)
     p.add_argument("--iterations", type=int, default=None, help="stop after N iterations (default: total steps)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--log", default=None, help="CSV of env_step,episode_return")
+    p.add_argument("--log-dir", default=None, help="write DIR/metrics.jsonl as drill does")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -115,9 +120,17 @@ def main():
     step = 0
     rates = []
     running = np.zeros(num_envs)
-    log = open(a.log, "w") if a.log else None
-    if log:
-        log.write("env_step,episode_return\n")
+    log = None
+    if a.log_dir:
+        os.makedirs(a.log_dir, exist_ok=True)
+        log = open(os.path.join(a.log_dir, "metrics.jsonl"), "w")
+
+    def record(tag, value):
+        if log:
+            row = {"tag": tag, "step": step, "value": float(value), "wall_time": time.time()}
+            log.write(json.dumps(row) + "\n")
+            log.flush()
+
     for it in range(1, iterations + 1):
         t0 = time.perf_counter()
         opt.param_groups[0]["lr"] = lr * (1.0 - (it - 1.0) * batch / total_steps)
@@ -138,9 +151,7 @@ def main():
             running += r
             for i in np.flatnonzero(done):
                 print(f"env step {step}: episode return {running[i]:.0f}", flush=True)
-                if log:
-                    log.write(f"{step},{running[i]}\n")
-                    log.flush()
+                record("charts/episodic_return", running[i])
                 running[i] = 0
         with torch.no_grad():
             next_value = agent.get_value(next_obs.float()).reshape(1, -1)
@@ -185,6 +196,7 @@ def main():
         if it > 1:
             rates.append(rate)
         print(f"iteration {it}: {step} env steps, {rate:.1f} env steps/s", flush=True)
+        record("charts/sps", rate)
     envs.close()
     print(
         f"torch ppo_atari on {a.envs}: median {statistics.median(rates):.1f} env steps/s after "
