@@ -87,6 +87,7 @@ pub fn train_here(
     save_replay: bool,
     log_file: &mut dyn FnMut(&Path),
 ) -> Result<Trained, TrainError> {
+    let started = std::time::SystemTime::now();
     let Prepared { config, spec } = prepared;
     let device = select_device(&config)?;
     let dist = crate::session::join(&config)?;
@@ -153,10 +154,21 @@ pub fn train_here(
         Err(e) => {
             let e = whose(e);
             // The failed run's folder says why (a full disk lets this small file through
-            // once the checkpoint that failed removed its temporary file).
-            if let Some(exp) = &mut exp
-                && let Err(write) = exp.fail(&e.to_string(), world, restarts)
-            {
+            // once the checkpoint that failed removed its temporary file): rank 0 writes it,
+            // or, when rank 0 is the rank that was lost (killed, stopped, cut off), the rank
+            // that noticed.
+            let written = match &mut exp {
+                Some(exp) => Some(exp.fail(&e.to_string(), world, restarts)),
+                None if e.lost_rank() == Some(0) => Some(drill_exp::fail_in(
+                    &dir,
+                    &e.to_string(),
+                    started,
+                    world,
+                    restarts,
+                )),
+                None => None,
+            };
+            if let Some(Err(write)) = written {
                 tracing::warn!("cannot write {}/result.json: {write}", dir.display());
             }
             Err(e)

@@ -84,11 +84,25 @@ impl TrainError {
     }
 
     /// The training error underneath: a failed middleware's typed error when this is a task
-    /// failure wrapping one (e.g. [`TrainError::NonFinite`] from the learner), else itself.
+    /// failure wrapping one (e.g. [`TrainError::NonFinite`] from the learner), through a
+    /// rank's [`TrainError::InRank`]; else itself.
     pub fn cause(&self) -> &TrainError {
         match self {
             TrainError::Task(t) => t.find::<TrainError>().map_or(self, TrainError::cause),
+            TrainError::InRank { source, .. } => source.cause(),
             _ => self,
+        }
+    }
+
+    /// The rank this error says was lost (gone, or silent past a deadline), if a collective
+    /// failed that way.
+    pub fn lost_rank(&self) -> Option<usize> {
+        match self.cause() {
+            TrainError::Comm(
+                drill_comm::CommError::PeerLost { rank, .. }
+                | drill_comm::CommError::Timeout { rank, .. },
+            ) => Some(*rank),
+            _ => None,
         }
     }
 }

@@ -126,6 +126,28 @@ fn killing_a_rank_fails_the_job_fast_naming_it() {
     assert!(log.contains("signal 9") || log.contains("SIGKILL"), "{log}");
 }
 
+/// Rank 0 writes `result.json`; when rank 0 is the rank lost (here stopped with SIGSTOP, as a
+/// frozen host would be), the rank that noticed writes it, naming rank 0.
+#[test]
+fn a_stopped_rank_0_is_named_in_result_json_by_the_rank_that_noticed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let exp = tmp.path().join("run");
+    let child = long_run(&exp, &[]);
+    let pid = common::rank_pid(child.id(), 0, &exp);
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: kill(2) touches no memory of this process.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let out = child.wait_with_output().unwrap();
+    let log = text(&out);
+    assert!(!out.status.success(), "{log}");
+    let r = result(&exp);
+    let error = r["error"].as_str().unwrap_or_default();
+    assert!(error.starts_with("rank 1 of 2: "), "{r}");
+    assert!(error.contains("rank 0 is gone"), "{r}");
+    // The counters of the newest checkpoint (rank 0 was stopped soon after its first).
+    assert!(r["env_steps"].is_u64() && r["interrupted"] == false, "{r}");
+}
+
 #[test]
 fn with_max_restarts_a_killed_rank_is_restarted_and_the_run_resumes() {
     let tmp = tempfile::tempdir().unwrap();

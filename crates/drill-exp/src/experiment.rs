@@ -8,7 +8,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// The progress bar on screen, if any: log lines are written around it ([`suspend_bar`]).
 static BAR: std::sync::Mutex<Option<ProgressBar>> = std::sync::Mutex::new(None);
@@ -230,8 +230,7 @@ impl Experiment {
         }
         self.tb.flush()?;
         self.metrics.sync()?;
-        let json = serde_json::to_string_pretty(result).expect("result serialises");
-        crate::durable::write_atomic(&self.dir.join("result.json"), (json + "\n").as_bytes())
+        write_result(&self.dir, result)
     }
 
     /// End a run of `world_size` ranks (restarted `restarts` times) that failed with `error`:
@@ -242,14 +241,7 @@ impl Experiment {
         let wall_seconds = self.start.elapsed().as_secs_f64();
         // The counters of the work kept: an attempt that failed before reporting any (a
         // restart on a full disk) still says where the run's newest checkpoint stands.
-        let kept = Checkpoint::newest_in(&self.dir)
-            .map(|ck| {
-                (
-                    ck.counter("env_steps").unwrap_or(0),
-                    ck.counter("train_iters").unwrap_or(0),
-                )
-            })
-            .unwrap_or((0, 0));
+        let kept = kept_counters(&self.dir);
         self.finish(&TrainResult {
             stop_reached: false,
             env_steps: p.env_steps.max(kept.0),
@@ -265,6 +257,63 @@ impl Experiment {
             error: Some(error.to_string()),
         })
     }
+}
+
+/// `result.json` in `dir`, written durably.
+fn write_result(dir: &Path, result: &TrainResult) -> std::io::Result<()> {
+    let json = serde_json::to_string_pretty(result).expect("result serialises");
+    crate::durable::write_atomic(&dir.join("result.json"), (json + "\n").as_bytes())
+}
+
+/// `(env_steps, train_iters)` of the newest checkpoint in `dir`, or zeros.
+fn kept_counters(dir: &Path) -> (u64, u64) {
+    Checkpoint::newest_in(dir)
+        .map(|ck| {
+            (
+                ck.counter("env_steps").unwrap_or(0),
+                ck.counter("train_iters").unwrap_or(0),
+            )
+        })
+        .unwrap_or((0, 0))
+}
+
+/// [`Experiment::fail`] from a rank that holds no [`Experiment`], started at `since`:
+/// `result.json` in the run's folder `dir` when the folder's writer (rank 0) is the rank that
+/// was lost, written by the rank that noticed. It holds the newest checkpoint's counters and
+/// the error; what no evaluation measured is `null`. A `result.json` written since `since` is
+/// left as it is: rank 0 was there to say why after all (it shut its group down first).
+pub fn fail_in(
+    dir: &Path,
+    error: &str,
+    since: SystemTime,
+    world_size: usize,
+    restarts: u32,
+) -> std::io::Result<()> {
+    let path = dir.join("result.json");
+    if std::fs::metadata(&path)
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| t >= since)
+    {
+        return Ok(());
+    }
+    let (env_steps, train_iters) = kept_counters(dir);
+    write_result(
+        dir,
+        &TrainResult {
+            stop_reached: false,
+            env_steps,
+            train_iters,
+            wall_seconds: since.elapsed().map_or(f64::NAN, |d| d.as_secs_f64()),
+            env_steps_per_sec: f64::NAN,
+            eval_reward_mean: f64::NAN,
+            eval_reward_std: f64::NAN,
+            eval_episodes: 0,
+            world_size,
+            restarts,
+            interrupted: false,
+            error: Some(error.to_string()),
+        },
+    )
 }
 
 impl Reporter for Experiment {
@@ -338,6 +387,41 @@ impl Reporter for Experiment {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A rank that noticed rank 0 lost writes `result.json` with the error, unless rank 0
+    /// wrote one since that rank started.
+    #[test]
+    fn fail_in_writes_the_error_unless_a_newer_result_is_there() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let read = || -> serde_json::Value {
+            serde_json::from_str(&std::fs::read_to_string(dir.join("result.json")).unwrap())
+                .unwrap()
+        };
+        let before = SystemTime::now() - Duration::from_secs(60);
+        fail_in(dir, "rank 0 is gone", before, 2, 1).unwrap();
+        let r = read();
+        assert_eq!(r["error"], "rank 0 is gone");
+        assert_eq!(
+            (r["world_size"].as_u64(), r["restarts"].as_u64()),
+            (Some(2), Some(1))
+        );
+        assert!(r["wall_seconds"].as_f64().unwrap() >= 60.0, "{r}");
+        assert!(r["eval_reward_mean"].is_null(), "{r}");
+        // That file is newer than `before`: a second report leaves it.
+        fail_in(dir, "another", before, 2, 1).unwrap();
+        assert_eq!(read()["error"], "rank 0 is gone");
+        // A result older than this rank's start (a previous attempt's) is replaced.
+        fail_in(
+            dir,
+            "newer",
+            SystemTime::now() + Duration::from_secs(60),
+            2,
+            1,
+        )
+        .unwrap();
+        assert_eq!(read()["error"], "newer");
+    }
 
     #[test]
     fn a_failed_checkpoint_write_names_the_file_and_runs_never_share_a_folder() {

@@ -20,7 +20,7 @@ mod report;
 mod tensorboard;
 
 pub use checkpoint::{Checkpoint, CheckpointError};
-pub use experiment::{Experiment, suspend_bar};
+pub use experiment::{Experiment, fail_in, suspend_bar};
 pub use report::{NullReporter, Progress, Reporter, TrainResult};
 pub use tensorboard::{EventWriter, read_scalars};
 
