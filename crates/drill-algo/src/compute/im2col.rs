@@ -156,12 +156,24 @@ fn split_columns(x: &[f32], g: &Geometry, xs: &mut [f32]) {
     }
 }
 
-/// [`split_columns`] for a stride known at compile time (unrolled; the Atari strides).
+/// [`split_columns`] for a stride known at compile time (unrolled; the Atari strides), the
+/// whole groups of a row through AVX-512 permutes where the CPU has them (strides 2 and 4).
 fn split_rows<const S: usize>(x: &[f32], g: &Geometry, xs: &mut [f32]) {
     let pw = phase_width(g);
     let full = g.w / S;
+    #[cfg(target_arch = "x86_64")]
+    let simd = (S == 2 || S == 4) && std::arch::is_x86_feature_detected!("avx512f");
     for (row, out) in x.chunks_exact(g.w).zip(xs.chunks_exact_mut(S * pw)) {
-        for (j, group) in row.chunks_exact(S).enumerate().take(full) {
+        #[cfg(target_arch = "x86_64")]
+        if simd {
+            // SAFETY: AVX-512F was detected above.
+            unsafe { deinterleave_avx512::<S>(row, out, pw, full) };
+        }
+        #[cfg(target_arch = "x86_64")]
+        let done = if simd { full } else { 0 };
+        #[cfg(not(target_arch = "x86_64"))]
+        let done = 0;
+        for (j, group) in row.chunks_exact(S).enumerate().take(full).skip(done) {
             for r in 0..S {
                 out[r * pw + j] = group[r];
             }
@@ -173,6 +185,74 @@ fn split_rows<const S: usize>(x: &[f32], g: &Geometry, xs: &mut [f32]) {
             }
         }
     }
+}
+
+/// `out[r * pw + j] = row[j * S + r]` for the first `full` groups of `row`, 16 groups a step
+/// (the last step masked): the step's `16 S` values in `S` registers, each phase gathered by
+/// `vpermt2ps` (and, for `S = 4`, two halves joined by `vshuff32x4`). `S` is 2 or 4.
+///
+/// # Safety
+/// The CPU must have AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn deinterleave_avx512<const S: usize>(
+    row: &[f32],
+    out: &mut [f32],
+    pw: usize,
+    full: usize,
+) {
+    use std::arch::x86_64::*;
+    assert!(S == 2 || S == 4, "stride {S}");
+    assert!(row.len() >= full * S && full <= pw && out.len() >= (S - 1) * pw + full);
+    // Lane i of phase r's index picks value `r + S i` of two registers (32 values): all 16
+    // lanes for S = 2, the first 8 for S = 4 (the other 8 are not used).
+    let index = |r: usize| -> __m512i {
+        let lanes: [i32; 16] = std::array::from_fn(|i| {
+            if S * i + r < 32 {
+                (S * i + r) as i32
+            } else {
+                0
+            }
+        });
+        // SAFETY: 16 i32 are 64 bytes, what an unaligned 512-bit load reads.
+        unsafe { _mm512_loadu_si512(lanes.as_ptr().cast()) }
+    };
+    let idx: [__m512i; S] = std::array::from_fn(index);
+    let mut j = 0;
+    while j < full {
+        let n = (full - j).min(16);
+        let at = row.as_ptr().wrapping_add(j * S);
+        // SAFETY: the masks keep every load inside the `n S` values of these groups (inside
+        // `row`: `full S` values) and every store inside lanes `j..j + n` of a phase (inside
+        // `out`: phase r's first `full` values start at r pw).
+        unsafe {
+            let load = |k: usize| {
+                // A register past the groups (mask 0) reads nothing; its address is only
+                // computed (wrapping), never dereferenced.
+                let mask = lanes((n * S).saturating_sub(16 * k));
+                _mm512_maskz_loadu_ps(mask, at.wrapping_add(16 * k))
+            };
+            let a: [__m512; S] = std::array::from_fn(load);
+            for (r, idx) in idx.iter().enumerate() {
+                let v = if S == 2 {
+                    _mm512_permutex2var_ps(a[0], *idx, a[1])
+                } else {
+                    let lo = _mm512_permutex2var_ps(a[0], *idx, a[1]);
+                    let hi = _mm512_permutex2var_ps(a[2], *idx, a[3]);
+                    _mm512_shuffle_f32x4::<0x44>(lo, hi)
+                };
+                _mm512_mask_storeu_ps(out.as_mut_ptr().add(r * pw + j), lanes(n), v);
+            }
+        }
+        j += 16;
+    }
+}
+
+/// A mask of the first `min(n, 16)` lanes.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn lanes(n: usize) -> u16 {
+    if n >= 16 { u16::MAX } else { (1u16 << n) - 1 }
 }
 
 /// [`split_columns`] for any stride.
@@ -614,6 +694,42 @@ mod tests {
             sw: 2,
         },
     ];
+
+    /// The split layout, by its definition, for the widths and strides of every path (the
+    /// SIMD one, its masked last step, a partial last group).
+    #[test]
+    fn split_columns_matches_its_definition() {
+        for sw in 1..=5 {
+            for w in 1..=70 {
+                let g = Geometry {
+                    batch: 1,
+                    c_in: 2,
+                    h: 3,
+                    w,
+                    c_out: 1,
+                    kh: 1,
+                    kw: 1,
+                    sh: 1,
+                    sw,
+                };
+                let x = values(g.in_len(), 9);
+                let mut xs = vec![f32::NAN; split_len(&g)];
+                split_columns(&x, &g, &mut xs);
+                let pw = phase_width(&g);
+                for (y, row) in x.chunks_exact(w).enumerate() {
+                    for r in 0..sw {
+                        for j in 0..pw {
+                            let want = row.get(j * sw + r).copied().unwrap_or(0.0);
+                            assert_eq!(xs[(y * sw + r) * pw + j], want, "w {w} sw {sw}");
+                        }
+                    }
+                }
+                let mut back = vec![0.0; x.len()];
+                merge_columns(&xs, &g, &mut back);
+                assert_eq!(back, x, "w {w} sw {sw}");
+            }
+        }
+    }
 
     /// Run `f` on one thread and on three (the serial and the parallel split).
     fn on_pools(f: impl Fn() + Sync) {
