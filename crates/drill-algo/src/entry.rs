@@ -13,8 +13,9 @@ use drill_env::EnvSpec;
 use drill_exp::Experiment;
 
 use crate::compute::select_device;
+use crate::error::TrainError;
 use crate::start::{self, RankStart, StartOptions};
-use crate::{NullReporter, Reporter, RunContext, TrainError, TrainResult};
+use crate::{NullReporter, Reporter, RunContext, TrainResult};
 
 /// A config ready to train: loaded, its environment's spec built once, checked.
 pub struct Prepared {
@@ -127,6 +128,12 @@ pub fn train_here(
         dir.display(),
         if threads == 1 { "" } else { "s" }
     );
+    if crate::compute::bf16::enabled()
+        && rank == 0
+        && let Some(why) = crate::compute::bf16::slow_here()
+    {
+        tracing::warn!("policy.precision = \"bf16\": {why}");
+    }
     let mut null = NullReporter;
     let reporter: &mut dyn Reporter = match &mut exp {
         Some(e) => e,

@@ -11,9 +11,10 @@ use drill_env::{ActionBuf, EnvSpec, Obs};
 
 use crate::checkpoint::Checkpoint;
 use crate::ddp::Ranks;
+use crate::error::TrainError;
 use crate::export::StateDict;
 use crate::policy::Policy;
-use crate::{TrainError, dqn, ppo, sac};
+use crate::{dqn, ppo, sac};
 
 /// The config of checkpoint `EXP/ckpt/X.safetensors`: `EXP/config.toml`, if there.
 pub fn config_beside(checkpoint: &Path) -> Option<PathBuf> {

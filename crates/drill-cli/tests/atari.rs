@@ -210,6 +210,14 @@ fn pong_ppo_trains_in_bf16_on_every_core() {
         log.contains(&format!("(rank 0 of 1, {threads}, bf16 products (")),
         "{log}"
     );
+    // A CPU without AVX-512 BF16 runs the portable kernel, and the log says it is slow.
+    let native = std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| c.contains(" avx512_bf16"));
+    assert_eq!(
+        log.contains("bf16 products (Portable)"),
+        !native,
+        "AVX-512 BF16 in /proc/cpuinfo: {native}\n{log}"
+    );
+    assert_eq!(log.contains("has no AVX-512 BF16"), !native, "{log}");
     let r = common::result(&exp);
     assert_eq!(r["train_iters"].as_u64().unwrap(), 48, "{r}");
     let losses = std::fs::read_to_string(exp.join("metrics.jsonl")).unwrap();

@@ -228,7 +228,8 @@ pub struct DqnPolicy {
     /// Run on CUDA (needs a binary built with `--features cuda`).
     pub cuda: bool,
     /// Precision of the large matrix products on the CPU: `f32`, or `bf16` (operands rounded
-    /// to bfloat16, f32 accumulation, f32 weights and Adam state).
+    /// to bfloat16, f32 accumulation, f32 weights and Adam state; faster only where the CPU
+    /// has AVX-512 BF16).
     pub precision: Precision,
     /// Data-parallel training across ranks (DI-engine's name; `ddp` is an alias).
     #[serde(alias = "ddp")]
@@ -482,7 +483,8 @@ pub struct PpoPolicy {
     /// Run on CUDA (needs a binary built with `--features cuda`).
     pub cuda: bool,
     /// Precision of the large matrix products on the CPU: `f32`, or `bf16` (operands rounded
-    /// to bfloat16, f32 accumulation, f32 weights and Adam state).
+    /// to bfloat16, f32 accumulation, f32 weights and Adam state; faster only where the CPU
+    /// has AVX-512 BF16).
     pub precision: Precision,
     /// Data-parallel training across ranks (`ddp` is an alias).
     #[serde(alias = "ddp")]
@@ -709,7 +711,8 @@ pub struct SacPolicy {
     /// Run on CUDA (needs a binary built with `--features cuda`).
     pub cuda: bool,
     /// Precision of the large matrix products on the CPU: `f32`, or `bf16` (operands rounded
-    /// to bfloat16, f32 accumulation, f32 weights and Adam state).
+    /// to bfloat16, f32 accumulation, f32 weights and Adam state; faster only where the CPU
+    /// has AVX-512 BF16).
     pub precision: Precision,
     /// Data-parallel training across ranks (`ddp` is an alias).
     #[serde(alias = "ddp")]

@@ -119,6 +119,48 @@ mod tests {
         }
     }
 
+    /// A forward pass over few rows and a weight past `MAX_MACS` (the collector's batch
+    /// through the Nature CNN's dense layer): bias and ReLU on the last depth step only, the
+    /// columns split over threads (one and three), every row and column as the definition.
+    #[test]
+    fn a_few_rows_forward_matches_the_definition() {
+        for (n, threads) in [(1, 1), (5, 1), (8, 3), (5, 3)] {
+            let d = Dims {
+                n,
+                d_in: 700,
+                d_out: 330,
+            };
+            assert!(d.n * d.d_in * d.d_out > MAX_MACS || n < 5);
+            let v = |len: usize, s: f32| -> Vec<f32> {
+                (0..len).map(|i| (i as f32 * 0.37 + s).sin()).collect()
+            };
+            let (x, w, b) = (
+                v(n * d.d_in, 0.1),
+                v(d.d_in * d.d_out, 0.2),
+                v(d.d_out, 0.3),
+            );
+            let y = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .expect("a thread pool")
+                .install(|| forward(&x, &w, &b, d, true));
+            for i in 0..n {
+                for o in 0..d.d_out {
+                    let want: f32 = b[o]
+                        + (0..d.d_in)
+                            .map(|k| x[i * d.d_in + k] * w[k * d.d_out + o])
+                            .sum::<f32>();
+                    let got = y[i * d.d_out + o];
+                    assert!(
+                        (got - want.max(0.0)).abs() < 1e-4 * (1.0 + want.abs()),
+                        "rows {n}, threads {threads}: y[{i}][{o}] {got} vs {}",
+                        want.max(0.0)
+                    );
+                }
+            }
+        }
+    }
+
     /// A product over `MAX_MACS` takes the transposed route: still `dy W^T`.
     #[test]
     fn a_large_input_gradient_matches_the_definition() {

@@ -1,5 +1,6 @@
 //! One safe entry point for matrix products, [`matmul`] over strided views of slices: small
-//! products (dense layers of small nets) go to [`super::small_gemm`], the rest to the `gemm`
+//! products (dense layers of small nets) and products of few rows (a batch of 4 or 8 frames
+//! through a wide dense layer) go to [`super::small_gemm`], the rest to the `gemm`
 //! crate (burn-flex's own GEMM; drill enables its AVX-512 kernels, picked at run time), or
 //! with `policy.precision = "bf16"` to [`super::bf16`].
 
@@ -9,8 +10,9 @@ pub use super::view::View;
 
 /// `dst (m x n) = [dst +] a (m x k) * b (k x n)`. `dst` is strided by `(row, column)`
 /// strides `dst_strides`. Products of at most [`small_gemm::MAX_MACS`] multiply-adds into a
-/// row-major destination run on one thread in [`super::small_gemm`]; the others run on the
-/// rayon pool when `parallel` and the pool has threads
+/// row-major destination run on one thread in [`super::small_gemm`]; in f32, products of at
+/// most [`small_gemm::FEW_ROWS`] rows with a row-major right operand too, a block of columns
+/// per thread; the others run on the rayon pool when `parallel` and the pool has threads
 /// (callers that already split work over threads pass `false`).
 #[allow(clippy::too_many_arguments)]
 pub fn matmul(
@@ -164,6 +166,22 @@ unsafe fn gemm_into(
     } else {
         1
     };
+    if m <= small_gemm::FEW_ROWS && dst_strides.1 == 1 && b.cs == 1 {
+        // SAFETY: as below; the caller vouches for the destination.
+        unsafe {
+            few_rows(
+                dst,
+                (m, n, k),
+                dst_strides.0,
+                accumulate,
+                a,
+                b,
+                epilogue,
+                threads,
+            )
+        };
+        return;
+    }
     let parallelism = if threads > 1 {
         gemm::Parallelism::Rayon(threads)
     } else {
@@ -198,5 +216,75 @@ unsafe fn gemm_into(
         // SAFETY: `product_then`, the only caller with an epilogue, passes its row-major
         // m x n buffer, now fully written.
         epilogue.apply(unsafe { std::slice::from_raw_parts_mut(dst, m * n) }, n);
+    }
+}
+
+/// Rows of the right operand one pass of [`few_rows`] takes: 128 rows of a 512-column
+/// weight are 256 KiB, half an L2 cache.
+const FEW_ROWS_DEPTH: usize = 128;
+
+/// A product of at most [`small_gemm::FEW_ROWS`] rows with a row-major right operand (the
+/// collector's and evaluator's forward pass through a dense layer: a batch of 4 or 8 frames
+/// times the Nature CNN's 3136 x 512 weight) in [`small_gemm`], which reads the right operand
+/// where it lies: `gemm` packs all of it first, for only `m` rows of use. The columns are
+/// split into one block per thread.
+///
+/// # Safety
+/// As [`gemm_into`]'s, with `dst` row-major (row stride `ldc`, column stride 1).
+#[allow(clippy::too_many_arguments)]
+unsafe fn few_rows(
+    dst: *mut f32,
+    (m, n, k): (usize, usize, usize),
+    ldc: usize,
+    accumulate: bool,
+    a: View<'_>,
+    b: View<'_>,
+    epilogue: Epilogue<'_>,
+    threads: usize,
+) {
+    // Blocks of whole 16-column groups, so that every thread's tiles stay full. The
+    // destination travels to the threads as an address: raw pointers are not `Sync`.
+    let block = n.div_ceil(threads.max(1)).next_multiple_of(16).min(n);
+    let dst = dst as usize;
+    let run = |j: usize| {
+        let cols = block.min(n - j);
+        // Depth in steps of `FEW_ROWS_DEPTH` rows of `b`: each step's rows (contiguous when
+        // `b` is row-major) stay in L2 while every row tile passes over them.
+        let mut d = 0;
+        while d < k {
+            let depth = FEW_ROWS_DEPTH.min(k - d);
+            let last = d + depth == k;
+            // SAFETY: columns `j..j + cols` of the destination and rows `d..d + depth` of
+            // those columns of `b` (and the matching columns of `a`) lie inside the regions
+            // the caller and `gemm_into`'s checks vouch for; blocks do not overlap.
+            unsafe {
+                small_gemm::matmul(
+                    (m, cols, depth),
+                    (dst as *mut f32).add(j),
+                    ldc,
+                    accumulate || d > 0,
+                    a.data.as_ptr().add(d * a.cs),
+                    (a.rs, a.cs),
+                    b.data.as_ptr().add(d * b.rs + j),
+                    b.rs,
+                    if last {
+                        Epilogue {
+                            bias: epilogue.bias.map(|bias| &bias[j..j + cols]),
+                            relu: epilogue.relu,
+                        }
+                    } else {
+                        Epilogue::default()
+                    },
+                );
+            }
+            d += depth;
+        }
+    };
+    let blocks = n.div_ceil(block);
+    if blocks == 1 {
+        run(0);
+    } else {
+        use rayon::prelude::*;
+        (0..blocks).into_par_iter().for_each(|t| run(t * block));
     }
 }

@@ -157,20 +157,47 @@ fn split_columns(x: &[f32], g: &Geometry, xs: &mut [f32]) {
 }
 
 /// [`split_columns`] for a stride known at compile time (unrolled; the Atari strides), the
-/// whole groups of a row through AVX-512 permutes where the CPU has them (strides 2 and 4).
+/// whole groups of a row through AVX-512 permutes where the CPU has them, else through AVX2
+/// shuffles (strides 2 and 4; the scalar loop for the rest of a row, and everywhere else).
 fn split_rows<const S: usize>(x: &[f32], g: &Geometry, xs: &mut [f32]) {
+    split_rows_at::<S>(x, g, xs, split_level());
+}
+
+/// The best deinterleave this CPU has: 2 for AVX-512F, 1 for AVX2, 0 for none.
+fn split_level() -> u8 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            return 2;
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            return 1;
+        }
+    }
+    0
+}
+
+/// [`split_rows`] at SIMD level `level` (at most [`split_level`]'s; the tests run each).
+fn split_rows_at<const S: usize>(x: &[f32], g: &Geometry, xs: &mut [f32], level: u8) {
+    assert!(level <= split_level(), "SIMD level {level} on this CPU");
     let pw = phase_width(g);
     let full = g.w / S;
     #[cfg(target_arch = "x86_64")]
-    let simd = (S == 2 || S == 4) && std::arch::is_x86_feature_detected!("avx512f");
+    let level = if S == 2 || S == 4 { level } else { 0 };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = level;
     for (row, out) in x.chunks_exact(g.w).zip(xs.chunks_exact_mut(S * pw)) {
         #[cfg(target_arch = "x86_64")]
-        if simd {
-            // SAFETY: AVX-512F was detected above.
-            unsafe { deinterleave_avx512::<S>(row, out, pw, full) };
-        }
-        #[cfg(target_arch = "x86_64")]
-        let done = if simd { full } else { 0 };
+        let done = match level {
+            2 => {
+                // SAFETY: AVX-512F was detected (the level is at most `split_level`'s).
+                unsafe { deinterleave_avx512::<S>(row, out, pw, full) };
+                full
+            }
+            // SAFETY: AVX2 was detected (the level is at most `split_level`'s).
+            1 => unsafe { deinterleave_avx2::<S>(row, out, pw, full) },
+            _ => 0,
+        };
         #[cfg(not(target_arch = "x86_64"))]
         let done = 0;
         for (j, group) in row.chunks_exact(S).enumerate().take(full).skip(done) {
@@ -185,6 +212,68 @@ fn split_rows<const S: usize>(x: &[f32], g: &Geometry, xs: &mut [f32]) {
             }
         }
     }
+}
+
+/// `out[r * pw + j] = row[j * S + r]` for the first groups of `row`, 8 groups a step, as many
+/// whole steps as `full` groups hold; returns how many groups it did (the caller does the
+/// rest). Stride 2: `vshufps` picks the even and odd values of two registers per 128-bit lane,
+/// `vpermpd` puts the lanes' halves in order. Stride 4: a 4x4 transpose per lane
+/// (`vunpcklps`/`vunpckhps`, then `vshufps`) and `vpermps` joins the lanes. `S` is 2 or 4.
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn deinterleave_avx2<const S: usize>(
+    row: &[f32],
+    out: &mut [f32],
+    pw: usize,
+    full: usize,
+) -> usize {
+    use std::arch::x86_64::*;
+    assert!(S == 2 || S == 4, "stride {S}");
+    assert!(row.len() >= full * S && full <= pw && out.len() >= (S - 1) * pw + full);
+    let steps = full / 8;
+    let at = row.as_ptr();
+    let to = out.as_mut_ptr();
+    for step in 0..steps {
+        let j = step * 8;
+        // SAFETY: this step's `8 S` values lie inside the `full S` values of `row`, and its
+        // stores inside lanes `j..j + 8` of each phase (inside `out`: phase r's first `full`
+        // values start at r pw), both checked above.
+        unsafe {
+            let load = |k: usize| _mm256_loadu_ps(at.add(j * S + 8 * k));
+            if S == 2 {
+                let (a, b) = (load(0), load(1));
+                let even = _mm256_shuffle_ps::<0x88>(a, b);
+                let odd = _mm256_shuffle_ps::<0xDD>(a, b);
+                let order = |v: __m256| {
+                    _mm256_castpd_ps(_mm256_permute4x64_pd::<0xD8>(_mm256_castps_pd(v)))
+                };
+                _mm256_storeu_ps(to.add(j), order(even));
+                _mm256_storeu_ps(to.add(pw + j), order(odd));
+            } else {
+                let (a0, a1, a2, a3) = (load(0), load(1), load(2), load(3));
+                let t0 = _mm256_unpacklo_ps(a0, a1);
+                let t1 = _mm256_unpackhi_ps(a0, a1);
+                let t2 = _mm256_unpacklo_ps(a2, a3);
+                let t3 = _mm256_unpackhi_ps(a2, a3);
+                let phases = [
+                    _mm256_shuffle_ps::<0x44>(t0, t2),
+                    _mm256_shuffle_ps::<0xEE>(t0, t2),
+                    _mm256_shuffle_ps::<0x44>(t1, t3),
+                    _mm256_shuffle_ps::<0xEE>(t1, t3),
+                ];
+                // Each phase holds groups 0, 2, 4, 6 in its low lane and 1, 3, 5, 7 in its
+                // high one.
+                let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+                for (r, v) in phases.into_iter().enumerate() {
+                    _mm256_storeu_ps(to.add(r * pw + j), _mm256_permutevar8x32_ps(v, order));
+                }
+            }
+        }
+    }
+    steps * 8
 }
 
 /// `out[r * pw + j] = row[j * S + r]` for the first `full` groups of `row`, 16 groups a step
@@ -695,8 +784,9 @@ mod tests {
         },
     ];
 
-    /// The split layout, by its definition, for the widths and strides of every path (the
-    /// SIMD one, its masked last step, a partial last group).
+    /// The split layout, by its definition, for the widths and strides of every path (each
+    /// SIMD level this CPU has, AVX-512's masked last step, AVX2's scalar rest, a partial
+    /// last group).
     #[test]
     fn split_columns_matches_its_definition() {
         for sw in 1..=5 {
@@ -713,22 +803,34 @@ mod tests {
                     sw,
                 };
                 let x = values(g.in_len(), 9);
-                let mut xs = vec![f32::NAN; split_len(&g)];
-                split_columns(&x, &g, &mut xs);
-                let pw = phase_width(&g);
-                for (y, row) in x.chunks_exact(w).enumerate() {
-                    for r in 0..sw {
-                        for j in 0..pw {
-                            let want = row.get(j * sw + r).copied().unwrap_or(0.0);
-                            assert_eq!(xs[(y * sw + r) * pw + j], want, "w {w} sw {sw}");
-                        }
+                for level in 0..=split_level() {
+                    let mut xs = vec![f32::NAN; split_len(&g)];
+                    match sw {
+                        2 => split_rows_at::<2>(&x, &g, &mut xs, level),
+                        4 => split_rows_at::<4>(&x, &g, &mut xs, level),
+                        _ => split_columns(&x, &g, &mut xs),
                     }
+                    check_split(&x, &xs, &g, level);
                 }
-                let mut back = vec![0.0; x.len()];
-                merge_columns(&xs, &g, &mut back);
-                assert_eq!(back, x, "w {w} sw {sw}");
             }
         }
+    }
+
+    /// `xs` is `x` split by its definition, and merging it gives `x` back.
+    fn check_split(x: &[f32], xs: &[f32], g: &Geometry, level: u8) {
+        let (w, sw, pw) = (g.w, g.sw, phase_width(g));
+        for (y, row) in x.chunks_exact(w).enumerate() {
+            for r in 0..sw {
+                for j in 0..pw {
+                    let want = row.get(j * sw + r).copied().unwrap_or(0.0);
+                    let got = xs[(y * sw + r) * pw + j];
+                    assert_eq!(got, want, "w {w} sw {sw} level {level}");
+                }
+            }
+        }
+        let mut back = vec![0.0; x.len()];
+        merge_columns(xs, g, &mut back);
+        assert_eq!(back, x, "w {w} sw {sw} level {level}");
     }
 
     /// Run `f` on one thread and on three (the serial and the parallel split).

@@ -21,6 +21,10 @@ const NV: usize = 3;
 /// Products of at most this many multiply-adds come here (see [`super::gemm::matmul`]).
 pub const MAX_MACS: usize = 1 << 20;
 
+/// Products of at most this many rows with a row-major right operand come here too, however
+/// large (see `gemm::few_rows`).
+pub const FEW_ROWS: usize = 8;
+
 /// What happens to each product cell before it is stored: a bias per column is added, then
 /// ReLU (NaN stays NaN). A dense layer's forward pass in the same registers as its product.
 #[derive(Debug, Clone, Copy, Default)]

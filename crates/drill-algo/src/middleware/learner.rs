@@ -6,9 +6,9 @@ use drill_task::{Middleware, OnlineRLContext, TaskError, TaskHandle};
 use rand_chacha::ChaCha8Rng;
 
 use super::task_err;
-use crate::TrainError;
 use crate::data::{Batch, ReplayBuffer};
 use crate::ddp::Ranks;
+use crate::error::TrainError;
 use crate::policy::{LearnOutput, Policy};
 
 /// Samples `batch_size` transitions and calls the policy's learn side `update_per_collect`

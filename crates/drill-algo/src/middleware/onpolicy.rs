@@ -8,9 +8,9 @@ use rand_chacha::ChaCha8Rng;
 
 use super::learner::log_scalars;
 use super::{EpisodeReturns, account_collection, task_err};
-use crate::TrainError;
 use crate::data::{Rollout, gae};
 use crate::ddp::Ranks;
+use crate::error::TrainError;
 use crate::policy::{Acted, Explore, LearnOutput, Policy};
 
 /// Running variance of the discounted return, for reward scaling (SB3's `VecNormalize`).

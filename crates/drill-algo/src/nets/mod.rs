@@ -31,8 +31,17 @@ pub fn input(obs: Obs<'_>, dim: usize, device: &Device) -> Tensor<2> {
     match obs {
         Obs::F32(x) => Tensor::from_data(TensorData::new(x.to_vec(), [n, dim]), device),
         Obs::U8(x) => {
-            let v: Vec<f32> = x.iter().map(|&b| f32::from(b)).collect();
-            Tensor::<2>::from_data(TensorData::new(v, [n, dim]), device).div_scalar(255.0)
+            // One pass that converts and divides (the values of a division of the float
+            // tensor, without its second pass), split over the pool's threads for a
+            // learner's minibatch (256 Atari frames: 7.2 M values).
+            let scale = |&b: &u8| f32::from(b) / 255.0;
+            let v: Vec<f32> = if x.len() >= 1 << 20 && rayon::current_num_threads() > 1 {
+                use rayon::prelude::*;
+                x.par_iter().map(scale).collect()
+            } else {
+                x.iter().map(scale).collect()
+            };
+            Tensor::from_data(TensorData::new(v, [n, dim]), device)
         }
     }
 }
