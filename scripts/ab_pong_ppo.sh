@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Interleaved A/B of two drill binaries on `configs/pong_ppo.toml`: each round trains ITERS
 # iterations with A, then with B (no evaluation inside the window); each run's figure is the
-# median env steps/s over its iterations after the first (from metrics.jsonl, as
+# median env steps/s over its iterations after the first (scripts/pong_ppo_rate.sh, as
 # bench_pong_ppo_vs_torch.sh). Prints every round, the medians and B/A.
 #
 #   scripts/ab_pong_ppo.sh OLD_BINARY NEW_BINARY [ROUNDS] [ITERS] [DRILL_ARGS...]
@@ -14,20 +14,9 @@ ITERS=${4:-8}
 shift $(($# < 4 ? $# : 4))
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-rate() {
-  "$1" train configs/pong_ppo.toml --quiet --exp-dir "$tmp/run" \
-    --set max_env_step=$((ITERS * 1024)) --set policy.eval.evaluator.eval_freq=100000000 "${@:2}" \
-    >"$tmp/log" 2>&1 || { cat "$tmp/log" >&2; exit 1; }
-  python3 - "$tmp/run/metrics.jsonl" <<'PY'
-import json, statistics, sys
-pts = [(r["step"], r["wall_time"]) for r in map(json.loads, open(sys.argv[1])) if r["tag"] == "charts/SPS"]
-print(f"{statistics.median((s1 - s0) / (w1 - w0) for (s0, w0), (s1, w1) in zip(pts, pts[1:])):.1f}")
-PY
-  rm -rf "$tmp/run"
-}
 for ((r = 1; r <= ROUNDS; r++)); do
-  a=$(rate "$A" "$@")
-  b=$(rate "$B" "$@")
+  a=$(scripts/pong_ppo_rate.sh "$A" "$ITERS" "$@")
+  b=$(scripts/pong_ppo_rate.sh "$B" "$ITERS" "$@")
   printf 'round %s: A %s env steps/s, B %s env steps/s\n' "$r" "$a" "$b" | tee -a "$tmp/rows"
 done
 awk '{ a[n + 0] = $4; b[n + 0] = $8; n++ }

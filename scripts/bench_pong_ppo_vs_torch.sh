@@ -2,8 +2,8 @@
 # `drill train configs/pong_ppo.toml` side by side with CleanRL's ppo_atari in PyTorch
 # (examples/python/ppo_atari.py --envs ale-py: ale-py's AtariVectorEnv, the same hyper-parameters),
 # interleaved round by round so both see the same machine load. Each side's figure is the
-# median env steps/s over its iterations after the first (drill's from metrics.jsonl: env steps
-# and wall time of each iteration's log; no evaluation inside the window).
+# median env steps/s over its iterations after the first (drill's from scripts/pong_ppo_rate.sh:
+# metrics.jsonl's env steps and wall time of each iteration; no evaluation inside the window).
 #
 #   scripts/bench_pong_ppo_vs_torch.sh [PYTHON] [ROUNDS] [ITERATIONS] [TORCH_THREADS] [DRILL_ARGS...]
 #   e.g. ALE_ROM_DIR=$PWD/roms scripts/bench_pong_ppo_vs_torch.sh /tmp/v/bin/python 3 12 2
@@ -19,16 +19,7 @@ DRILL=${DRILL:-target/release/drill}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for ((r = 1; r <= ROUNDS; r++)); do
-  "$DRILL" train configs/pong_ppo.toml --quiet --exp-dir "$tmp/drill$r" \
-    --set max_env_step=$((ITERS * 1024)) --set policy.eval.evaluator.eval_freq=100000000 "$@" \
-    >"$tmp/log$r" 2>&1 || { cat "$tmp/log$r"; exit 1; }
-  d=$("$PY" - "$tmp/drill$r/metrics.jsonl" <<'PY'
-import json, statistics, sys
-pts = [(r["step"], r["wall_time"]) for r in map(json.loads, open(sys.argv[1])) if r["tag"] == "charts/SPS"]
-rates = [(s1 - s0) / (w1 - w0) for (s0, w0), (s1, w1) in zip(pts, pts[1:])]
-print(f"{statistics.median(rates):.1f}")
-PY
-)
+  d=$(PY=$PY scripts/pong_ppo_rate.sh "$DRILL" "$ITERS" "$@")
   t=$("$PY" examples/python/ppo_atari.py --envs ale-py --threads "$TT" --iterations "$ITERS" | tail -1 |
     sed -n 's/.*median \([0-9.]*\) env.*/\1/p')
   printf 'round %s: drill %s env steps/s, torch %s env steps/s\n' "$r" "$d" "$t" | tee -a "$tmp/rows"
