@@ -746,9 +746,10 @@ mod tests {
         }
     }
 
-    const SHAPES: [Geometry; 3] = [
-        // Nature-DQN's first layer on a small frame, a stride-2 and a stride-1 layer, and a
-        // non-square one.
+    const SHAPES: [Geometry; 4] = [
+        // Nature-DQN's first layer on a small frame, a stride-2 and a stride-1 layer, a
+        // non-square one, and one whose batch splits into groups of 2 with a shorter last
+        // group (121 output positions: groups of 320 / 121 = 2).
         Geometry {
             batch: 3,
             c_in: 4,
@@ -781,6 +782,17 @@ mod tests {
             kw: 2,
             sh: 1,
             sw: 2,
+        },
+        Geometry {
+            batch: 5,
+            c_in: 1,
+            h: 12,
+            w: 13,
+            c_out: 2,
+            kh: 2,
+            kw: 3,
+            sh: 1,
+            sw: 1,
         },
     ];
 
