@@ -748,8 +748,8 @@ mod tests {
 
     const SHAPES: [Geometry; 4] = [
         // Nature-DQN's first layer on a small frame, a stride-2 and a stride-1 layer, a
-        // non-square one, and one whose batch splits into groups of 2 with a shorter last
-        // group (121 output positions: groups of 320 / 121 = 2).
+        // non-square one, and one whose batch splits into groups with a shorter last group
+        // (121 output positions: `GROUP_COLUMNS / 121` elements a group, 2 today).
         Geometry {
             batch: 3,
             c_in: 4,
