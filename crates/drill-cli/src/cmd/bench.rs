@@ -640,27 +640,32 @@ fn learner_bench(
     if want("nature-cnn-update") || want("nature-cnn-update-bf16") {
         // The roofline: the update's multiply-adds (target forward, online forward, weight
         // gradients, input gradients but the first layer's) against the FMA peak measured on
-        // every thread of the pool at once.
+        // every thread of the pool at once. On a GPU (`--gpu`) neither the CPU's peak nor the
+        // CPU's bf16 kernels apply: the f32 update and its GFLOP/s only.
         let bs = 32;
         let (fwd, first) = nature_cnn_macs(6);
         let gflop = 2.0 * bs as f64 * (4.0 * fwd - first) / 1e9;
-        let peak: f64 = rayon::broadcast(|_| drill_algo::compute::peak::fma_peak_gflops())
-            .into_iter()
-            .sum();
-        report.row(
-            "fma-peak",
-            "GFLOP/s",
-            peak,
-            5,
-            &format!("f32 FMA peak measured on {threads} thread(s) at once"),
-        );
+        let on_cpu = device == Device::flex();
+        let peak = on_cpu.then(|| {
+            let peak: f64 = rayon::broadcast(|_| drill_algo::compute::peak::fma_peak_gflops())
+                .into_iter()
+                .sum();
+            report.row(
+                "fma-peak",
+                "GFLOP/s",
+                peak,
+                5,
+                &format!("f32 FMA peak measured on {threads} thread(s) at once"),
+            );
+            peak
+        });
         let mut f32_us = None;
         for (name, bf16) in [
             ("nature-cnn-update", false),
             ("nature-cnn-update-bf16", true),
         ] {
             // `--case nature-cnn-update` runs both precisions, side by side.
-            if !(want(name) || want("nature-cnn-update")) {
+            if !(want(name) || want("nature-cnn-update")) || (bf16 && !on_cpu) {
                 continue;
             }
             drill_algo::compute::bf16::set_enabled(bf16);
@@ -674,27 +679,33 @@ fn learner_bench(
             } else {
                 String::new()
             };
+            let on = if on_cpu {
+                format!("{threads} thread(s)")
+            } else {
+                format!("{device:?}")
+            };
             report.row(
                 name,
                 "us",
                 us,
                 iters.unwrap_or(30),
-                &format!("4x84x84, batch 32, Adam, {threads} thread(s){level}"),
+                &format!("4x84x84, batch 32, Adam, {on}{level}"),
             );
             let achieved = gflop / (us * 1e-6);
             let versus = match f32_us {
                 Some(f) if bf16 => format!(", {:.2}x the f32 update", f / us),
                 _ => String::new(),
             };
+            let share = match peak {
+                Some(peak) => format!("{:.1} % of the f32 FMA peak", 100.0 * achieved / peak),
+                None => "on the GPU".to_string(),
+            };
             report.row(
                 &format!("{name}-rate"),
                 "GFLOP/s",
                 achieved,
                 iters.unwrap_or(30),
-                &format!(
-                    "{:.1} % of the f32 FMA peak ({gflop:.2} GFLOP per update){versus}",
-                    100.0 * achieved / peak
-                ),
+                &format!("{share} ({gflop:.2} GFLOP per update){versus}"),
             );
             if !bf16 {
                 f32_us = Some(us);
