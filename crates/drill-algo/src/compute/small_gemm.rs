@@ -6,17 +6,23 @@
 //! operand with an address computation per broadcast: callgrind put the whole small-MLP DQN update
 //! at 3.0 M instructions, 2.0 M of them in `gemm` (`drill bench learner --case dqn-update`).
 //! `nano-gemm` (the same author's small-matrix crate) needs column-major operands and tops out
-//! at 4 columns a microkernel. Here one tile is [`MR`] rows by [`NV`] SIMD vectors of columns,
+//! at 4 columns a microkernel. Here one tile is `MR` rows by `NV` SIMD vectors of columns,
 //! read straight from the operands: per depth step `NV` loads, `MR` broadcasts and `MR x NV`
-//! fused multiply-adds. The SIMD level (AVX-512, AVX2+FMA, or scalar) is `pulp`'s runtime
-//! dispatch.
+//! fused multiply-adds, 12 accumulators in registers (see [`tile_shape`]). The SIMD level
+//! (AVX-512, AVX2+FMA, or scalar) is `pulp`'s runtime dispatch.
 
 use pulp::{Simd, WithSimd};
 
-/// Rows of the destination one tile computes.
-const MR: usize = 4;
-/// SIMD vectors of destination columns one tile computes.
-const NV: usize = 3;
+/// Rows and SIMD vectors of columns one tile computes at a SIMD level of `lanes` f32 lanes:
+/// 12 accumulators either way. AVX-512 (32 registers) takes 4 rows by 3 vectors. AVX2 has 16
+/// registers, and 4 x 3 needs all of them (12 accumulators, 3 right-operand vectors, a
+/// broadcast): the compiler kept an accumulator on the stack, a store and a reload in every
+/// depth step's dependency chain (AMD EPYC Zen 3: the CartPole DQN update took 1.24x as
+/// long, docs/figures.md). 6 rows by 2 vectors leaves a register spare. Tiles of at most 3 rows
+/// take 3 vectors at every level (9 accumulators fit).
+pub const fn tile_shape(lanes: usize) -> (usize, usize) {
+    if lanes >= 16 { (4, 3) } else { (6, 2) }
+}
 
 /// Products of at most this many multiply-adds come here (see [`super::gemm::matmul`]).
 pub const MAX_MACS: usize = 1 << 20;
@@ -115,12 +121,17 @@ impl WithSimd for Product {
     #[inline(always)]
     fn with_simd<S: Simd>(self, simd: S) {
         let lanes = S::F32_LANES;
+        let (mr, nv) = tile_shape(lanes);
+        // Row tiles of even heights: 8 rows (the collector's batch) as 4 + 4, not 6 + 2,
+        // whose 2-row tile has too few accumulators to hide the FMA latency.
+        let tiles = self.m.div_ceil(mr);
         let mut i = 0;
-        while i < self.m {
-            let rows = (self.m - i).min(MR);
+        for t in 0..tiles {
+            let rows = self.m / tiles + usize::from(t < self.m % tiles);
+            let nv = if rows <= 3 { 3 } else { nv };
             let mut j = 0;
             while j < self.n {
-                let cols = (self.n - j).min(NV * lanes);
+                let cols = (self.n - j).min(nv * lanes);
                 let (vectors, tail) = (cols.div_ceil(lanes), cols % lanes);
                 // SAFETY: the tile covers rows i..i+rows and columns j..j+cols, inside the
                 // matrices (the caller vouches for them); the last vector is masked to `tail`
@@ -130,7 +141,9 @@ impl WithSimd for Product {
                         1 => self.tile_rows::<S, 1>(simd, i, j, vectors, tail),
                         2 => self.tile_rows::<S, 2>(simd, i, j, vectors, tail),
                         3 => self.tile_rows::<S, 3>(simd, i, j, vectors, tail),
-                        _ => self.tile_rows::<S, MR>(simd, i, j, vectors, tail),
+                        4 => self.tile_rows::<S, 4>(simd, i, j, vectors, tail),
+                        5 => self.tile_rows::<S, 5>(simd, i, j, vectors, tail),
+                        _ => self.tile_rows::<S, 6>(simd, i, j, vectors, tail),
                     }
                 }
                 j += cols;
@@ -159,8 +172,8 @@ impl Product {
                 (1, false) => self.tile::<S, R, 1, true>(simd, i, j, tail),
                 (2, true) => self.tile::<S, R, 2, false>(simd, i, j, tail),
                 (2, false) => self.tile::<S, R, 2, true>(simd, i, j, tail),
-                (_, true) => self.tile::<S, R, NV, false>(simd, i, j, tail),
-                (_, false) => self.tile::<S, R, NV, true>(simd, i, j, tail),
+                (_, true) => self.tile::<S, R, 3, false>(simd, i, j, tail),
+                (_, false) => self.tile::<S, R, 3, true>(simd, i, j, tail),
             }
         }
     }
@@ -249,7 +262,7 @@ impl Product {
 mod tests {
     use super::*;
 
-    /// Every tile shape (1-4 rows, 1-3 vectors, full and masked last vectors), strided and
+    /// Every tile shape (1-6 rows, 1-3 vectors, full and masked last vectors), strided and
     /// transposed left operands, accumulation, and the bias + ReLU epilogue, against the
     /// definition, at every SIMD level
     /// this machine has (AVX-512 and AVX2 vectors differ in width, so in tiling).
@@ -277,7 +290,9 @@ mod tests {
             (4, 8, 7),
             (5, 17, 3),
             (7, 33, 9),
+            (8, 40, 6),
             (9, 48, 4),
+            (12, 20, 11),
             (13, 50, 16),
             (64, 130, 5),
             (6, 2, 0),
