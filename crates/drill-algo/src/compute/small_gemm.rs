@@ -6,10 +6,10 @@
 //! operand with an address computation per broadcast: callgrind put the whole small-MLP DQN update
 //! at 3.0 M instructions, 2.0 M of them in `gemm` (`drill bench learner --case dqn-update`).
 //! `nano-gemm` (the same author's small-matrix crate) needs column-major operands and tops out
-//! at 4 columns a microkernel. Here one tile is `MR` rows by `NV` SIMD vectors of columns,
-//! read straight from the operands: per depth step `NV` loads, `MR` broadcasts and `MR x NV`
-//! fused multiply-adds, 12 accumulators in registers (see [`tile_shape`]). The SIMD level
-//! (AVX-512, AVX2+FMA, or scalar) is `pulp`'s runtime dispatch.
+//! at 4 columns a microkernel. Here one tile is `R` rows by `V` SIMD vectors of columns
+//! ([`tile_shape`]), read straight from the operands: per depth step `V` loads, `R`
+//! broadcasts and `R x V` fused multiply-adds into accumulators held in registers. The SIMD
+//! level (AVX-512, AVX2+FMA, or scalar) is `pulp`'s runtime dispatch.
 
 use pulp::{Simd, WithSimd};
 
