@@ -40,6 +40,24 @@ impl<'a> View<'a> {
     /// The `m x n` matrix this view shows, copied into a new row-major buffer (e.g. a
     /// transposed view laid out transposed).
     pub fn to_row_major(&self, m: usize, n: usize) -> Vec<f32> {
+        #[cfg(target_arch = "x86_64")]
+        if self.rs == 1 && m * n > 0 && std::arch::is_x86_feature_detected!("avx2") {
+            self.check(m, n, "the copied matrix");
+            let mut out = Vec::with_capacity(m * n);
+            // SAFETY: AVX2 was detected; the view holds the m x n matrix (the check above)
+            // and the buffer has room for m * n values, all of which the transposition
+            // writes before `set_len`.
+            unsafe {
+                transpose_avx2(self.data.as_ptr(), self.cs, m, n, out.as_mut_ptr());
+                out.set_len(m * n);
+            }
+            return out;
+        }
+        self.to_row_major_by_columns(m, n)
+    }
+
+    /// [`Self::to_row_major`] one column at a time (every view, every CPU).
+    fn to_row_major_by_columns(&self, m: usize, n: usize) -> Vec<f32> {
         self.check(m, n, "the copied matrix");
         if m == 0 || n == 0 {
             return Vec::new();
@@ -71,6 +89,69 @@ impl<'a> View<'a> {
     }
 }
 
+/// `out (m x n, row-major) = a` where `a`'s column `j` is the `m` contiguous values at
+/// `src + j * cs` (a transposed view): 8 x 8 blocks transposed in registers (`vunpcklps`,
+/// `vshufps`, `vperm2f128`), the edges one value at a time. A copy: the same values as the
+/// column-by-column loop, in a third of its instructions.
+///
+/// # Safety
+/// The CPU must have AVX2; `src` must hold the `m x n` matrix, `out` room for `m * n` values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn transpose_avx2(src: *const f32, cs: usize, m: usize, n: usize, out: *mut f32) {
+    use std::arch::x86_64::*;
+    let (m8, n8) = (m / 8 * 8, n / 8 * 8);
+    // SAFETY (whole body): every read is of cell (i, j) at src + j cs + i with i < m, j < n,
+    // every write of out + i n + j: inside both matrices (the caller's contract).
+    unsafe {
+        for j in (0..n8).step_by(8) {
+            for i in (0..m8).step_by(8) {
+                let r: [__m256; 8] =
+                    std::array::from_fn(|c| _mm256_loadu_ps(src.add((j + c) * cs + i)));
+                let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+                let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+                let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+                let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+                let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+                let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+                let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+                let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+                let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+                let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+                let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+                let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+                let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+                let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+                let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+                let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+                let rows = [
+                    _mm256_permute2f128_ps::<0x20>(u0, u4),
+                    _mm256_permute2f128_ps::<0x20>(u1, u5),
+                    _mm256_permute2f128_ps::<0x20>(u2, u6),
+                    _mm256_permute2f128_ps::<0x20>(u3, u7),
+                    _mm256_permute2f128_ps::<0x31>(u0, u4),
+                    _mm256_permute2f128_ps::<0x31>(u1, u5),
+                    _mm256_permute2f128_ps::<0x31>(u2, u6),
+                    _mm256_permute2f128_ps::<0x31>(u3, u7),
+                ];
+                for (q, row) in rows.into_iter().enumerate() {
+                    _mm256_storeu_ps(out.add((i + q) * n + j), row);
+                }
+            }
+            for i in m8..m {
+                for c in j..j + 8 {
+                    *out.add(i * n + c) = *src.add(c * cs + i);
+                }
+            }
+        }
+        for j in n8..n {
+            for i in 0..m {
+                *out.add(i * n + j) = *src.add(j * cs + i);
+            }
+        }
+    }
+}
+
 /// Writes `column` down column `j` of the row-major buffer `cells` with `n` columns.
 ///
 /// # Safety
@@ -90,6 +171,45 @@ unsafe fn write_column<'a>(
         unsafe {
             (*cell).write(*x);
             cell = cell.wrapping_add(n);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every shape around the 8 x 8 blocks, transposed views with padded columns, and a
+    /// strided view: each cell where the definition puts it, on this CPU's path and on the
+    /// column-by-column one.
+    #[test]
+    fn to_row_major_matches_the_definition() {
+        for m in [1, 7, 8, 9, 16, 21] {
+            for n in [1, 5, 8, 13, 24] {
+                for pad in [0, 3] {
+                    let cs = m + pad;
+                    let data: Vec<f32> = (0..cs * n).map(|v| v as f32).collect();
+                    let view = View::transposed(&data, cs);
+                    for got in [view.to_row_major(m, n), view.to_row_major_by_columns(m, n)] {
+                        for i in 0..m {
+                            for j in 0..n {
+                                assert_eq!(got[i * n + j], data[j * cs + i], "{m}x{n} pad {pad}");
+                            }
+                        }
+                    }
+                    let strided = View {
+                        rs: 2,
+                        cs: 2 * m,
+                        data: &data[..],
+                    };
+                    let got = strided.to_row_major(m / 2, n / 2);
+                    for i in 0..m / 2 {
+                        for j in 0..n / 2 {
+                            assert_eq!(got[i * (n / 2) + j], data[2 * i + 2 * m * j]);
+                        }
+                    }
+                }
+            }
         }
     }
 }
