@@ -230,9 +230,10 @@ const FEW_ROWS_DEPTH: usize = 128;
 
 /// A product of at most [`small_gemm::FEW_ROWS`] rows with a row-major right operand (the
 /// collector's and evaluator's forward pass through a dense layer: a batch of 4 or 8 frames
-/// times the Nature CNN's 3136 x 512 weight) in [`small_gemm`], which reads the right operand
-/// where it lies: `gemm` packs all of it first, for only `m` rows of use. The columns are
-/// split into one block per thread.
+/// times the Nature CNN's 3136 x 512 weight) in [`small_gemm`], a depth step of the right
+/// operand at a time, each copied row by row into a buffer first: `gemm` packs all of it into
+/// panels, a costlier copy for only `m` rows of use. The columns are split into one block per
+/// thread.
 ///
 /// # Safety
 /// As [`gemm_into`]'s, with `dst` row-major (row stride `ldc`, column stride 1).
