@@ -124,12 +124,16 @@ mod tests {
     /// columns split over threads (one and three), every row and column as the definition.
     #[test]
     fn a_few_rows_forward_matches_the_definition() {
-        for (n, threads) in [(1, 1), (5, 1), (8, 3), (5, 3)] {
-            let d = Dims {
-                n,
-                d_in: 700,
-                d_out: 330,
-            };
+        // The last two: up to 32 rows through a right operand larger than L2.
+        for (n, threads, d_in, d_out) in [
+            (1, 1, 700, 330),
+            (5, 1, 700, 330),
+            (8, 3, 700, 330),
+            (5, 3, 700, 330),
+            (32, 1, 2100, 500),
+            (20, 3, 2100, 500),
+        ] {
+            let d = Dims { n, d_in, d_out };
             assert!(d.n * d.d_in * d.d_out > MAX_MACS || n < 5);
             let v = |len: usize, s: f32| -> Vec<f32> {
                 (0..len).map(|i| (i as f32 * 0.37 + s).sin()).collect()
