@@ -221,11 +221,11 @@ unsafe fn gemm_into(
 }
 
 /// Products of at most this many rows also go to [`few_rows`] when their right operand
-/// holds at least [`LARGE_RIGHT`] values: the DQN learner's batch of 32 through the Nature
-/// CNN's 3136 x 512 weight ran 1.38x faster there than in `gemm` on one thread, 1.13x on two
-/// (AMD EPYC Zen 3), where `gemm` reads a right operand in place for up to 32 rows. The
-/// convolutions' products of 32 rows (patches much smaller than L2) stay in `gemm`: 0.85x
-/// there.
+/// holds at least [`LARGE_RIGHT`] values: `gemm` reads a right operand in place for up to 32
+/// rows, and the DQN learner's batch of 32 through the Nature CNN's 3136 x 512 weight waited
+/// on memory there (the update 1.07x faster this way on one thread, AMD EPYC Zen 3). The
+/// convolutions' products of 32 rows (patches smaller than L2) stay in `gemm`, which ran them
+/// faster.
 const SOME_ROWS: usize = 32;
 
 /// A right operand of at least this many values (4 MiB) is larger than L2.
