@@ -53,11 +53,11 @@ impl<'a> View<'a> {
             }
             return out;
         }
-        self.to_row_major_by_columns(m, n)
+        self.copied_by_columns(m, n)
     }
 
     /// [`Self::to_row_major`] one column at a time (every view, every CPU).
-    fn to_row_major_by_columns(&self, m: usize, n: usize) -> Vec<f32> {
+    fn copied_by_columns(&self, m: usize, n: usize) -> Vec<f32> {
         self.check(m, n, "the copied matrix");
         if m == 0 || n == 0 {
             return Vec::new();
@@ -101,8 +101,8 @@ impl<'a> View<'a> {
 unsafe fn transpose_avx2(src: *const f32, cs: usize, m: usize, n: usize, out: *mut f32) {
     use std::arch::x86_64::*;
     let (m8, n8) = (m / 8 * 8, n / 8 * 8);
-    // SAFETY (whole body): every read is of cell (i, j) at src + j cs + i with i < m, j < n,
-    // every write of out + i n + j: inside both matrices (the caller's contract).
+    // SAFETY: every read is of cell (i, j) at src + j cs + i with i < m, j < n, every write
+    // of out + i n + j: inside both matrices (the caller's contract).
     unsafe {
         for j in (0..n8).step_by(8) {
             for i in (0..m8).step_by(8) {
@@ -190,7 +190,7 @@ mod tests {
                     let cs = m + pad;
                     let data: Vec<f32> = (0..cs * n).map(|v| v as f32).collect();
                     let view = View::transposed(&data, cs);
-                    for got in [view.to_row_major(m, n), view.to_row_major_by_columns(m, n)] {
+                    for got in [view.to_row_major(m, n), view.copied_by_columns(m, n)] {
                         for i in 0..m {
                             for j in 0..n {
                                 assert_eq!(got[i * n + j], data[j * cs + i], "{m}x{n} pad {pad}");
