@@ -12,8 +12,9 @@ pub use super::view::View;
 /// strides `dst_strides`. Products of at most [`small_gemm::MAX_MACS`] multiply-adds into a
 /// row-major destination run on one thread in [`super::small_gemm`]; in f32, products of at
 /// most [`small_gemm::FEW_ROWS`] rows (or `SOME_ROWS` with a right operand larger than L2)
-/// with a row-major right operand too, a block of columns per thread; the others run on the rayon pool when `parallel` and the pool has threads
-/// (callers that already split work over threads pass `false`).
+/// with a row-major right operand too, a block of columns per thread; the others run on the
+/// rayon pool when `parallel` and the pool has threads (callers that already split work over
+/// threads pass `false`).
 #[allow(clippy::too_many_arguments)]
 pub fn matmul(
     (m, n, k): (usize, usize, usize),
@@ -241,9 +242,9 @@ thread_local! {
 const FEW_ROWS_DEPTH: usize = 128;
 
 /// A product of at most [`small_gemm::FEW_ROWS`] rows (or [`SOME_ROWS`] with a large right
-/// operand) with a row-major right operand (the
-/// collector's and evaluator's forward pass through a dense layer: a batch of 4 or 8 frames
-/// times the Nature CNN's 3136 x 512 weight) in [`small_gemm`], a depth step of the right
+/// operand) with a row-major right operand (the collector's and evaluator's forward pass
+/// through a dense layer: a batch of 4 or 8 frames times the Nature CNN's 3136 x 512 weight;
+/// the DQN learner's batch of 32 through it) in [`small_gemm`], a depth step of the right
 /// operand at a time, each copied row by row into a buffer first: `gemm` packs all of it into
 /// panels, a costlier copy for only `m` rows of use. The columns are split into one block per
 /// thread.
