@@ -16,8 +16,17 @@ crates/drill-py/Cargo.toml's list.
 import os
 import subprocess
 import sys
+import tomllib
 
-WHEEL_FEATURES = "atari,pyo3/extension-module,pyo3/abi3-py39"
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+
+
+def wheel_features():
+    """The features maturin builds drill-py with: python/pyproject.toml's, and `atari`, which
+    CI adds (MATURIN_PEP517_ARGS)."""
+    with open(os.path.join(ROOT, "python", "pyproject.toml"), "rb") as f:
+        features = tomllib.load(f)["tool"]["maturin"]["features"]
+    return ",".join(["atari", *features])
 
 
 def tree(*args):
@@ -26,7 +35,7 @@ def tree(*args):
         check=True,
         capture_output=True,
         text=True,
-        cwd=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."),
+        cwd=ROOT,
     ).stdout
     return out.splitlines()
 
@@ -52,7 +61,7 @@ def main():
     under_burn = set()
     burn_depth = None
     for line in tree(
-        "-p", "drill-py", "--features", WHEEL_FEATURES, "-e", "normal,build", "--prefix", "depth"
+        "-p", "drill-py", "--features", wheel_features(), "-e", "normal,build", "--prefix", "depth"
     ):
         depth, package, features = parse(line)
         wheel.setdefault(package, set()).update(features)

@@ -273,8 +273,8 @@ unsafe fn few_rows(
         // in place, a tile's depth loop takes one cache line from each of 128 rows 2 KB apart
         // (the Nature CNN's 512 columns), which the hardware prefetchers do not follow: the
         // product waited on memory for every line.
-        STAGE.with_borrow_mut(|stage| stage.resize(FEW_ROWS_DEPTH * block, 0.0));
         let mut stage = STAGE.take();
+        stage.resize(FEW_ROWS_DEPTH * block, 0.0);
         let mut d = 0;
         while d < k {
             let depth = FEW_ROWS_DEPTH.min(k - d);
