@@ -1,31 +1,61 @@
 //! A safe handle on one emulator of the Arcade Learning Environment (ALE 0.6, vendored and
 //! statically linked by the `ale-sys` crate; GPL-2.0, which is why Atari is a cargo feature).
 
+use std::collections::HashMap;
 use std::ffi::CString;
 use std::path::Path;
 use std::ptr::NonNull;
-use std::sync::Once;
+use std::sync::{Mutex, Once, OnceLock};
 
 use ale_sys as sys;
 
 /// Screen height and width in pixels.
 pub const SCREEN: (usize, usize) = (210, 160);
 
-/// One ALE emulator with a ROM loaded.
+/// One ALE emulator of one ROM, loaded at first use: loading builds ALE 0.6's colour-averaging
+/// tables (about 70 ms), and a seeded reset loads again, so loading at creation too would
+/// double what making and seeding a vector env costs.
 pub struct Ale {
     ptr: NonNull<sys::ALEInterface>,
     rom: CString,
     actions: Vec<i32>,
+    /// The ROM has been loaded.
+    loaded: bool,
 }
 
 // SAFETY: an ALEInterface owns its emulator and has no thread affinity; `Ale` is used from one
 // thread at a time (`&mut self` for every call that touches it).
 unsafe impl Send for Ale {}
 
+/// Action sets by ROM path and action space (true: all 18).
+type ActionSets = HashMap<(CString, bool), Vec<i32>>;
+
+/// The action sets of the ROMs read so far in this process.
+fn action_sets() -> &'static Mutex<ActionSets> {
+    static SETS: OnceLock<Mutex<ActionSets>> = OnceLock::new();
+    SETS.get_or_init(Default::default)
+}
+
 impl Ale {
-    /// Load `rom` with ALE's `random_seed` = `seed` and `repeat_action_probability`; the action
-    /// set is the game's minimal one, or all 18 with `full_action_space`.
-    pub fn new(rom: &Path, seed: i32, repeat_action_probability: f32, full: bool) -> Ale {
+    /// An emulator for `rom` with sticky actions at `repeat_action_probability`; the action
+    /// set is the game's minimal one, or all 18 with `full`. The ROM is loaded (with seed 0
+    /// unless [`Self::load`] names another) when the emulator is first used.
+    pub fn new(rom: &Path, repeat_action_probability: f32, full: bool) -> Ale {
+        let mut ale = Ale::bare(rom, repeat_action_probability);
+        let mut sets = action_sets().lock().unwrap_or_else(|e| e.into_inner());
+        let actions = sets.entry((ale.rom.clone(), full)).or_insert_with(|| {
+            // Read on an emulator of its own, so that every emulator's first load is on a fresh
+            // one: a load fills the console's RAM from ALE's generator before it seeds it.
+            let mut probe = Ale::bare(rom, repeat_action_probability);
+            probe.load(0);
+            probe.read_action_set(full)
+        });
+        ale.actions = actions.clone();
+        ale
+    }
+
+    /// An emulator for `rom`, nothing loaded.
+    fn bare(rom: &Path, repeat_action_probability: f32) -> Ale {
         static QUIET: Once = Once::new();
         // SAFETY: sets a global log level; no other state.
         QUIET.call_once(|| unsafe { sys::setLoggerMode(2) });
@@ -36,12 +66,18 @@ impl Ale {
             ptr,
             rom,
             actions: Vec::new(),
+            loaded: false,
         };
         ale.set_float("repeat_action_probability", repeat_action_probability);
-        ale.load(seed);
-        let p = ale.ptr.as_ptr();
-        // SAFETY: the arrays are sized by the matching Size call.
-        ale.actions = unsafe {
+        ale
+    }
+
+    /// The game's action set, read from the loaded ROM.
+    fn read_action_set(&mut self, full: bool) -> Vec<i32> {
+        let p = self.ptr.as_ptr();
+        // SAFETY: a ROM is loaded (the caller's load); the arrays are sized by the matching
+        // Size call.
+        unsafe {
             let n = if full {
                 sys::getLegalActionSize(p)
             } else {
@@ -54,8 +90,7 @@ impl Ale {
                 sys::getMinimalActionSet(p, a.as_mut_ptr());
             }
             a
-        };
-        ale
+        }
     }
 
     fn set_float(&mut self, key: &str, v: f32) {
@@ -66,7 +101,13 @@ impl Ale {
 
     /// (Re)load the ROM with ALE's generator seeded by `seed` (what ale-py's `reset(seed=...)`
     /// does: the seed takes effect on load), and reset the game.
-    pub fn load(&mut self, seed: i32) {
+    pub fn load(&mut self, seed: u64) {
+        // ALE takes a 31-bit seed, and seeds from the clock when it is 0 (ALE 0.6's
+        // `OSystem::resetRNGSeed`): seed 0 is given as `i32::MAX`, which no other seed maps to.
+        let seed = match (seed % i32::MAX as u64) as i32 {
+            0 => i32::MAX,
+            s => s,
+        };
         let k = CString::new("random_seed").unwrap();
         // SAFETY: valid interface, NUL-terminated strings; the ROM exists (checked by the
         // caller: ALE 0.6 exits the process on a missing file).
@@ -75,6 +116,17 @@ impl Ale {
             sys::loadROM(self.ptr.as_ptr(), self.rom.as_ptr());
             sys::reset_game(self.ptr.as_ptr());
         }
+        self.loaded = true;
+    }
+
+    /// The emulator with its ROM loaded (seed 0 when nothing named one), for a call that
+    /// reads or runs it.
+    #[inline]
+    fn ready(&mut self) -> *mut sys::ALEInterface {
+        if !self.loaded {
+            self.load(0);
+        }
+        self.ptr.as_ptr()
     }
 
     /// The ALE action codes the agent's action indices map to.
@@ -85,43 +137,49 @@ impl Ale {
     /// Emulate one frame with ALE action `code`; returns the reward.
     #[inline]
     pub fn act(&mut self, code: i32) -> i32 {
-        // SAFETY: valid interface.
-        unsafe { sys::act(self.ptr.as_ptr(), code) }
+        let p = self.ready();
+        // SAFETY: valid interface with a ROM loaded.
+        unsafe { sys::act(p, code) }
     }
 
     /// The game is over (terminal).
     #[inline]
-    pub fn game_over(&self) -> bool {
-        // SAFETY: valid interface.
-        unsafe { sys::game_over(self.ptr.as_ptr()) }
+    pub fn game_over(&mut self) -> bool {
+        let p = self.ready();
+        // SAFETY: valid interface with a ROM loaded.
+        unsafe { sys::game_over(p) }
     }
 
     /// Start a new game (no reload, no reseed).
     pub fn reset_game(&mut self) {
-        // SAFETY: valid interface.
-        unsafe { sys::reset_game(self.ptr.as_ptr()) }
+        let p = self.ready();
+        // SAFETY: valid interface with a ROM loaded.
+        unsafe { sys::reset_game(p) }
     }
 
     /// Lives left.
     #[inline]
-    pub fn lives(&self) -> i32 {
-        // SAFETY: valid interface.
-        unsafe { sys::lives(self.ptr.as_ptr()) }
+    pub fn lives(&mut self) -> i32 {
+        let p = self.ready();
+        // SAFETY: valid interface with a ROM loaded.
+        unsafe { sys::lives(p) }
     }
 
     /// Frames emulated since the game started.
     #[inline]
-    pub fn episode_frame(&self) -> u32 {
-        // SAFETY: valid interface.
-        unsafe { sys::getEpisodeFrameNumber(self.ptr.as_ptr()) as u32 }
+    pub fn episode_frame(&mut self) -> u32 {
+        let p = self.ready();
+        // SAFETY: valid interface with a ROM loaded.
+        unsafe { sys::getEpisodeFrameNumber(p) as u32 }
     }
 
     /// The screen in ALE's grayscale palette, 210x160 bytes into `out`.
     #[inline]
     pub fn grayscale(&mut self, out: &mut [u8]) {
         assert_eq!(out.len(), SCREEN.0 * SCREEN.1, "a 210x160 buffer");
-        // SAFETY: valid interface; `out` holds a whole screen.
-        unsafe { sys::getScreenGrayscale(self.ptr.as_ptr(), out.as_mut_ptr()) }
+        let p = self.ready();
+        // SAFETY: valid interface with a ROM loaded; `out` holds a whole screen.
+        unsafe { sys::getScreenGrayscale(p, out.as_mut_ptr()) }
     }
 }
 
@@ -129,5 +187,50 @@ impl Drop for Ale {
     fn drop(&mut self) {
         // SAFETY: created by ALE_new, deleted once.
         unsafe { sys::ALE_del(self.ptr.as_ptr()) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rewards and every 50th grayscale screen over 3000 frames of a fixed action pattern.
+    fn play(ale: &mut Ale) -> (Vec<i32>, Vec<u8>) {
+        let mut screen = vec![0u8; SCREEN.0 * SCREEN.1];
+        let (mut rewards, mut screens) = (Vec::new(), Vec::new());
+        let actions = ale.action_set().to_vec();
+        for t in 0..3000 {
+            rewards.push(ale.act(actions[(t / 7) % actions.len()]));
+            if t % 50 == 0 {
+                ale.grayscale(&mut screen);
+                screens.extend_from_slice(&screen);
+            }
+        }
+        (rewards, screens)
+    }
+
+    #[test]
+    fn the_first_use_loads_seed_0_and_seed_0_is_a_seed_like_any_other() {
+        let rom = super::super::roms::find("pong")
+            .1
+            .expect("this test needs ROMs (ALE_ROM_DIR)");
+        // Sticky actions draw from ALE's generator, so its state is compared too.
+        let new = || Ale::new(&rom, 0.25, false);
+        let mut seeded = new();
+        seeded.load(7);
+        let want = play(&mut seeded);
+        let mut other = new();
+        other.load(8);
+        assert_ne!(play(&mut other), want, "the seed takes effect");
+        let mut again = new();
+        again.load(7);
+        assert_eq!(play(&mut again), want, "the same seed on another emulator");
+        // Used before any load, an emulator runs as one loaded with seed 0; and ALE 0.6 would
+        // seed from the clock (in seconds) if given 0.
+        let first_use = play(&mut new());
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        let mut zero = new();
+        zero.load(0);
+        assert_eq!(play(&mut zero), first_use, "seed 0, a second later");
     }
 }

@@ -50,9 +50,10 @@ pub struct Atari {
 }
 
 impl Atari {
-    /// `rom` loaded with ALE's `seed`, sticky actions with `repeat_action_probability`,
-    /// the minimal action set (or all 18 with `full_action_space`), truncation after
-    /// `max_frames` frames; `id` is the id it was made from.
+    /// `rom` (loaded at the first reset, with its seed, or seed 0), sticky actions with
+    /// `repeat_action_probability`, the minimal action set (or all 18 with
+    /// `full_action_space`), truncation after `max_frames` frames; `id` is the id it was made
+    /// from.
     pub fn new(
         id: &str,
         rom: &std::path::Path,
@@ -62,7 +63,7 @@ impl Atari {
         opts: AtariOptions,
     ) -> Atari {
         assert!(opts.frame_skip >= 1 && opts.frame_stack >= 1 && opts.screen_size >= 1);
-        let ale = Ale::new(rom, 0, repeat_action_probability, full_action_space);
+        let ale = Ale::new(rom, repeat_action_probability, full_action_space);
         let actions = ale.action_set();
         let has_fire = actions.len() >= 3 && actions[1] == FIRE;
         let n = opts.screen_size;
@@ -115,7 +116,7 @@ impl Atari {
         (reward, false)
     }
 
-    fn truncated(&self) -> bool {
+    fn truncated(&mut self) -> bool {
         self.ale.episode_frame() >= self.max_frames
     }
 
@@ -199,8 +200,8 @@ impl Env for Atari {
     fn reset(&mut self, seed: Option<u64>, obs: &mut [u8]) {
         if let Some(s) = seed {
             self.rng = ChaCha8Rng::seed_from_u64(s);
-            // ALE takes a 31-bit seed; it takes effect on reload, as in ale-py.
-            self.ale.load((s % (i32::MAX as u64)) as i32);
+            // The seed takes effect on reload, as in ale-py.
+            self.ale.load(s);
             self.real_done = true;
         }
         self.reset_below_fire();
