@@ -133,7 +133,8 @@ pub struct VecEnv<E: Env> {
 
 impl<E: Env> VecEnv<E> {
     /// Wrap `envs` (at least one); `seed` is used by the first `reset(None)`; `threads > 1`
-    /// steps shards of copies on that many worker threads (worth it only for expensive envs).
+    /// steps and resets shards of copies on that many worker threads (worth it only for
+    /// expensive envs).
     pub fn new(envs: Vec<E>, seed: u64, threads: usize) -> Self {
         assert!(!envs.is_empty(), "VecEnv needs at least one environment");
         let n = envs.len();
@@ -194,11 +195,24 @@ impl<E: Env> DynVecEnv for VecEnv<E> {
         let seed = seed.or(self.first_seed.take());
         self.first_seed = None;
         let d = self.obs_dim;
-        for (i, env) in self.envs.iter_mut().enumerate() {
-            env.reset(
-                seed.map(|s| s.wrapping_add(i as u64)),
-                &mut self.obs[i * d..(i + 1) * d],
-            );
+        // Copy `i` is seeded `seed + i`; on the worker threads when there are some (an Atari
+        // copy's seeded reset loads its ROM: about 70 ms).
+        let reset = move |first: usize, envs: &mut [E], obs: &mut [E::Elem]| {
+            for (j, (env, o)) in envs.iter_mut().zip(obs.chunks_exact_mut(d)).enumerate() {
+                env.reset(seed.map(|s| s.wrapping_add((first + j) as u64)), o);
+            }
+        };
+        match &self.pool {
+            Some(pool) => {
+                let per = self.envs.len().div_ceil(pool.current_num_threads());
+                let shards = self.envs.chunks_mut(per).zip(self.obs.chunks_mut(per * d));
+                pool.scope(|scope| {
+                    for (k, (envs, obs)) in shards.enumerate() {
+                        scope.spawn(move |_| reset(k * per, envs, obs));
+                    }
+                });
+            }
+            None => reset(0, &mut self.envs, &mut self.obs),
         }
         self.final_obs.copy_from_slice(&self.obs);
         self.running_return.fill(0.0);
