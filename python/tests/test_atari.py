@@ -1,8 +1,10 @@
 """Atari through drill.make_vec (a build with `--features atari`, ROMs in ALE_ROM_DIR): the
 frames, rewards and flags of ale-py 0.12.1 + Gymnasium's AtariPreprocessing and
-FrameStackObservation, replayed from the fixtures drill's own parity test uses."""
+FrameStackObservation, replayed from the fixtures drill's own parity test uses; the options;
+and a panic in the copies raised as drill.EnvError, not a hang."""
 
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -56,3 +58,23 @@ def test_training_chain_and_options():
     assert small.single_action_space.n == 18
     with pytest.raises(TypeError, match="frame_skp"):
         drill.make_vec("PongNoFrameskip-v4", 1, frame_skp=2)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_panic_in_the_copies_raises_instead_of_hanging(tmp_path, monkeypatch, asynchronous):
+    # A ROM removed after make_vec: a copy loads its ROM at its first reset (ALE would exit
+    # the process on the missing file), so drill panics there, naming it. reset and
+    # async_reset + recv both raise drill.EnvError, and so does every later call.
+    rom = tmp_path / "pong.bin"
+    shutil.copy(os.path.join(os.environ["ALE_ROM_DIR"], "pong.bin"), rom)
+    monkeypatch.setenv("ALE_ROM_DIR", str(tmp_path))
+    env = drill.make_vec("PongNoFrameskip-v4", 2, seed=0, num_threads=2)
+    rom.unlink()
+    with pytest.raises(drill.EnvError, match="is no longer there"):
+        if asynchronous:
+            env.async_reset(seed=1)
+            env.recv()
+        else:
+            env.reset(seed=1)
+    with pytest.raises(drill.EnvError, match="panicked"):
+        env.step(np.array([0, 0]))

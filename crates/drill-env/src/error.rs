@@ -51,6 +51,15 @@ pub enum EnvError {
         /// The space's class name.
         space: String,
     },
+    /// An environment panicked (a bug, or something it needs gone, such as a ROM removed after
+    /// the environment was made); the vector env holding it refuses every later call.
+    #[error("{id}: the environment panicked: {message}")]
+    Panicked {
+        /// The id.
+        id: String,
+        /// The panic's message.
+        message: String,
+    },
     /// No ROM file for an Atari id.
     #[error("no ROM for {id}: {file} is in none of [{searched}]; {how}")]
     RomMissing {

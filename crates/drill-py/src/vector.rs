@@ -38,17 +38,38 @@ struct State {
     job: Job,
     /// The last job run was a reset: the step results (rewards, flags) are not its.
     reset_last: bool,
+    /// The message of a panic in an earlier job: the copies may be half stepped, so every
+    /// later job fails with it.
+    panicked: Option<String>,
 }
 
 impl State {
-    /// Run `job` on the copies.
+    /// Run `job` on the copies; a panic is caught and returned as an error (on the worker
+    /// thread it would otherwise leave `recv` waiting for ever).
     fn run(&mut self, job: &Job) -> Result<(), EnvError> {
-        self.reset_last = matches!(job, Job::Reset(_));
-        match job {
-            Job::Reset(seed) => self.env.reset(*seed).map(drop),
-            Job::Step => self.env.step(self.actions.as_actions()),
-            _ => Ok(()),
+        let failed = |st: &Self, message: String| EnvError::Panicked {
+            id: st.env.spec().id.clone(),
+            message,
+        };
+        if let Some(message) = &self.panicked {
+            return Err(failed(self, message.clone()));
         }
+        self.reset_last = matches!(job, Job::Reset(_));
+        let (env, actions) = (&mut self.env, &self.actions);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match job {
+            Job::Reset(seed) => env.reset(*seed).map(drop),
+            Job::Step => env.step(actions.as_actions()),
+            _ => Ok(()),
+        }));
+        r.unwrap_or_else(|payload| {
+            let message = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "a panic without a message".to_string());
+            self.panicked = Some(message.clone());
+            Err(failed(self, message))
+        })
     }
 }
 
@@ -321,6 +342,7 @@ impl VecEnvCore {
                     actions: ActionBuf::for_space(&spec.action_space, num_envs),
                     job: Job::Idle,
                     reset_last: false,
+                    panicked: None,
                 }),
                 changed: Condvar::new(),
             }),

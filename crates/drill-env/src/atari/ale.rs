@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::ffi::CString;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::{Mutex, Once, OnceLock};
 
@@ -18,6 +18,7 @@ pub const SCREEN: (usize, usize) = (210, 160);
 pub struct Ale {
     ptr: NonNull<sys::ALEInterface>,
     rom: CString,
+    path: PathBuf,
     actions: Vec<i32>,
     /// The ROM has been loaded.
     loaded: bool,
@@ -61,10 +62,12 @@ impl Ale {
         QUIET.call_once(|| unsafe { sys::setLoggerMode(2) });
         // SAFETY: ALE_new has no preconditions; a null result is an allocation failure.
         let ptr = NonNull::new(unsafe { sys::ALE_new() }).expect("ALE_new returned null");
+        let path = rom.to_path_buf();
         let rom = CString::new(rom.as_os_str().as_encoded_bytes()).expect("ROM path with NUL");
         let mut ale = Ale {
             ptr,
             rom,
+            path,
             actions: Vec::new(),
             loaded: false,
         };
@@ -108,9 +111,15 @@ impl Ale {
             0 => i32::MAX,
             s => s,
         };
+        // ALE 0.6 exits the process on a missing file: a ROM removed since the emulator was
+        // made (it loads at its first reset) is a panic that names it instead.
+        assert!(
+            self.path.is_file(),
+            "the ROM {} is no longer there",
+            self.path.display()
+        );
         let k = CString::new("random_seed").unwrap();
-        // SAFETY: valid interface, NUL-terminated strings; the ROM exists (checked by the
-        // caller: ALE 0.6 exits the process on a missing file).
+        // SAFETY: valid interface, NUL-terminated strings; the ROM exists (checked above).
         unsafe {
             sys::setInt(self.ptr.as_ptr(), k.as_ptr(), seed);
             sys::loadROM(self.ptr.as_ptr(), self.rom.as_ptr());
@@ -232,5 +241,20 @@ mod tests {
         let mut zero = new();
         zero.load(0);
         assert_eq!(play(&mut zero), first_use, "seed 0, a second later");
+    }
+
+    #[test]
+    #[should_panic(expected = "is no longer there")]
+    fn a_rom_removed_before_the_first_load_is_a_panic_that_names_it() {
+        let rom = super::super::roms::find("pong")
+            .1
+            .expect("this test needs ROMs (ALE_ROM_DIR)");
+        let dir = std::env::temp_dir().join(format!("drill-ale-rom-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let copy = dir.join("pong.bin");
+        std::fs::copy(&rom, &copy).unwrap();
+        let mut ale = Ale::new(&copy, 0.0, false);
+        std::fs::remove_dir_all(&dir).unwrap();
+        ale.load(1);
     }
 }
