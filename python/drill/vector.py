@@ -83,7 +83,9 @@ class VecEnv(gymnasium.vector.VectorEnv):
     Besides Gymnasium's ``reset``/``step``/``close``: envpool's asynchronous pair,
     ``send(actions)`` (returns at once; the copies step on a worker thread) and ``recv()``
     (waits, then returns what ``step`` would), and ``async_reset()``. ``infos["env_id"]``
-    from ``recv`` lists the copies in the batch (all of them, in order).
+    from ``recv`` lists the copies in the batch (all of them, in order). A panic inside the
+    copies (a bug, or a ROM removed after ``make_vec``) raises :class:`EnvError` from that
+    call, and from every later one on this env.
     """
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": []}

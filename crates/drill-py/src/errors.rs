@@ -1,6 +1,6 @@
 //! drill's errors as Python exceptions: `drill.Error` and, under it, `ConfigError` (a bad key or
-//! value, its key path in the message) and `EnvError` (an unknown
-//! id, a missing ROM); the message is drill's own.
+//! value, its key path in the message) and `EnvError` (an unknown id, a missing ROM, copies
+//! that panicked); the message is drill's own.
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -22,7 +22,7 @@ create_exception!(
     _drill,
     EnvError,
     Error,
-    "An environment that cannot be built: an unknown id, a missing ROM, a bad option."
+    "An environment that cannot be built (an unknown id, a missing ROM, a bad option) or whose copies panicked."
 );
 
 /// Register the exception types on the module.
