@@ -77,9 +77,9 @@ impl Ale {
 
     /// The game's action set, read from the loaded ROM.
     fn read_action_set(&mut self, full: bool) -> Vec<i32> {
-        let p = self.ptr.as_ptr();
-        // SAFETY: a ROM is loaded (the caller's load); the arrays are sized by the matching
-        // Size call.
+        let p = self.ready();
+        // SAFETY: valid interface with a ROM loaded; the arrays are sized by the matching Size
+        // call.
         unsafe {
             let n = if full {
                 sys::getLegalActionSize(p)
@@ -106,7 +106,8 @@ impl Ale {
     /// does: the seed takes effect on load), and reset the game.
     pub fn load(&mut self, seed: u64) {
         // ALE takes a 31-bit seed, and seeds from the clock when it is 0 (ALE 0.6's
-        // `OSystem::resetRNGSeed`): seed 0 is given as `i32::MAX`, which no other seed maps to.
+        // `OSystem::resetRNGSeed`): `seed` is taken modulo `i32::MAX`, and a residue of 0 is
+        // given as `i32::MAX`, which no other residue becomes.
         let seed = match (seed % i32::MAX as u64) as i32 {
             0 => i32::MAX,
             s => s,
