@@ -8,12 +8,14 @@ reward clipping, stack 4, episodic life, no sticky actions).
 
     pip install torch ale-py==0.12.1 && MATURIN_PEP517_ARGS="--features atari" pip install ./python
     ALE_ROM_DIR=... python examples/python/ppo_atari.py [--envs drill|ale-py] [--total-steps N]
-        [--iterations N] [--threads 2] [--env-threads 2] [--log-dir DIR]
+        [--iterations N] [--threads 2] [--env-threads 2] [--no-fire-reset] [--log-dir DIR]
 
 It prints env steps/s per iteration and each finished episode's return, and at the end the
 median env steps/s after the first iteration (the anchor
 `scripts/bench_pong_ppo_vs_torch.sh` compares `drill train` with, on ale-py).
-`--threads` is torch's intra-op threads (measure 1 and 2 on 2 cores). `--log-dir DIR` writes
+`--threads` is torch's intra-op threads (measure 1 and 2 on 2 cores). `--no-fire-reset` turns
+both sources' fire reset off, where their frames agree pixel for pixel through whole games
+(`scripts/compare_atari_vec.py --games N`). `--log-dir DIR` writes
 the returns (`charts/episodic_return`) and the rate (`charts/sps`) to `DIR/metrics.jsonl` in
 drill's format, so that `drill plot --tag charts/episodic_return DIR RUN...` draws this run
 beside drill's own (a folder without a `config.toml` is labelled with its name).
@@ -65,13 +67,15 @@ class Agent(nn.Module):
         return action, probs.log_prob(action), probs.entropy(), self.critic(hidden)
 
 
-def make_envs(source, game, num_envs, threads, seed):
+def make_envs(source, game, num_envs, threads, seed, fire_reset=True):
     """8 copies of `game` behind DI-engine's training chain, from drill or from ale-py."""
     if source == "drill":
         import drill
 
         name = "".join(w.capitalize() for w in game.split("_"))
-        return drill.make_vec(f"{name}NoFrameskip-v4", num_envs, seed=seed, num_threads=threads)
+        return drill.make_vec(
+            f"{name}NoFrameskip-v4", num_envs, seed=seed, num_threads=threads, fire_reset=fire_reset
+        )
     import ale_py
 
     return ale_py.vector_env.AtariVectorEnv(
@@ -81,6 +85,7 @@ def make_envs(source, game, num_envs, threads, seed):
         repeat_action_probability=0.0,
         episodic_life=True,
         reward_clipping=True,
+        use_fire_reset=fire_reset,
     )
 
 
@@ -93,6 +98,11 @@ def main():
     p.add_argument("--total-steps", type=int, default=10_000_000)
     p.add_argument("--iterations", type=int, default=None, help="stop after N iterations (default: total steps)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--no-fire-reset",
+        action="store_true",
+        help="no FIRE at a reset (drill: fire_reset=False; ale-py: use_fire_reset=False)",
+    )
     p.add_argument("--log-dir", default=None, help="write DIR/metrics.jsonl as drill does")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
@@ -104,7 +114,7 @@ def main():
     iterations = a.iterations or total_steps // batch
     mb_size = batch // minibatches
 
-    envs = make_envs(a.envs, a.game, num_envs, a.env_threads, a.seed)
+    envs = make_envs(a.envs, a.game, num_envs, a.env_threads, a.seed, not a.no_fire_reset)
     n_act = envs.single_action_space.n
     agent = Agent(n_act)
     opt = torch.optim.Adam(agent.parameters(), lr=lr, eps=1e-5)
