@@ -7,6 +7,9 @@
 use super::small_gemm;
 pub use super::small_gemm::Epilogue;
 pub use super::view::View;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 
 /// `dst (m x n) = [dst +] a (m x k) * b (k x n)`. `dst` is strided by `(row, column)`
 /// strides `dst_strides`. Products of at most [`small_gemm::MAX_MACS`] multiply-adds into a
@@ -96,13 +99,105 @@ pub fn product_then(
     out
 }
 
-/// The call into `gemm` (or [`small_gemm`]), after checking the operands.
+/// The call into `gemm` (or [`small_gemm`]), after checking the operands; timed when a
+/// [`profile`] is running.
 ///
 /// # Safety
 /// `dst` must be valid for writes (and reads, when `accumulate`) at every element of the
 /// `m x n` matrix its strides describe, and must not alias `a` or `b`.
 #[allow(clippy::too_many_arguments)]
 unsafe fn gemm_into(
+    dst: *mut f32,
+    shape: (usize, usize, usize),
+    dst_strides: (usize, usize),
+    accumulate: bool,
+    a: View<'_>,
+    b: View<'_>,
+    epilogue: Epilogue<'_>,
+    parallel: bool,
+) {
+    if !PROFILING.load(Ordering::Relaxed) {
+        // SAFETY: the caller's promise, passed on.
+        unsafe {
+            dispatch(
+                dst,
+                shape,
+                dst_strides,
+                accumulate,
+                a,
+                b,
+                epilogue,
+                parallel,
+            )
+        };
+        return;
+    }
+    let start = Instant::now();
+    // SAFETY: as above.
+    let kernel = unsafe {
+        dispatch(
+            dst,
+            shape,
+            dst_strides,
+            accumulate,
+            a,
+            b,
+            epilogue,
+            parallel,
+        )
+    };
+    let seconds = start.elapsed().as_secs_f64();
+    let mut timed = TIMED.lock().unwrap_or_else(|e| e.into_inner());
+    timed.push(Timed {
+        shape,
+        kernel,
+        seconds,
+    });
+}
+
+/// Products timed by [`profile`] (from any thread) while it runs.
+static PROFILING: AtomicBool = AtomicBool::new(false);
+static TIMED: Mutex<Vec<Timed>> = Mutex::new(Vec::new());
+
+/// One product timed by [`profile`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Timed {
+    /// `(m, n, k)`: `m x k` times `k x n`.
+    pub shape: (usize, usize, usize),
+    /// The kernel that computed it: `"small"`, `"few-rows"`, `"bf16"` or `"gemm"`.
+    pub kernel: &'static str,
+    /// Its wall time, epilogue included.
+    pub seconds: f64,
+}
+
+/// Runs `f` and returns every product computed while it ran (by `f` or any other thread), in
+/// the order they finished, each timed: where an update's time goes, for
+/// `drill bench learner --case nature-cnn-products`. One profile at a time (calls wait for
+/// each other); products outside a profile cost one relaxed atomic load.
+pub fn profile(f: impl FnOnce()) -> Vec<Timed> {
+    static ONE: Mutex<()> = Mutex::new(());
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    TIMED.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    PROFILING.store(true, Ordering::Relaxed);
+    // Stop timing even if `f` panics.
+    struct Stop;
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            PROFILING.store(false, Ordering::Relaxed);
+        }
+    }
+    let stop = Stop;
+    f();
+    drop(stop);
+    std::mem::take(&mut *TIMED.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
+/// [`gemm_into`]'s work: the product by the kernel that suits it, whose name it returns.
+///
+/// # Safety
+/// As [`gemm_into`]'s.
+#[allow(clippy::too_many_arguments)]
+unsafe fn dispatch(
     dst: *mut f32,
     (m, n, k): (usize, usize, usize),
     dst_strides: (usize, usize),
@@ -111,7 +206,7 @@ unsafe fn gemm_into(
     b: View<'_>,
     epilogue: Epilogue<'_>,
     parallel: bool,
-) {
+) -> &'static str {
     a.check(m, k, "the left operand");
     b.check(k, n, "the right operand");
     if m * n * k <= small_gemm::MAX_MACS && dst_strides.1 == 1 && (b.cs == 1 || b.rs == 1) {
@@ -139,7 +234,7 @@ unsafe fn gemm_into(
                 epilogue,
             );
         }
-        return;
+        return "small";
     }
     if super::bf16::enabled() {
         // SAFETY: as for `gemm` below: the operands were checked, the caller vouches for
@@ -160,7 +255,7 @@ unsafe fn gemm_into(
             // SAFETY: as below.
             epilogue.apply(unsafe { std::slice::from_raw_parts_mut(dst, m * n) }, n);
         }
-        return;
+        return "bf16";
     }
     let threads = if parallel {
         rayon::current_num_threads()
@@ -182,7 +277,7 @@ unsafe fn gemm_into(
                 threads,
             )
         };
-        return;
+        return "few-rows";
     }
     let parallelism = if threads > 1 {
         gemm::Parallelism::Rayon(threads)
@@ -219,6 +314,7 @@ unsafe fn gemm_into(
         // m x n buffer, now fully written.
         epilogue.apply(unsafe { std::slice::from_raw_parts_mut(dst, m * n) }, n);
     }
+    "gemm"
 }
 
 /// Products of at most this many rows also go to [`few_rows`] when their right operand
@@ -316,5 +412,51 @@ unsafe fn few_rows(
     } else {
         use rayon::prelude::*;
         (0..blocks).into_par_iter().for_each(|t| run(t * block));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A profile names each product's shape and kernel, leaves the results as they are,
+    /// and sees nothing computed outside it. Other tests may run products beside it, so it
+    /// looks for its own shapes (used by no other test).
+    #[test]
+    fn a_profile_times_the_products_inside_it_and_no_others() {
+        let v = |n: usize| -> Vec<f32> { (0..n).map(|i| (i as f32 * 0.37).sin()).collect() };
+        let shapes = [
+            (3, 17, 5, "small"),
+            (7, 4100, 300, "few-rows"),
+            (97, 131, 91, "gemm"),
+        ];
+        let run = || {
+            for (m, n, k, _) in shapes {
+                let (a, b) = (v(m * k), v(k * n));
+                let got = product((m, n, k), View::rows(&a, k), View::rows(&b, n), true);
+                for (i, j) in [(0, 0), (m - 1, n - 1), (m / 2, n / 3)] {
+                    let want: f32 = (0..k).map(|d| a[i * k + d] * b[d * n + j]).sum();
+                    assert!(
+                        (got[i * n + j] - want).abs() < 1e-3,
+                        "{m}x{n}x{k} at ({i}, {j})"
+                    );
+                }
+            }
+        };
+        let timed = profile(run);
+        for (m, n, k, kernel) in shapes {
+            let mine: Vec<_> = timed.iter().filter(|t| t.shape == (m, n, k)).collect();
+            assert_eq!(mine.len(), 1, "{m}x{n}x{k}: {timed:?}");
+            assert_eq!(mine[0].kernel, kernel, "{m}x{n}x{k}");
+            assert!(mine[0].seconds > 0.0);
+        }
+        run();
+        let after = profile(|| {});
+        assert!(
+            after
+                .iter()
+                .all(|t| shapes.iter().all(|&(m, n, k, _)| t.shape != (m, n, k))),
+            "{after:?}"
+        );
     }
 }

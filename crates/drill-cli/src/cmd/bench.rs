@@ -22,7 +22,7 @@ pub enum Target {
     /// Environment steps per second: CartPole single and vectorised, or `--env ID` vectorised
     /// (`--num-envs`, `--env-threads`).
     Env,
-    /// DQN updates (CartPole nets; DI-engine's Pong net), Nature-CNN updates (with the machine's FMA peak) and forward passes of batch 4 and 8, CartPole's MLP's batch-8 inference; `scripts/bench_learner_vs_torch.sh` runs them side by side with PyTorch.
+    /// DQN updates (CartPole nets; DI-engine's Pong net), Nature-CNN updates (with the machine's FMA peak) and forward passes of batch 4 and 8, CartPole's MLP's batch-8 inference; `scripts/bench_learner_vs_torch.sh` runs them side by side with PyTorch. `--case nature-cnn-products` (by name only; with `--threads 1`) times each matrix product inside the Nature-CNN update.
     Learner,
     /// Replay memory: bytes per stored transition, filled from `--env` (default
     /// PongNoFrameskip-v4) with random actions; `--iters` transitions (default 20000); and
@@ -266,8 +266,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Target::Ddp => {
             return ddp_bench(&report, args.case.as_deref(), device(args.gpu)?, args.iters);
         }
+        Target::Learner if args.gpu && args.case.as_deref() == Some("nature-cnn-products") => {
+            anyhow::bail!(
+                "--case nature-cnn-products times drill's CPU products; it does not run with --gpu"
+            )
+        }
         Target::Task => task_bench(&report, args.iters),
-        Target::Learner => learner_bench(&report, &want, device(args.gpu)?, args.iters),
+        Target::Learner => learner_bench(
+            &report,
+            &want,
+            args.case.as_deref(),
+            device(args.gpu)?,
+            args.iters,
+        ),
         Target::Replay => {
             return replay_bench(
                 &report,
@@ -548,6 +559,7 @@ fn pong_learner(device: &Device, rng: &mut rand_chacha::ChaCha8Rng) -> (Dqn, Bat
 fn learner_bench(
     report: &Report,
     want: &dyn Fn(&str) -> bool,
+    case: Option<&str>,
     device: Device,
     iters: Option<usize>,
 ) {
@@ -637,7 +649,10 @@ fn learner_bench(
             );
         }
     }
-    if want("nature-cnn-update") || want("nature-cnn-update-bf16") {
+    if want("nature-cnn-update")
+        || want("nature-cnn-update-bf16")
+        || case == Some("nature-cnn-products")
+    {
         // The roofline: the update's multiply-adds (target forward, online forward, weight
         // gradients, input gradients but the first layer's) against the FMA peak measured on
         // every thread of the pool at once. On a GPU (`--gpu`) neither the CPU's peak nor the
@@ -659,6 +674,10 @@ fn learner_bench(
             );
             peak
         });
+        // Asked for by name only: not part of a plain `drill bench learner`.
+        if let Some(peak) = peak.filter(|_| case == Some("nature-cnn-products")) {
+            nature_cnn_products(report, &device, peak, iters.unwrap_or(10));
+        }
         let mut f32_us = None;
         for (name, bf16) in [
             ("nature-cnn-update", false),
@@ -714,9 +733,15 @@ fn learner_bench(
     }
 }
 
-/// Median microseconds of a Nature-CNN DQN update (batch `bs`, 4x84x84, 6 actions: target
-/// forward, online forward, gather, MSE, backward, Adam) over `n` iterations.
+/// Median microseconds of a Nature-CNN DQN update (see [`nature_cnn_update`]) over `n`
+/// iterations.
 fn nature_cnn_update_us(device: &Device, bs: usize, n: usize) -> f64 {
+    time_us(2.min(n), n, nature_cnn_update(device, bs))
+}
+
+/// One Nature-CNN DQN update per call (batch `bs`, 4x84x84, 6 actions: target forward,
+/// online forward, gather, MSE, backward, Adam), on a net seeded 0.
+fn nature_cnn_update(device: &Device, bs: usize) -> impl FnMut() {
     device.seed(0);
     let ad = device.clone().autodiff();
     let mut trainer = Trainer::new(NatureCnn::new(6, &ad), 1e-8);
@@ -724,9 +749,10 @@ fn nature_cnn_update_us(device: &Device, bs: usize, n: usize) -> f64 {
     let obs =
         Tensor::<4>::random([bs, 4, 84, 84], Distribution::Uniform(0.0, 1.0), device).into_data();
     let actions = TensorData::new((0..bs as i64).map(|k| k % 6).collect::<Vec<_>>(), [bs, 1]);
-    time_us(2.min(n), n, || {
+    let device = device.clone();
+    move || {
         let next = target
-            .forward(Tensor::<4>::from_data(obs.clone(), device))
+            .forward(Tensor::<4>::from_data(obs.clone(), &device))
             .max_dim(1)
             .reshape([bs]);
         let y = next.mul_scalar(0.99).add_scalar(1.0);
@@ -743,7 +769,62 @@ fn nature_cnn_update_us(device: &Device, bs: usize, n: usize) -> f64 {
         trainer
             .step(1e-4, 0.0)
             .expect("one process: nothing to fail");
-    })
+    }
+}
+
+/// `--case nature-cnn-products` (asked for by name only): the matrix products of
+/// [`nature_cnn_update`], each shape timed inside `n` updates on the CPU
+/// ([`drill_algo::compute::gemm::profile`]): calls and microseconds per update, GFLOP/s and
+/// share of the FMA peak of one thread, the kernel that ran it; then the products' share of
+/// the update. Run it with `--threads 1`: on more threads a product's time is its caller's.
+fn nature_cnn_products(report: &Report, device: &Device, peak: f64, n: usize) {
+    use std::collections::BTreeMap;
+    let mut update = nature_cnn_update(device, 32);
+    update();
+    update();
+    let start = Instant::now();
+    let timed = drill_algo::compute::gemm::profile(|| (0..n).for_each(|_| update()));
+    let wall = start.elapsed().as_secs_f64() / n as f64;
+    // (shape, kernel) -> (calls, seconds)
+    let mut shapes = BTreeMap::new();
+    for t in &timed {
+        let entry: &mut (usize, f64) = shapes.entry((t.shape, t.kernel)).or_default();
+        entry.0 += 1;
+        entry.1 += t.seconds;
+    }
+    let mut rows: Vec<_> = shapes.into_iter().collect();
+    rows.sort_by(|a, b| b.1.1.total_cmp(&a.1.1));
+    let one = peak / rayon::current_num_threads() as f64;
+    let mut total = (0.0, 0.0);
+    for (((m, n_, k), kernel), (calls, seconds)) in rows {
+        let flop = 2.0 * (m * n_ * k) as f64 * calls as f64;
+        let rate = flop / seconds / 1e9;
+        total = (total.0 + flop, total.1 + seconds);
+        report.row(
+            &format!("product {m}x{n_}x{k}"),
+            "us",
+            seconds / n as f64 * 1e6,
+            n,
+            &format!(
+                "per update: {} calls, {kernel}, {rate:.1} GFLOP/s = {:.1} % of one thread's FMA peak",
+                calls / n,
+                100.0 * rate / one
+            ),
+        );
+    }
+    let rate = total.0 / total.1 / 1e9;
+    report.row(
+        "products",
+        "us",
+        total.1 / n as f64 * 1e6,
+        n,
+        &format!(
+            "all products of an update ({:.1} ms): {:.1} % of its time, {rate:.1} GFLOP/s = {:.1} % of one thread's FMA peak",
+            wall * 1e3,
+            100.0 * total.1 / n as f64 / wall,
+            100.0 * rate / one
+        ),
+    );
 }
 
 /// Median microseconds of a Nature-CNN forward pass over `bs` frame stacks to greedy
