@@ -572,19 +572,29 @@ pub fn forward(x: &[f32], weight: &[f32], bias: &[f32], g: &Geometry, relu: bool
                 };
             } else {
                 // The group's patches side by side (`K x nP`), one product added to the bias in
-                // `c_out x nP`, then each element's block moved to its place.
+                // `c_out x nP`, then each element's block moved to its place (a group of one
+                // is its own place).
                 let np = n * p;
                 for e in 0..n {
                     patches(x, b0 + e, g, xs, &mut col[e * p..], np);
                 }
-                let out = &mut out[..co * np];
-                for (row, &bv) in out.chunks_exact_mut(np).zip(bias) {
-                    row.fill(bv);
-                }
-                w.times((co, np, k), out, true, View::rows(&col[..k * np], np));
-                for (e, ye) in yg.chunks_exact_mut(g.out_len()).enumerate() {
-                    for (row, src) in ye.chunks_exact_mut(p).zip(out.chunks_exact(np)) {
-                        row.copy_from_slice(&src[e * p..(e + 1) * p]);
+                if n == 1 {
+                    // One element (a layer of more than `GROUP_COLUMNS` positions): its
+                    // `c_out x P` output is the product's destination, nothing to move.
+                    for (row, &bv) in yg.chunks_exact_mut(p).zip(bias) {
+                        row.fill(bv);
+                    }
+                    w.times((co, p, k), yg, true, View::rows(&col[..k * p], p));
+                } else {
+                    let out = &mut out[..co * np];
+                    for (row, &bv) in out.chunks_exact_mut(np).zip(bias) {
+                        row.fill(bv);
+                    }
+                    w.times((co, np, k), out, true, View::rows(&col[..k * np], np));
+                    for (e, ye) in yg.chunks_exact_mut(g.out_len()).enumerate() {
+                        for (row, src) in ye.chunks_exact_mut(p).zip(out.chunks_exact(np)) {
+                            row.copy_from_slice(&src[e * p..(e + 1) * p]);
+                        }
                     }
                 }
             }
@@ -858,8 +868,22 @@ mod tests {
 
     #[test]
     fn forward_matches_the_direct_convolution() {
+        // Also a layer of more positions than `GROUP_COLUMNS` (616), one element a group on
+        // any pool: its product writes the output in place.
+        let wide = Geometry {
+            batch: 2,
+            c_in: 2,
+            h: 24,
+            w: 30,
+            c_out: 3,
+            kh: 3,
+            kw: 3,
+            sh: 1,
+            sw: 1,
+        };
+        assert!(wide.p() > GROUP_COLUMNS);
         on_pools(|| {
-            for g in SHAPES {
+            for g in SHAPES.into_iter().chain([wide]) {
                 let x = values(g.batch * g.in_len(), 1);
                 let w = values(g.c_out * g.k(), 2);
                 let bias = values(g.c_out, 3);
