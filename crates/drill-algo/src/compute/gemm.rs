@@ -116,24 +116,8 @@ unsafe fn gemm_into(
     epilogue: Epilogue<'_>,
     parallel: bool,
 ) {
-    if !PROFILING.load(Ordering::Relaxed) {
-        // SAFETY: the caller's promise, passed on.
-        unsafe {
-            dispatch(
-                dst,
-                shape,
-                dst_strides,
-                accumulate,
-                a,
-                b,
-                epilogue,
-                parallel,
-            )
-        };
-        return;
-    }
-    let start = Instant::now();
-    // SAFETY: as above.
+    let start = PROFILING.load(Ordering::Relaxed).then(Instant::now);
+    // SAFETY: the caller's promise, passed on.
     let kernel = unsafe {
         dispatch(
             dst,
@@ -146,16 +130,17 @@ unsafe fn gemm_into(
             parallel,
         )
     };
-    let seconds = start.elapsed().as_secs_f64();
-    let mut timed = TIMED.lock().unwrap_or_else(|e| e.into_inner());
-    timed.push(Timed {
-        shape,
-        kernel,
-        seconds,
-    });
+    if let Some(start) = start {
+        let seconds = start.elapsed().as_secs_f64();
+        TIMED.lock().unwrap_or_else(|e| e.into_inner()).push(Timed {
+            shape,
+            kernel,
+            seconds,
+        });
+    }
 }
 
-/// Products timed by [`profile`] (from any thread) while it runs.
+/// Whether [`profile`] is running, and the products it has timed so far (on any thread).
 static PROFILING: AtomicBool = AtomicBool::new(false);
 static TIMED: Mutex<Vec<Timed>> = Mutex::new(Vec::new());
 
@@ -197,6 +182,7 @@ pub fn profile(f: impl FnOnce()) -> Vec<Timed> {
 /// # Safety
 /// As [`gemm_into`]'s.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 unsafe fn dispatch(
     dst: *mut f32,
     (m, n, k): (usize, usize, usize),
