@@ -572,25 +572,20 @@ pub fn forward(x: &[f32], weight: &[f32], bias: &[f32], g: &Geometry, relu: bool
                 };
             } else {
                 // The group's patches side by side (`K x nP`), one product added to the bias in
-                // `c_out x nP`, then each element's block moved to its place (a group of one
-                // is its own place).
+                // `c_out x nP`, then each element's block moved to its place.
                 let np = n * p;
                 for e in 0..n {
                     patches(x, b0 + e, g, xs, &mut col[e * p..], np);
                 }
-                if n == 1 {
-                    // One element (a layer of more than `GROUP_COLUMNS` positions): its
-                    // `c_out x P` output is the product's destination, nothing to move.
-                    for (row, &bv) in yg.chunks_exact_mut(p).zip(bias) {
-                        row.fill(bv);
-                    }
-                    w.times((co, p, k), yg, true, View::rows(&col[..k * p], p));
-                } else {
-                    let out = &mut out[..co * np];
-                    for (row, &bv) in out.chunks_exact_mut(np).zip(bias) {
-                        row.fill(bv);
-                    }
-                    w.times((co, np, k), out, true, View::rows(&col[..k * np], np));
+                // A group of one element (a layer of more than `GROUP_COLUMNS` positions)
+                // has its `c_out x P` output as the product's destination: nothing to move.
+                let one = n == 1;
+                let dst: &mut [f32] = if one { &mut *yg } else { &mut out[..co * np] };
+                for (row, &bv) in dst.chunks_exact_mut(np).zip(bias) {
+                    row.fill(bv);
+                }
+                w.times((co, np, k), dst, true, View::rows(&col[..k * np], np));
+                if !one {
                     for (e, ye) in yg.chunks_exact_mut(g.out_len()).enumerate() {
                         for (row, src) in ye.chunks_exact_mut(p).zip(out.chunks_exact(np)) {
                             row.copy_from_slice(&src[e * p..(e + 1) * p]);
