@@ -131,9 +131,10 @@ impl ConvEncoder {
 /// rest): orthonormal rows, or columns when there are more rows, times `gain`, from Gaussian
 /// draws of burn's generator (so seeding burn fixes it). Written here because burn 0.22's
 /// `Initializer::Orthogonal` runs its QR through per-column tensor operations, which took
-/// over 100 s for the Nature trunk's 3136x512 layer; Gram-Schmidt in f64 takes 0.42-0.51 s
-/// (AMD EPYC Zen 3, 2026-11-27; 1.05-1.14 s with one running sum per dot product, whose f32
-/// weights for seeds 0-3 of the trunk's four layers were the same to the bit).
+/// over 100 s for the Nature trunk's 3136x512 layer; Gram-Schmidt in f64 ([`GramSchmidt`])
+/// takes 0.42-0.51 s (AMD EPYC Zen 3, 2026-11-27; 1.05-1.14 s with one running sum per dot
+/// product, whose f32 weights for seeds 0-3 of the trunk's four layers were the same to the
+/// bit), 2.4 s on an AMD EPYC Zen 1.
 fn orthogonal<const D: usize>(dims: [usize; D], gain: f64, device: &Device) -> Tensor<D> {
     let rows = dims[0];
     let cols: usize = dims[1..].iter().product();
@@ -146,27 +147,7 @@ fn orthogonal<const D: usize>(dims: [usize; D], gain: f64, device: &Device) -> T
         .iter()
         .map(|&x| f64::from(x))
         .collect();
-    // Compiled for the machine's widest vectors (pulp's dispatch); the sums' order is fixed by
-    // `dot`'s lanes, so every machine gets the same values.
-    pulp::Arch::new().dispatch(
-        #[inline(always)]
-        || {
-            for i in 0..n {
-                let (done, rest) = v.split_at_mut(i * m);
-                let vi = &mut rest[..m];
-                // Twice, for numerical orthogonality (modified Gram-Schmidt, re-orthogonalised).
-                for _ in 0..2 {
-                    for j in 0..i {
-                        let vj = &done[j * m..(j + 1) * m];
-                        let dot = dot(vi, vj);
-                        vi.iter_mut().zip(vj).for_each(|(a, b)| *a -= dot * b);
-                    }
-                }
-                let norm = vi.iter().map(|a| a * a).sum::<f64>().sqrt().max(1e-12);
-                vi.iter_mut().for_each(|a| *a /= norm);
-            }
-        },
-    );
+    pulp::Arch::new().dispatch(GramSchmidt { v: &mut v, n, m });
     let data: Vec<f32> = if rows <= cols {
         v.iter().map(|&x| (x * gain) as f32).collect()
     } else {
@@ -176,6 +157,40 @@ fn orthogonal<const D: usize>(dims: [usize; D], gain: f64, device: &Device) -> T
             .collect()
     };
     Tensor::from_data(TensorData::new(data, dims), device)
+}
+
+/// Modified Gram-Schmidt, re-orthogonalised, over `n` vectors of length `m` in `v`, through
+/// pulp's dispatch: compiled for the machine's widest vectors. (A closure handed to
+/// `dispatch` was left out of line and compiled for SSE2: 3.3 s against 2.4 s of a
+/// `pong_ppo` start on an AMD EPYC Zen 1, by `perf` samples, the same weights to the bit.)
+/// The sums' order is fixed by [`dot`]'s lanes, so every machine gets the same values.
+struct GramSchmidt<'a> {
+    v: &'a mut [f64],
+    n: usize,
+    m: usize,
+}
+
+impl pulp::WithSimd for GramSchmidt<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) {
+        let Self { v, n, m } = self;
+        for i in 0..n {
+            let (done, rest) = v.split_at_mut(i * m);
+            let vi = &mut rest[..m];
+            // Twice, for numerical orthogonality.
+            for _ in 0..2 {
+                for j in 0..i {
+                    let vj = &done[j * m..(j + 1) * m];
+                    let dot = dot(vi, vj);
+                    vi.iter_mut().zip(vj).for_each(|(a, b)| *a -= dot * b);
+                }
+            }
+            let norm = vi.iter().map(|a| a * a).sum::<f64>().sqrt().max(1e-12);
+            vi.iter_mut().for_each(|a| *a /= norm);
+        }
+    }
 }
 
 /// `a . b`, summed in 8 lanes so that it vectorises: one running sum is a chain of dependent
