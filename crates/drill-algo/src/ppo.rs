@@ -19,7 +19,9 @@ use crate::middleware::{
     CkptSaver, GaeEstimator, InteractionEvaluator, OnPolicyLearner, OnlineLogger, Outputs,
     RolloutCollector, TerminationChecker, run_result,
 };
-use crate::nets::{Actor, ActorCritic, ActorHead, ConvEncoder, Critic, HALF_LN_2PI, input};
+use crate::nets::{
+    Actor, ActorCritic, ActorHead, ConvEncoder, Critic, HALF_LN_2PI, input, input_rows,
+};
 use crate::optim::{ActingCopy, Trainer};
 use crate::policy::{Acted, Explore, LearnOutput, Policy};
 use crate::run::{RunContext, TrainResult};
@@ -27,7 +29,7 @@ use crate::session;
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use drill_config::{Config, PpoPolicy, SigmaType};
-use drill_env::{ActionBuf, ActionSpace, EnvSpec, Obs, ObsBuf};
+use drill_env::{ActionBuf, ActionSpace, EnvSpec, Obs};
 use drill_task::Task;
 use rand::Rng;
 use rand::seq::SliceRandom;
@@ -418,11 +420,7 @@ pub fn minibatch_update(
             .flat_map(|&k| src[k * width..(k + 1) * width].iter().copied())
             .collect()
     };
-    let mut rows = ObsBuf::new(r.obs.dtype());
-    for &k in mb {
-        rows.extend(r.obs.as_obs().rows(k..k + 1, d));
-    }
-    let obs = input(rows.as_obs(), d, ad);
+    let obs = input_rows(r.obs.as_obs(), mb, d, ad);
     let old_logp = Tensor::<1>::from_data(TensorData::new(gather(&r.logp, 1), [b]), ad);
     let mut adv = gather(&r.adv, 1);
     if p.learn.adv_norm && b > 1 {

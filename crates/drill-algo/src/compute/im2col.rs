@@ -558,7 +558,7 @@ pub fn forward(x: &[f32], weight: &[f32], bias: &[f32], g: &Geometry, relu: bool
     assert_eq!(x.len(), g.batch * g.in_len(), "conv input size");
     assert_eq!(weight.len(), co * k, "conv weight size");
     assert_eq!(bias.len(), co, "conv bias size");
-    let mut y = vec![0f32; g.batch * g.out_len()];
+    let mut y = super::zeros(g.batch * g.out_len());
     let w = Left::new(View::rows(weight, k), co, k);
     let group = match w {
         Left::F32(_) => group_size(g),
@@ -680,7 +680,7 @@ pub fn backward_params(x: &[f32], dy: &[f32], g: &Geometry) -> (Vec<f32>, Vec<f3
 pub fn backward_input(weight: &[f32], dy: &[f32], g: &Geometry) -> Vec<f32> {
     let (k, p, co) = (g.k(), g.p(), g.c_out);
     assert_eq!(dy.len(), g.batch * g.out_len(), "conv output gradient size");
-    let mut dx = vec![0f32; g.batch * g.in_len()];
+    let mut dx = super::zeros(g.batch * g.in_len());
     let wt = Left::new(View::transposed(weight, k), k, co);
     let group = group_size(g);
     per_group(

@@ -115,9 +115,7 @@ fn through_relu(mut dy: FlexTensor, y: Option<&FlexTensor>) -> FlexTensor {
         .try_storage_mut::<f32>()
         .filter(|g| whole && g.len() == y.len())
     {
-        g.iter_mut()
-            .zip(y.iter())
-            .for_each(|(g, y)| *g = mask(*g, *y));
+        super::par_zip(g, &y, |g, y| *g = mask(*g, y));
         return dy;
     }
     let dz = values(&dy)
