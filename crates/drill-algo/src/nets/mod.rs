@@ -32,10 +32,10 @@ pub fn input(obs: Obs<'_>, dim: usize, device: &Device) -> Tensor<2> {
         Obs::F32(x) => Tensor::from_data(TensorData::new(x.to_vec(), [n, dim]), device),
         Obs::U8(x) => {
             // One pass that converts and divides (the values of a division of the float
-            // tensor, without its second pass), split over the pool's threads for a
-            // learner's minibatch (256 Atari frames: 7.2 M values).
-            let scale = |&b: &u8| f32::from(b) / 255.0;
-            let v: Vec<f32> = if x.len() >= 1 << 20 && rayon::current_num_threads() > 1 {
+            // tensor, without its second pass), split over the pool's threads for a large
+            // batch.
+            let scale = |&b: &u8| frame_value(b);
+            let v: Vec<f32> = if split(x.len()) {
                 use rayon::prelude::*;
                 x.par_iter().map(scale).collect()
             } else {
@@ -44,6 +44,18 @@ pub fn input(obs: Obs<'_>, dim: usize, device: &Device) -> Tensor<2> {
             Tensor::from_data(TensorData::new(v, [n, dim]), device)
         }
     }
+}
+
+/// A `u8` frame value as the network reads it, in `[0, 1]`.
+#[inline(always)]
+fn frame_value(b: u8) -> f32 {
+    f32::from(b) / 255.0
+}
+
+/// Whether converting `values` frame values is split over the pool's threads: from 1 M (a
+/// learner's minibatch of 256 Atari frames holds 7.2 M), when the pool has threads.
+fn split(values: usize) -> bool {
+    values >= 1 << 20 && rayon::current_num_threads() > 1
 }
 
 /// [`input`] of rows `rows` of `obs` (`dim` values each), in that order: a learner's
@@ -60,12 +72,12 @@ pub fn input_rows(obs: Obs<'_>, rows: &[usize], dim: usize, device: &Device) -> 
         Obs::U8(x) => {
             let fill = |out: &mut [std::mem::MaybeUninit<f32>], k: usize| {
                 for (o, &b) in out.iter_mut().zip(&x[row(k)]) {
-                    o.write(f32::from(b) / 255.0);
+                    o.write(frame_value(b));
                 }
             };
             let mut v: Vec<f32> = Vec::with_capacity(n * dim);
             let cells = &mut v.spare_capacity_mut()[..n * dim];
-            if n * dim >= 1 << 20 && rayon::current_num_threads() > 1 {
+            if split(n * dim) {
                 use rayon::prelude::*;
                 cells
                     .par_chunks_mut(dim)
