@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Interleaved A/B of two drill binaries on `configs/pong_ppo.toml`: each round trains ITERS
-# iterations with A, then with B (no evaluation inside the window); each run's figure is the
-# median env steps/s over its iterations after the first (scripts/pong_ppo_rate.sh, as
+# iterations with A and with B (no evaluation inside the window), A first in odd rounds and B
+# first in even ones: on the 2-core AMD EPYC Zen 1 box (2026-11-27) whichever binary ran
+# second in a round was 1.5-2 % slower, the same binary in both slots. Each run's figure is
+# the median env steps/s over its iterations after the first (scripts/pong_ppo_rate.sh, as
 # bench_pong_ppo_vs_torch.sh). Prints every round, the medians and B/A.
 #
 #   scripts/ab_pong_ppo.sh OLD_BINARY NEW_BINARY [ROUNDS] [ITERS] [DRILL_ARGS...]
@@ -15,8 +17,13 @@ shift $(($# < 4 ? $# : 4))
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for ((r = 1; r <= ROUNDS; r++)); do
-  a=$(scripts/pong_ppo_rate.sh "$A" "$ITERS" "$@")
-  b=$(scripts/pong_ppo_rate.sh "$B" "$ITERS" "$@")
+  if ((r % 2)); then
+    a=$(scripts/pong_ppo_rate.sh "$A" "$ITERS" "$@")
+    b=$(scripts/pong_ppo_rate.sh "$B" "$ITERS" "$@")
+  else
+    b=$(scripts/pong_ppo_rate.sh "$B" "$ITERS" "$@")
+    a=$(scripts/pong_ppo_rate.sh "$A" "$ITERS" "$@")
+  fi
   printf 'round %s: A %s env steps/s, B %s env steps/s\n' "$r" "$a" "$b" | tee -a "$tmp/rows"
 done
 awk '{ a[n + 0] = $4; b[n + 0] = $8; n++ }

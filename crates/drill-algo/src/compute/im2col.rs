@@ -135,13 +135,15 @@ fn scratch_len(g: &Geometry, group: usize) -> usize {
 /// one frame at a time (AMD EPYC Zen 4, 1 thread).
 const GROUP_COLUMNS: usize = 320;
 
-/// Batch elements per product for this layer: [`GROUP_COLUMNS`] output positions, but no
-/// more than leaves every thread of the pool a group.
+/// Batch elements per product for this layer: at most [`GROUP_COLUMNS`] output positions,
+/// and as many groups as make every thread of the pool the same number of them. The 9x9 layer
+/// of the collector's batch of 8 on 2 threads ran in groups of 3, 3 and 2, so one thread did
+/// two groups while the other did one; now 4 groups of 2.
 fn group_size(g: &Geometry) -> usize {
     let threads = rayon::current_num_threads().max(1);
-    (GROUP_COLUMNS / g.p())
-        .min(g.batch.div_ceil(threads))
-        .max(1)
+    let most = (GROUP_COLUMNS / g.p()).max(1);
+    let per_thread = g.batch.div_ceil(threads * most);
+    g.batch.div_ceil(threads * per_thread).max(1)
 }
 
 /// Rearrange one batch element `x` (`c_in x h x w`) so that every horizontal stride phase of a
@@ -214,10 +216,11 @@ fn split_rows_at<const S: usize>(x: &[f32], g: &Geometry, xs: &mut [f32], level:
     }
 }
 
-/// `out[r * pw + j] = row[j * S + r]` for the first groups of `row`, 8 groups a step, as many
-/// whole steps as `full` groups hold; returns how many groups it did (the caller does the
-/// rest). Stride 2: `vshufps` picks the even and odd values of two registers per 128-bit lane,
-/// `vpermpd` puts the lanes' halves in order. Stride 4: a 4x4 transpose per lane
+/// `out[r * pw + j] = row[j * S + r]` for the first `full` groups of `row`, 8 groups a step
+/// (the last step overlapping the one before); returns how many groups it did (the caller
+/// does the rest): all of them, or none when `full` is under 8. Stride 2: `vshufps` picks
+/// the even and odd values of two registers per 128-bit lane, `vpermpd` puts the lanes'
+/// halves in order. Stride 4: a 4x4 transpose per lane
 /// (`vunpcklps`/`vunpckhps`, then `vshufps`) and `vpermps` joins the lanes. `S` is 2 or 4.
 ///
 /// # Safety
@@ -233,14 +236,20 @@ unsafe fn deinterleave_avx2<const S: usize>(
     use std::arch::x86_64::*;
     assert!(S == 2 || S == 4, "stride {S}");
     assert!(row.len() >= full * S && full <= pw && out.len() >= (S - 1) * pw + full);
-    let steps = full / 8;
+    if full < 8 {
+        return 0;
+    }
     let at = row.as_ptr();
     let to = out.as_mut_ptr();
-    for step in 0..steps {
-        let j = step * 8;
-        // SAFETY: this step's `8 S` values lie inside the `full S` values of `row`, and its
-        // stores inside lanes `j..j + 8` of each phase (inside `out`: phase r's first `full`
-        // values start at r pw), both checked above.
+    // Whole steps of 8 groups, then, where `full` is not a multiple of 8, one step over the
+    // last 8 groups, overlapping the step before (it stores the same values again).
+    let starts = (0..full - 7)
+        .step_by(8)
+        .chain((!full.is_multiple_of(8)).then_some(full - 8));
+    for j in starts {
+        // SAFETY: this step's `8 S` values lie inside the `full S` values of `row` (j + 8 is
+        // at most `full`), and its stores inside lanes `j..j + 8` of each phase (inside
+        // `out`: phase r's first `full` values start at r pw), both checked above.
         unsafe {
             let load = |k: usize| _mm256_loadu_ps(at.add(j * S + 8 * k));
             if S == 2 {
@@ -273,7 +282,7 @@ unsafe fn deinterleave_avx2<const S: usize>(
             }
         }
     }
-    steps * 8
+    full
 }
 
 /// `out[r * pw + j] = row[j * S + r]` for the first `full` groups of `row`, 16 groups a step
@@ -823,7 +832,7 @@ mod tests {
     ];
 
     /// The split layout, by its definition, for the widths and strides of every path (each
-    /// SIMD level this CPU has, AVX-512's masked last step, AVX2's scalar rest, a partial
+    /// SIMD level this CPU has, AVX-512's masked last step, AVX2's overlapping one, a partial
     /// last group).
     #[test]
     fn split_columns_matches_its_definition() {
@@ -954,5 +963,57 @@ mod tests {
                 close(&dx, &numeric(&x, &|x| objective(x, &w, &bias)), "dx");
             }
         });
+    }
+
+    /// Groups hold at most `GROUP_COLUMNS` output positions (or one element), and every
+    /// thread of the pool gets the same number of groups where the batch allows it: the
+    /// collector's batch of 8 on 2 threads runs the 9x9 layer in 4 groups of 2, not 3, 3, 2.
+    #[test]
+    fn groups_fill_every_thread_alike() {
+        for threads in 1..=4 {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .expect("a thread pool");
+            pool.install(|| {
+                for (side, batch) in (1..=12).flat_map(|s| (1..=64).map(move |b| (s, b))) {
+                    let g = Geometry {
+                        batch,
+                        c_in: 1,
+                        h: side,
+                        w: side,
+                        c_out: 1,
+                        kh: 1,
+                        kw: 1,
+                        sh: 1,
+                        sw: 1,
+                    };
+                    let (n, most) = (group_size(&g), (GROUP_COLUMNS / g.p()).max(1));
+                    let groups = batch.div_ceil(n);
+                    assert!((1..=most).contains(&n), "{n} of at most {most}");
+                    // The fewest rounds of groups the size bound allows, each round a group
+                    // for every thread.
+                    let rounds = batch.div_ceil(threads * most);
+                    assert!(groups <= rounds * threads, "{batch} on {threads}: {groups}");
+                    assert!(
+                        groups > (rounds - 1) * threads,
+                        "{batch} on {threads}: {groups}"
+                    );
+                }
+                let nine = Geometry {
+                    batch: 8,
+                    c_in: 32,
+                    h: 20,
+                    w: 20,
+                    c_out: 64,
+                    kh: 4,
+                    kw: 4,
+                    sh: 2,
+                    sw: 2,
+                };
+                let want = [3, 2, 3, 2][threads - 1];
+                assert_eq!(group_size(&nine), want, "{threads} thread(s)");
+            });
+        }
     }
 }

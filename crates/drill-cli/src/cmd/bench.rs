@@ -55,6 +55,9 @@ pub struct Args {
     /// Timed repetitions per case (default: chosen per case).
     #[arg(long)]
     pub iters: Option<usize>,
+    /// learner: batch of the Nature-CNN update cases (`pong_ppo`'s minibatch is 256).
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
+    pub batch: u16,
     /// env: benchmark this id instead of CartPole (e.g. PongNoFrameskip-v4), vectorised.
     #[arg(long)]
     pub env: Option<String>,
@@ -278,6 +281,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             args.case.as_deref(),
             device(args.gpu)?,
             args.iters,
+            usize::from(args.batch),
         ),
         Target::Replay => {
             return replay_bench(
@@ -562,6 +566,7 @@ fn learner_bench(
     case: Option<&str>,
     device: Device,
     iters: Option<usize>,
+    bs: usize,
 ) {
     device.seed(0);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
@@ -657,7 +662,6 @@ fn learner_bench(
         // gradients, input gradients but the first layer's) against the FMA peak measured on
         // every thread of the pool at once. On a GPU (`--gpu`) neither the CPU's peak nor the
         // CPU's bf16 kernels apply: the f32 update and its GFLOP/s only.
-        let bs = 32;
         let (fwd, first) = nature_cnn_macs(6);
         let gflop = 2.0 * bs as f64 * (4.0 * fwd - first) / 1e9;
         let on_cpu = device == Device::flex();
@@ -676,7 +680,7 @@ fn learner_bench(
         });
         // Asked for by name only: not part of a plain `drill bench learner`.
         if let Some(peak) = peak.filter(|_| case == Some("nature-cnn-products")) {
-            nature_cnn_products(report, &device, peak, iters.unwrap_or(10));
+            nature_cnn_products(report, &device, bs, peak, iters.unwrap_or(10));
         }
         let mut f32_us = None;
         for (name, bf16) in [
@@ -708,7 +712,7 @@ fn learner_bench(
                 "us",
                 us,
                 iters.unwrap_or(30),
-                &format!("4x84x84, batch 32, Adam, {on}{level}"),
+                &format!("4x84x84, batch {bs}, Adam, {on}{level}"),
             );
             let achieved = gflop / (us * 1e-6);
             let versus = match f32_us {
@@ -777,9 +781,9 @@ fn nature_cnn_update(device: &Device, bs: usize) -> impl FnMut() {
 /// ([`drill_algo::compute::gemm::profile`]): calls and microseconds per update, GFLOP/s and
 /// share of the FMA peak of one thread, the kernel that ran it; then the products' share of
 /// the update. Run it with `--threads 1`: on more threads a product's time is its caller's.
-fn nature_cnn_products(report: &Report, device: &Device, peak: f64, n: usize) {
+fn nature_cnn_products(report: &Report, device: &Device, bs: usize, peak: f64, n: usize) {
     use std::collections::BTreeMap;
-    let mut update = nature_cnn_update(device, 32);
+    let mut update = nature_cnn_update(device, bs);
     update();
     update();
     let start = Instant::now();
