@@ -136,9 +136,9 @@ fn scratch_len(g: &Geometry, group: usize) -> usize {
 const GROUP_COLUMNS: usize = 320;
 
 /// Batch elements per product for this layer: at most [`GROUP_COLUMNS`] output positions,
-/// and as many groups as make every thread of the pool the same number of them. The 9x9 layer
-/// of the collector's batch of 8 on 2 threads ran in groups of 3, 3 and 2, so one thread did
-/// two groups while the other did one; now 4 groups of 2.
+/// in the fewest rounds of one group per thread of the pool that bound allows, the batch
+/// spread evenly over them. The 9x9 layer of the collector's batch of 8 on 2 threads ran in
+/// groups of 3, 3 and 2, so one thread did two groups while the other did one; now 4 of 2.
 fn group_size(g: &Geometry) -> usize {
     let threads = rayon::current_num_threads().max(1);
     let most = (GROUP_COLUMNS / g.p()).max(1);
