@@ -120,7 +120,16 @@ impl Ale {
             self.path.display()
         );
         let k = CString::new("random_seed").unwrap();
-        // SAFETY: valid interface, NUL-terminated strings; the ROM exists (checked above).
+        // One load at a time in the process: ALE 0.6's `Cartridge::create` (run by every
+        // `loadROM`) assigns the process-wide `Cartridge::myAboutString`, a static
+        // `std::string`. Two threads loading at once (the evaluator's seeded resets of its
+        // games on 2 env threads) raced on its buffer and corrupted the heap: a `pong_ppo` run
+        // aborted with "malloc(): unaligned tcache chunk detected" 8 minutes after an
+        // evaluation. A load takes milliseconds, a few times per evaluation.
+        static LOADING: Mutex<()> = Mutex::new(());
+        let _one = LOADING.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: valid interface, NUL-terminated strings; the ROM exists (checked above);
+        // no other thread is loading a ROM (the lock above).
         unsafe {
             sys::setInt(self.ptr.as_ptr(), k.as_ptr(), seed);
             sys::loadROM(self.ptr.as_ptr(), self.rom.as_ptr());
@@ -242,6 +251,36 @@ mod tests {
         let mut zero = new();
         zero.load(0);
         assert_eq!(play(&mut zero), first_use, "seed 0, a second later");
+    }
+
+    /// Emulators loading on two threads at once (an evaluator's seeded resets on its env
+    /// threads). ALE 0.6's loads assign one process-wide string (`Cart.cxx`, where valgrind's
+    /// helgrind reports the two threads' writes), so without `load`'s lock they raced on its
+    /// buffer: a `pong_ppo` run aborted in malloc.
+    #[test]
+    fn emulators_load_on_several_threads_at_once() {
+        let rom = super::super::roms::find("pong")
+            .1
+            .expect("this test needs ROMs (ALE_ROM_DIR)");
+        let threads = 2u64;
+        let rewards: Vec<i32> = std::thread::scope(|s| {
+            let loaders: Vec<_> = (0..threads)
+                .map(|t| {
+                    let rom = &rom;
+                    s.spawn(move || {
+                        let mut ale = Ale::bare(rom, 0.0);
+                        (0..2)
+                            .map(|round| {
+                                ale.load(t * 2 + round + 1);
+                                ale.act(0)
+                            })
+                            .sum::<i32>()
+                    })
+                })
+                .collect();
+            loaders.into_iter().map(|l| l.join().unwrap()).collect()
+        });
+        assert_eq!(rewards, vec![0; threads as usize], "no points in one frame");
     }
 
     #[test]
