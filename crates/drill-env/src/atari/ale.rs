@@ -262,25 +262,28 @@ mod tests {
         let rom = super::super::roms::find("pong")
             .1
             .expect("this test needs ROMs (ALE_ROM_DIR)");
-        let threads = 2u64;
-        let rewards: Vec<i32> = std::thread::scope(|s| {
-            let loaders: Vec<_> = (0..threads)
-                .map(|t| {
+        let seeds = [3u64, 4];
+        // Each thread's emulator plays as one loaded with the same seed on this thread.
+        let concurrent: Vec<_> = std::thread::scope(|s| {
+            let loaders: Vec<_> = seeds
+                .iter()
+                .map(|&seed| {
                     let rom = &rom;
                     s.spawn(move || {
-                        let mut ale = Ale::bare(rom, 0.0);
-                        (0..2)
-                            .map(|round| {
-                                ale.load(t * 2 + round + 1);
-                                ale.act(0)
-                            })
-                            .sum::<i32>()
+                        let mut ale = Ale::new(rom, 0.25, false);
+                        ale.load(seed + 10);
+                        ale.load(seed);
+                        play(&mut ale)
                     })
                 })
                 .collect();
             loaders.into_iter().map(|l| l.join().unwrap()).collect()
         });
-        assert_eq!(rewards, vec![0; threads as usize], "no points in one frame");
+        for (seed, got) in seeds.iter().zip(concurrent) {
+            let mut alone = Ale::new(&rom, 0.25, false);
+            alone.load(*seed);
+            assert!(got == play(&mut alone), "seed {seed}");
+        }
     }
 
     #[test]
