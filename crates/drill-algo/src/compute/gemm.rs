@@ -136,6 +136,8 @@ unsafe fn gemm_into(
             shape,
             kernel,
             seconds,
+            strides: [(a.rs, a.cs), (b.rs, b.cs), dst_strides],
+            accumulate,
         });
     }
 }
@@ -153,6 +155,55 @@ pub struct Timed {
     pub kernel: &'static str,
     /// Its wall time, epilogue included.
     pub seconds: f64,
+    /// `(row, column)` strides of the left operand, the right operand and the destination.
+    pub strides: [(usize, usize); 3],
+    /// Whether the product was added to the destination.
+    pub accumulate: bool,
+}
+
+/// Seconds per call of the product `t` describes (same shape, strides, accumulation and
+/// kernel choice, no epilogue) on this thread, alone: repeated on the same operands, so they
+/// are as hot in cache as they can be. Beside `t.seconds`, what the kernel itself reaches
+/// and what the state of the update's data costs it. The median of 5 rounds of at least
+/// `min_seconds` / 5 each.
+pub fn time_alone(t: &Timed, min_seconds: f64) -> f64 {
+    let (m, n, k) = t.shape;
+    let extent = |(rows, cols): (usize, usize), (rs, cs): (usize, usize)| {
+        if rows == 0 || cols == 0 {
+            0
+        } else {
+            (rows - 1) * rs + (cols - 1) * cs + 1
+        }
+    };
+    let [sa, sb, sd] = t.strides;
+    let fill = |len: usize| -> Vec<f32> { (0..len).map(|i| (i % 17) as f32 / 17.0).collect() };
+    let a = fill(extent((m, k), sa));
+    let b = fill(extent((k, n), sb));
+    let mut dst = vec![0f32; extent((m, n), sd)];
+    let view = |data, (rs, cs)| View { data, rs, cs };
+    let mut call = || {
+        matmul(
+            t.shape,
+            &mut dst,
+            sd,
+            t.accumulate,
+            view(&a, sa),
+            view(&b, sb),
+            false,
+        )
+    };
+    call();
+    let mut rounds = Vec::with_capacity(5);
+    for _ in 0..5 {
+        let (start, mut calls) = (Instant::now(), 0u32);
+        while calls == 0 || start.elapsed().as_secs_f64() < min_seconds / 5.0 {
+            call();
+            calls += 1;
+        }
+        rounds.push(start.elapsed().as_secs_f64() / f64::from(calls));
+    }
+    rounds.sort_by(f64::total_cmp);
+    rounds[2]
 }
 
 /// Runs `f` and returns every product computed while it ran (by `f` or any other thread), in
@@ -435,6 +486,10 @@ mod tests {
             assert_eq!(mine.len(), 1, "{m}x{n}x{k}: {timed:?}");
             assert_eq!(mine[0].kernel, kernel, "{m}x{n}x{k}");
             assert!(mine[0].seconds > 0.0);
+            assert_eq!(mine[0].strides, [(k, 1), (n, 1), (n, 1)], "{m}x{n}x{k}");
+            assert!(!mine[0].accumulate);
+            let alone = time_alone(mine[0], 0.001);
+            assert!(alone > 0.0 && alone.is_finite(), "{m}x{n}x{k}: {alone}");
         }
         run();
         let after = profile(|| {});

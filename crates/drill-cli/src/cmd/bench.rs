@@ -22,7 +22,7 @@ pub enum Target {
     /// Environment steps per second: CartPole single and vectorised, or `--env ID` vectorised
     /// (`--num-envs`, `--env-threads`).
     Env,
-    /// DQN updates (CartPole nets; DI-engine's Pong net), Nature-CNN updates (with the machine's FMA peak) and forward passes of batch 4 and 8, CartPole's MLP's batch-8 inference; `scripts/bench_learner_vs_torch.sh` runs them side by side with PyTorch. `--case nature-cnn-products` (by name only; with `--threads 1`) times each matrix product inside the Nature-CNN update.
+    /// DQN updates (CartPole nets; DI-engine's Pong net), Nature-CNN updates (with the machine's FMA peak) and forward passes of batch 4 and 8, CartPole's MLP's batch-8 inference; `scripts/bench_learner_vs_torch.sh` runs them side by side with PyTorch. `--case nature-cnn-products` (by name only; with `--threads 1`) times each matrix product inside the Nature-CNN update, and again alone with its operands hot in cache.
     Learner,
     /// Replay memory: bytes per stored transition, filled from `--env` (default
     /// PongNoFrameskip-v4) with random actions; `--iters` transitions (default 20000); and
@@ -779,8 +779,10 @@ fn nature_cnn_update(device: &Device, bs: usize) -> impl FnMut() {
 /// `--case nature-cnn-products` (asked for by name only): the matrix products of
 /// [`nature_cnn_update`], each shape timed inside `n` updates on the CPU
 /// ([`drill_algo::compute::gemm::profile`]): calls and microseconds per update, GFLOP/s and
-/// share of the FMA peak of one thread, the kernel that ran it; then the products' share of
-/// the update. Run it with `--threads 1`: on more threads a product's time is its caller's.
+/// share of the FMA peak of one thread, the kernel that ran it, and the same product alone
+/// with its operands hot in cache ([`drill_algo::compute::gemm::time_alone`]: what the
+/// kernel reaches); then the products' share of the update. A `^T` after the shape marks a
+/// transposed operand (left, right). Run it with `--threads 1`: on more threads a product's time is its caller's.
 fn nature_cnn_products(report: &Report, device: &Device, bs: usize, peak: f64, n: usize) {
     use std::collections::BTreeMap;
     let mut update = nature_cnn_update(device, bs);
@@ -789,44 +791,62 @@ fn nature_cnn_products(report: &Report, device: &Device, bs: usize, peak: f64, n
     let start = Instant::now();
     let timed = drill_algo::compute::gemm::profile(|| (0..n).for_each(|_| update()));
     let wall = start.elapsed().as_secs_f64() / n as f64;
-    // (shape, kernel) -> (calls, seconds)
+    // (shape, kernel, layout) -> (one of its calls, calls, seconds)
     let mut shapes = BTreeMap::new();
     for t in &timed {
-        let entry: &mut (usize, f64) = shapes.entry((t.shape, t.kernel)).or_default();
-        entry.0 += 1;
-        entry.1 += t.seconds;
+        let layout = (t.strides, t.accumulate);
+        let entry = shapes
+            .entry((t.shape, t.kernel, layout))
+            .or_insert((t, 0usize, 0.0));
+        entry.1 += 1;
+        entry.2 += t.seconds;
     }
-    let mut rows: Vec<_> = shapes.into_iter().collect();
-    rows.sort_by(|a, b| b.1.1.total_cmp(&a.1.1));
+    let mut rows: Vec<_> = shapes.into_values().collect();
+    rows.sort_by(|a, b| b.2.total_cmp(&a.2));
     let one = peak / rayon::current_num_threads() as f64;
-    let mut total = (0.0, 0.0);
-    for (((m, n_, k), kernel), (calls, seconds)) in rows {
+    let (mut total, mut total_alone) = ((0.0, 0.0), 0.0);
+    for (t, calls, seconds) in rows {
+        let (m, n_, k) = t.shape;
         let flop = 2.0 * (m * n_ * k) as f64 * calls as f64;
         let rate = flop / seconds / 1e9;
+        let alone_seconds =
+            drill_algo::compute::gemm::time_alone(t, 0.05_f64.max(2.0 * seconds / calls as f64));
+        let alone = 2.0 * (m * n_ * k) as f64 / alone_seconds / 1e9;
         total = (total.0 + flop, total.1 + seconds);
+        total_alone += alone_seconds * calls as f64;
+        let transposed = |(rs, cs): (usize, usize)| if rs == 1 && cs != 1 { "^T" } else { "" };
         report.row(
-            &format!("product {m}x{n_}x{k}"),
+            &format!(
+                "product {m}x{n_}x{k}{}{}",
+                transposed(t.strides[0]),
+                transposed(t.strides[1])
+            ),
             "us",
             seconds / n as f64 * 1e6,
             n,
             &format!(
-                "per update: {} calls, {kernel}, {rate:.1} GFLOP/s = {:.1} % of one thread's FMA peak",
+                "per update: {} calls, {}, {rate:.1} GFLOP/s = {:.1} % of one thread's FMA peak; alone (operands hot): {alone:.1} GFLOP/s = {:.1} %",
                 calls / n,
-                100.0 * rate / one
+                t.kernel,
+                100.0 * rate / one,
+                100.0 * alone / one
             ),
         );
     }
     let rate = total.0 / total.1 / 1e9;
+    let alone = total.0 / total_alone / 1e9;
     report.row(
         "products",
         "us",
         total.1 / n as f64 * 1e6,
         n,
         &format!(
-            "all products of an update ({:.1} ms): {:.1} % of its time, {rate:.1} GFLOP/s = {:.1} % of one thread's FMA peak",
+            "all products of an update ({:.1} ms): {:.1} % of its time, {rate:.1} GFLOP/s = {:.1} % of one thread's FMA peak; alone (operands hot): {:.1} ms, {alone:.1} GFLOP/s = {:.1} %",
             wall * 1e3,
             100.0 * total.1 / n as f64 / wall,
-            100.0 * rate / one
+            100.0 * rate / one,
+            total_alone / n as f64 * 1e3,
+            100.0 * alone / one
         ),
     );
 }
