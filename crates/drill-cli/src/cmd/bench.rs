@@ -782,7 +782,8 @@ fn nature_cnn_update(device: &Device, bs: usize) -> impl FnMut() {
 /// share of the FMA peak of one thread, the kernel that ran it, and the same product alone
 /// with its operands hot in cache ([`drill_algo::compute::gemm::time_alone`]: what the
 /// kernel reaches); then the products' share of the update. A `^T` after the shape marks a
-/// transposed operand (left, right). Run it with `--threads 1`: on more threads a product's time is its caller's.
+/// transposed operand (left, right). Run it with `--threads 1`: on more threads a product's
+/// time is its caller's.
 fn nature_cnn_products(report: &Report, device: &Device, bs: usize, peak: f64, n: usize) {
     use std::collections::BTreeMap;
     let mut update = nature_cnn_update(device, bs);
