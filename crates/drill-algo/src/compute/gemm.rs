@@ -7,6 +7,7 @@
 use super::small_gemm;
 pub use super::small_gemm::Epilogue;
 pub use super::view::View;
+use super::view::extent;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -168,18 +169,11 @@ pub struct Timed {
 /// `min_seconds` / 5 each.
 pub fn time_alone(t: &Timed, min_seconds: f64) -> f64 {
     let (m, n, k) = t.shape;
-    let extent = |(rows, cols): (usize, usize), (rs, cs): (usize, usize)| {
-        if rows == 0 || cols == 0 {
-            0
-        } else {
-            (rows - 1) * rs + (cols - 1) * cs + 1
-        }
-    };
     let [sa, sb, sd] = t.strides;
     let fill = |len: usize| -> Vec<f32> { (0..len).map(|i| (i % 17) as f32 / 17.0).collect() };
-    let a = fill(extent((m, k), sa));
-    let b = fill(extent((k, n), sb));
-    let mut dst = vec![0f32; extent((m, n), sd)];
+    let a = fill(extent(m, k, sa));
+    let b = fill(extent(k, n, sb));
+    let mut dst = vec![0f32; extent(m, n, sd)];
     let view = |data, (rs, cs)| View { data, rs, cs };
     let mut call = || {
         matmul(

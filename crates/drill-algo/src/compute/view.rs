@@ -82,10 +82,20 @@ impl<'a> View<'a> {
 
     /// Panics unless every element of an `m x n` matrix lies in the slice.
     pub(super) fn check(&self, m: usize, n: usize, what: &str) {
-        if m > 0 && n > 0 {
-            let last = (m - 1) * self.rs + (n - 1) * self.cs;
-            assert!(last < self.data.len(), "matmul: {what} is too small");
-        }
+        assert!(
+            extent(m, n, (self.rs, self.cs)) <= self.data.len(),
+            "matmul: {what} is too small"
+        );
+    }
+}
+
+/// Elements a slice needs to hold an `m x n` matrix at `(row, column)` strides `strides`: one
+/// past its last element (0 for an empty matrix).
+pub(super) fn extent(m: usize, n: usize, (rs, cs): (usize, usize)) -> usize {
+    if m == 0 || n == 0 {
+        0
+    } else {
+        (m - 1) * rs + (n - 1) * cs + 1
     }
 }
 

@@ -808,11 +808,12 @@ fn nature_cnn_products(report: &Report, device: &Device, bs: usize, peak: f64, n
     let (mut total, mut total_alone) = ((0.0, 0.0), 0.0);
     for (t, calls, seconds) in rows {
         let (m, n_, k) = t.shape;
-        let flop = 2.0 * (m * n_ * k) as f64 * calls as f64;
+        let per_call = 2.0 * (m * n_ * k) as f64;
+        let flop = per_call * calls as f64;
         let rate = flop / seconds / 1e9;
         let alone_seconds =
             drill_algo::compute::gemm::time_alone(t, 0.05_f64.max(2.0 * seconds / calls as f64));
-        let alone = 2.0 * (m * n_ * k) as f64 / alone_seconds / 1e9;
+        let alone = per_call / alone_seconds / 1e9;
         total = (total.0 + flop, total.1 + seconds);
         total_alone += alone_seconds * calls as f64;
         let transposed = |(rs, cs): (usize, usize)| if rs == 1 && cs != 1 { "^T" } else { "" };
