@@ -85,8 +85,8 @@ def train(
             rank fails (it resumes from the newest checkpoint).
 
     Returns:
-        ``result.json``'s fields (``env_steps``, ``wall_seconds``, ``eval_reward_mean``,
-        ``stop_reached``, ...) plus ``exp_dir`` and ``result_file``.
+        ``result.json``'s fields (``env_steps``, ``wall_seconds``, ``total_wall_seconds``,
+        ``eval_reward_mean``, ``stop_reached``, ...) plus ``exp_dir`` and ``result_file``.
 
     Raises:
         ConfigError: a bad key or value (the message names its key path and the file).

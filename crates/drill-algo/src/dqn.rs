@@ -9,7 +9,7 @@
 //! Hyper-parameters come from [`DqnPolicy`] (the `[policy]` table).
 
 use std::cell::RefCell;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::checkpoint::{Checkpoint, CheckpointExt};
 use crate::data::Batch;
@@ -17,7 +17,7 @@ use crate::error::TrainError;
 use crate::middleware::{
     CkptSaver, ContextExchanger, DataPusher, EpsGreedyHandler, FinishSync, InteractionEvaluator,
     ModelExchanger, NStepRewardEnhancer, OffPolicyLearner, OnlineLogger, Outputs, Remote, Roles,
-    StepCollector, TerminationChecker, run_result,
+    StepCollector, TerminationChecker, TrainClock, run_result,
 };
 use crate::nets::{ConvEncoder, QNet, argmax, input};
 use crate::optim::{ActingCopy, ParamLayout, Trainer};
@@ -386,7 +386,7 @@ pub fn train_roles(
     roles: &Roles,
 ) -> Result<Option<TrainResult>, TrainError> {
     // PLUMBING: seeding, environments, networks, storage.
-    let start = Instant::now();
+    let clock = TrainClock::start(run.resume.as_ref().filter(|_| roles.learner));
     let ranks = session::setup(cfg, run);
     let (rank, world) = (ranks.rank(), ranks.world());
     // Split over processes, each collector worker is seeded as a DDP rank would be.
@@ -431,7 +431,7 @@ pub fn train_roles(
         );
     }
     if roles.learner {
-        let mut saver = CkptSaver::new(&out, &dqn, ranks.clone(), &rng);
+        let mut saver = CkptSaver::new(&out, &dqn, ranks.clone(), &rng, clock);
         if let Some(dir) = &run.replay_dir {
             saver = saver.save_replay(&buffer, dir.clone());
         }
@@ -484,15 +484,9 @@ pub fn train_roles(
     }
     handle.barrier()?;
     let ctx = task.run(None)?;
-    Ok(roles.learner.then(|| {
-        run_result(
-            &ctx,
-            env_step,
-            start.elapsed().as_secs_f64(),
-            world,
-            run.restarts,
-        )
-    }))
+    Ok(roles
+        .learner
+        .then(|| run_result(&ctx, env_step, &clock, world, run.restarts)))
 }
 
 /// A split run's exchangers (DI-engine's `ContextExchanger` and `ModelExchanger`): the

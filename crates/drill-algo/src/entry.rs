@@ -212,8 +212,14 @@ pub fn finish(
         } else {
             "stopped at the step limit"
         };
+        // A continued run also says its time with the runs before it.
+        let total = match result.total_wall_seconds {
+            Some(t) if t == result.wall_seconds => String::new(),
+            Some(t) => format!(", {t:.0} s with the runs it continues"),
+            None => ", the time before the resume unknown".into(),
+        };
         tracing::info!(
-            "{stop}: eval {:.1} ± {:.1} over {} episodes, {} env steps, {} iters, {:.2} s ({:.0} env steps/s)",
+            "{stop}: eval {:.1} ± {:.1} over {} episodes, {} env steps, {} iters, {:.2} s ({:.0} env steps/s){total}",
             result.eval_reward_mean,
             result.eval_reward_std,
             result.eval_episodes,

@@ -17,7 +17,7 @@ use crate::ddp::Ranks;
 use crate::error::TrainError;
 use crate::middleware::{
     CkptSaver, GaeEstimator, InteractionEvaluator, OnPolicyLearner, OnlineLogger, Outputs,
-    RolloutCollector, TerminationChecker, run_result,
+    RolloutCollector, TerminationChecker, TrainClock, run_result,
 };
 use crate::nets::{
     Actor, ActorCritic, ActorHead, ConvEncoder, Critic, HALF_LN_2PI, input, input_rows,
@@ -36,7 +36,6 @@ use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::StandardNormal;
 use std::cell::RefCell;
-use std::time::Instant;
 
 /// The actor-critic for the environment `spec` describes, as `[policy.model]` says.
 pub fn build_agent(
@@ -518,7 +517,7 @@ pub fn train(
     run: &mut RunContext<'_>,
 ) -> Result<TrainResult, TrainError> {
     // PLUMBING: seeding, environments, networks.
-    let start = Instant::now();
+    let clock = TrainClock::start(run.resume.as_ref());
     let ranks = session::setup(cfg, run);
     let venv = session::collector_envs(cfg, ranks.rank())?;
     let (rank, world) = (ranks.rank(), ranks.world());
@@ -543,7 +542,7 @@ pub fn train(
         ranks.clone(),
         &ppo,
     ));
-    task.use_mw(CkptSaver::new(&out, &ppo, ranks.clone(), &rng));
+    task.use_mw(CkptSaver::new(&out, &ppo, ranks.clone(), &rng, clock));
     task.use_mw(TerminationChecker::new(
         cfg.max_env_step,
         cfg.max_train_iter,
@@ -565,11 +564,5 @@ pub fn train(
     task.use_mw(OnPolicyLearner::new(&ppo, &rng, ranks.clone()));
     task.use_mw(OnlineLogger::new(&out, cfg.max_env_step, env_step));
     let ctx = task.run(None)?;
-    Ok(run_result(
-        &ctx,
-        env_step,
-        start.elapsed().as_secs_f64(),
-        world,
-        run.restarts,
-    ))
+    Ok(run_result(&ctx, env_step, &clock, world, run.restarts))
 }

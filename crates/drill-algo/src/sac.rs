@@ -9,14 +9,13 @@
 //! DQN's off-policy data path, unchanged. Hyper-parameters come from [`SacPolicy`].
 
 use std::cell::RefCell;
-use std::time::Instant;
 
 use crate::checkpoint::{Checkpoint, CheckpointExt};
 use crate::data::Batch;
 use crate::error::TrainError;
 use crate::middleware::{
     CkptSaver, DataPusher, InteractionEvaluator, NStepRewardEnhancer, OffPolicyLearner,
-    OnlineLogger, Outputs, StepCollector, TerminationChecker, run_result,
+    OnlineLogger, Outputs, StepCollector, TerminationChecker, TrainClock, run_result,
 };
 use crate::nets::{HALF_LN_2PI, SquashedGaussian, TwinQ, input};
 use crate::optim::{ActingCopy, Adam, Trainer};
@@ -372,7 +371,7 @@ pub fn train(
     run: &mut RunContext<'_>,
 ) -> Result<TrainResult, TrainError> {
     // PLUMBING: seeding, environments, networks, storage.
-    let start = Instant::now();
+    let clock = TrainClock::start(run.resume.as_ref());
     let ranks = session::setup(cfg, run);
     let (rank, world) = (ranks.rank(), ranks.world());
     let spec = &run.spec;
@@ -404,7 +403,7 @@ pub fn train(
         ranks.clone(),
         &sac,
     ));
-    let mut saver = CkptSaver::new(&out, &sac, ranks.clone(), &rng);
+    let mut saver = CkptSaver::new(&out, &sac, ranks.clone(), &rng, clock);
     if let Some(dir) = &run.replay_dir {
         saver = saver.save_replay(&buffer, dir.clone());
     }
@@ -438,11 +437,5 @@ pub fn train(
     task.use_mw(learn);
     task.use_mw(OnlineLogger::new(&out, cfg.max_env_step, env_step));
     let ctx = task.run(None)?;
-    Ok(run_result(
-        &ctx,
-        env_step,
-        start.elapsed().as_secs_f64(),
-        world,
-        run.restarts,
-    ))
+    Ok(run_result(&ctx, env_step, &clock, world, run.restarts))
 }

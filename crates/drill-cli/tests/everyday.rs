@@ -78,6 +78,10 @@ fn resuming_a_folder_reaches_the_counters_of_one_uninterrupted_run() {
     run("one", "4096");
     run("two", "2048");
     let half = result(&tmp.path().join("two"));
+    // The training time the final checkpoint carries, which the resume adds to.
+    let final_ck = tmp.path().join("two/ckpt/final.safetensors");
+    let ck = drill_exp::Checkpoint::load(&final_ck).unwrap();
+    let before: f64 = ck.meta["train_seconds"].parse().unwrap();
     let out = train(
         &["--resume", "two", "--quiet", "--set", "max_env_step=4096"],
         tmp.path(),
@@ -95,6 +99,21 @@ fn resuming_a_folder_reaches_the_counters_of_one_uninterrupted_run() {
     assert!(half["env_steps"].as_u64() < two["env_steps"].as_u64());
     assert_eq!(one["env_steps"], two["env_steps"], "{one}\n{two}");
     assert_eq!(one["train_iters"], two["train_iters"], "{one}\n{two}");
+    // A run's total time is its own; a continued run's adds what its checkpoint carried,
+    // which is at most the time of the run that wrote it.
+    let secs = |r: &serde_json::Value, key: &str| r[key].as_f64().unwrap();
+    assert_eq!(secs(&one, "total_wall_seconds"), secs(&one, "wall_seconds"));
+    assert!(
+        before > 0.0 && before <= secs(&half, "wall_seconds"),
+        "{before}\n{half}"
+    );
+    let total = secs(&two, "total_wall_seconds");
+    let expected = before + secs(&two, "wall_seconds");
+    assert!(
+        (total - expected).abs() < 1e-3,
+        "{total} vs {expected}\n{two}"
+    );
+    assert!(log.contains("s with the runs it continues"), "{log}");
     // The override is written down, the metrics of both parts kept, no other folder made.
     let written = std::fs::read_to_string(tmp.path().join("two/config.toml")).unwrap();
     assert!(written.contains("max_env_step = 4096"), "{written}");

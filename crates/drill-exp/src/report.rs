@@ -60,8 +60,14 @@ pub struct TrainResult {
     pub env_steps: u64,
     /// Gradient updates done.
     pub train_iters: u64,
-    /// Wall-clock seconds of the run.
+    /// Wall-clock seconds of this run (after a resume: since it continued).
     pub wall_seconds: f64,
+    /// Seconds of training to this result: this run's and those of the runs it continues,
+    /// each counted up to the checkpoint the next one started from (a checkpoint's
+    /// `train_seconds`). `None` (`null`) when a checkpoint continued from predates the
+    /// count, or when the run failed.
+    #[serde(default)]
+    pub total_wall_seconds: Option<f64>,
     /// Env steps collected by this run (after a resume: since its checkpoint) / `wall_seconds`.
     pub env_steps_per_sec: f64,
     /// Mean return of the last evaluation.

@@ -14,10 +14,57 @@ use crate::data::{ReplayBuffer, Stamp, replay_path};
 use crate::ddp::Ranks;
 use crate::policy::Policy;
 
+/// The checkpoint metadata that carries [`TrainClock`]'s total.
+const TRAIN_SECONDS: &str = "train_seconds";
+
+/// Training time across a run and the runs it continues: each checkpoint says how long
+/// training took to reach it (`train_seconds`, this run's time and that of the checkpoint it
+/// continued from), so a run stopped and continued with `--resume` reports its whole time.
+#[derive(Debug, Clone, Copy)]
+pub struct TrainClock {
+    start: Instant,
+    before: Option<f64>,
+}
+
+impl TrainClock {
+    /// Started now, continuing `resume` if there is one. A checkpoint written before the
+    /// count existed (or with a value that is not a finite, non-negative number) leaves the
+    /// total unknown.
+    pub fn start(resume: Option<&Checkpoint>) -> Self {
+        let before = match resume {
+            None => Some(0.0),
+            Some(ck) => {
+                let before = ck
+                    .meta
+                    .get(TRAIN_SECONDS)
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .filter(|s| s.is_finite() && *s >= 0.0);
+                if before.is_none() {
+                    tracing::info!(
+                        "{} holds no valid `{TRAIN_SECONDS}`: result.json's total_wall_seconds will be null",
+                        ck.path.display()
+                    );
+                }
+                before
+            }
+        };
+        Self {
+            start: Instant::now(),
+            before,
+        }
+    }
+
+    /// `(this run's seconds, the total with the runs it continues)`, from one reading.
+    pub fn seconds(&self) -> (f64, Option<f64>) {
+        let run = self.start.elapsed().as_secs_f64();
+        (run, self.before.map(|b| b + run))
+    }
+}
+
 /// Writes `best` (when an evaluation improves on the best so far) and `latest` after every
 /// evaluation, and `final` when the task finishes; each the policy's state dict with the
-/// counters, the algorithm and every rank's generator state, so a run resumes where it
-/// stopped. Rank 0 writes; under
+/// counters, the training time ([`TrainClock`]), the algorithm and every rank's generator
+/// state, so a run resumes where it stopped. Rank 0 writes; under
 /// DDP every rank takes part (the generator states are gathered).
 ///
 /// With the evaluator in another process ([`Self::remote_eval`]), the weights evaluated are
@@ -28,6 +75,7 @@ pub struct CkptSaver<'a, P> {
     policy: &'a RefCell<P>,
     ranks: Ranks,
     rng: &'a RefCell<ChaCha8Rng>,
+    clock: TrainClock,
     best: f64,
     snapshots: Option<(u64, BTreeMap<u64, Checkpoint>)>,
     replay: Option<(&'a RefCell<ReplayBuffer>, PathBuf)>,
@@ -38,18 +86,20 @@ pub struct CkptSaver<'a, P> {
 const MAX_SNAPSHOTS: usize = 16;
 
 impl<'a, P: Policy> CkptSaver<'a, P> {
-    /// Save `policy`'s state dict into `out`.
+    /// Save `policy`'s state dict into `out`, stamped with `clock`'s training time.
     pub fn new(
         out: &'a Outputs<'a>,
         policy: &'a RefCell<P>,
         ranks: Ranks,
         rng: &'a RefCell<ChaCha8Rng>,
+        clock: TrainClock,
     ) -> Self {
         Self {
             out,
             policy,
             ranks,
             rng,
+            clock,
             best: f64::NEG_INFINITY,
             snapshots: None,
             replay: None,
@@ -120,7 +170,9 @@ impl<P: Policy> Middleware<OnlineRLContext> for CkptSaver<'_, P> {
             && ctx.train_iter.is_multiple_of(*freq)
             && !snaps.contains_key(&ctx.train_iter)
         {
-            snaps.insert(ctx.train_iter, self.policy.borrow().state_dict());
+            // Stamped with the time now: when `best` is chosen from it, that is later.
+            let snap = timed(self.policy.borrow().state_dict(), &self.clock);
+            snaps.insert(ctx.train_iter, snap);
             while snaps.len() > MAX_SNAPSHOTS {
                 snaps.pop_first();
             }
@@ -141,6 +193,7 @@ impl<P: Policy> Middleware<OnlineRLContext> for CkptSaver<'_, P> {
             match evaluated {
                 Some(ck) => {
                     let ck = stamp(ck, eval.env_step, eval.train_iter, P::NAME, &rngs);
+                    let ck = timed(ck, &self.clock);
                     self.out.checkpoint("best", ck).map_err(task_err)?;
                 }
                 None => tracing::warn!(
@@ -153,11 +206,11 @@ impl<P: Policy> Middleware<OnlineRLContext> for CkptSaver<'_, P> {
             snaps.retain(|&iter, _| iter > eval.train_iter);
         }
         let (env_step, iter) = (ctx.env_step, ctx.train_iter);
-        let policy = self.policy;
+        let (policy, clock) = (self.policy, &self.clock);
         self.out
             .checkpoint_with("latest", &mut || {
                 let ck = policy.borrow().state_dict();
-                stamp(ck, env_step, iter, P::NAME, &rngs)
+                timed(stamp(ck, env_step, iter, P::NAME, &rngs), clock)
             })
             .map_err(task_err)
     }
@@ -171,6 +224,7 @@ impl<P: Policy> Middleware<OnlineRLContext> for CkptSaver<'_, P> {
         let rngs = self.rngs()?;
         if self.ranks.rank() == 0 {
             let ck = stamp(self.build(), ctx.env_step, ctx.train_iter, P::NAME, &rngs);
+            let ck = timed(ck, &self.clock);
             self.out.checkpoint("final", ck).map_err(task_err)?;
         }
         Ok(())
@@ -187,4 +241,59 @@ fn stamp(mut ck: Checkpoint, env_step: u64, iter: u64, algo: &str, rngs: &[Strin
         ck.meta.insert(format!("rng.{r}"), s.clone());
     }
     ck
+}
+
+/// `ck` with the training time so far ([`TrainClock`]), unless it already holds one (a
+/// snapshot stamped when it was taken). Nothing when the total is unknown.
+fn timed(mut ck: Checkpoint, clock: &TrainClock) -> Checkpoint {
+    if let (_, Some(total)) = clock.seconds() {
+        ck.meta
+            .entry(TRAIN_SECONDS.into())
+            .or_insert_with(|| format!("{total:.3}"));
+    }
+    ck
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_seconds(value: Option<&str>) -> Checkpoint {
+        let mut ck = Checkpoint::default();
+        if let Some(v) = value {
+            ck.meta.insert(TRAIN_SECONDS.into(), v.into());
+        }
+        ck
+    }
+
+    /// A fresh run's total is its own time; a continued run adds its checkpoint's; a
+    /// checkpoint without a valid count leaves the total unknown, and stamps nothing.
+    #[test]
+    fn the_clock_adds_the_time_its_checkpoint_carries() {
+        let fresh = TrainClock::start(None);
+        let (run, total) = fresh.seconds();
+        assert_eq!(total, Some(run));
+
+        let continued = TrainClock::start(Some(&with_seconds(Some("12.5"))));
+        let (run, total) = continued.seconds();
+        assert_eq!(total, Some(12.5 + run));
+        let stamped = timed(Checkpoint::default(), &continued);
+        let written: f64 = stamped.meta[TRAIN_SECONDS].parse().unwrap();
+        assert!((12.5..13.5).contains(&written), "{written}");
+        // A snapshot keeps the time it was taken at.
+        assert_eq!(
+            timed(with_seconds(Some("3.000")), &continued).meta[TRAIN_SECONDS],
+            "3.000"
+        );
+
+        for bad in [None, Some("soon"), Some("-1"), Some("NaN"), Some("inf")] {
+            let clock = TrainClock::start(Some(&with_seconds(bad)));
+            assert_eq!(clock.seconds().1, None, "{bad:?}");
+            assert!(
+                !timed(Checkpoint::default(), &clock)
+                    .meta
+                    .contains_key(TRAIN_SECONDS)
+            );
+        }
+    }
 }

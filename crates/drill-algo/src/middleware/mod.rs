@@ -14,7 +14,7 @@
 //! | [`DataPusher`] | n-step [`Transitions`] | the replay buffer |
 //! | [`OffPolicyLearner`] | the replay buffer | `train_iter`, `train_output` |
 //! | [`RolloutCollector`], [`GaeEstimator`], [`OnPolicyLearner`] | [`Rollout`](crate::data::Rollout): rollout, advantages, update | `env_step`, `train_iter`, `train_output` |
-//! | [`CkptSaver`] | [`EvalOutput`] | `best` / `latest` / `final` checkpoints |
+//! | [`CkptSaver`] | [`EvalOutput`] | `best` / `latest` / `final` checkpoints (with [`TrainClock`]'s time) |
 //! | [`OnlineLogger`] | everything above | TensorBoard scalars, progress |
 //! | [`ContextExchanger`], [`ModelExchanger`], [`FinishSync`] | | across processes (Parallel runner) |
 //!
@@ -38,7 +38,7 @@ mod onpolicy;
 pub(crate) mod probe;
 mod roles;
 
-pub use ckpt::CkptSaver;
+pub use ckpt::{CkptSaver, TrainClock};
 pub use collector::{DataPusher, EpsGreedyHandler, NStepRewardEnhancer, StepCollector};
 pub use evaluator::{InteractionEvaluator, Interrupted, TerminationChecker};
 pub use exchange::{ContextExchanger, FinishSync, ModelExchanger, ModelUpdate};
@@ -137,20 +137,23 @@ pub struct EvalOutput {
 pub struct LastEval(pub EvalOutput);
 
 /// The run's result from the task's last context; `from_env_step` is where it started (a
-/// resumed run's checkpoint), so the rate counts this run's steps only.
+/// resumed run's checkpoint), so the rate counts this run's steps only; `clock` gives this
+/// run's time and the total with the runs it continues.
 pub fn run_result(
     ctx: &drill_task::OnlineRLContext,
     from_env_step: u64,
-    seconds: f64,
+    clock: &TrainClock,
     world_size: usize,
     restarts: u32,
 ) -> TrainResult {
     let last = ctx.ext.get::<LastEval>().map(|l| &l.0);
+    let (seconds, total) = clock.seconds();
     TrainResult {
         stop_reached: last.is_some_and(|e| e.stop),
         env_steps: ctx.env_step,
         train_iters: ctx.train_iter,
         wall_seconds: seconds,
+        total_wall_seconds: total,
         env_steps_per_sec: ctx.env_step.saturating_sub(from_env_step) as f64 / seconds,
         eval_reward_mean: last.map_or(f64::NAN, |e| e.result.mean),
         eval_reward_std: last.map_or(f64::NAN, |e| e.result.std),
