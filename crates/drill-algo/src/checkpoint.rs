@@ -2,7 +2,7 @@
 //! adds what needs the model ([`CheckpointExt`]: flat parameters and a [`Trainer`]'s Adam
 //! state in and out) and generator states for resumes ([`rng_state`]).
 
-pub use drill_exp::{Checkpoint, CheckpointError};
+pub use drill_exp::{Checkpoint, CheckpointError, TRAIN_SECONDS};
 
 use crate::optim::{Adam, ParamLayout, Trainer};
 use burn::module::Module;

@@ -46,8 +46,23 @@ pub fn restart_count() -> u32 {
 /// The run's experiment folder and the checkpoint to start from: `previous` (a folder this
 /// run already owns) is reopened — after restart `restarts` > 0 resuming from its newest
 /// checkpoint; `resume` naming a folder continues that run in it; else a new folder is made
-/// at [`StartOptions::exp_dir`], starting from `resume`'s checkpoint file if any.
+/// at [`StartOptions::exp_dir`], starting from `resume`'s checkpoint file if any. A start
+/// from a checkpoint is marked in the folder's metrics ([`Experiment::mark_resume`]).
 pub fn open(
+    config: &Config,
+    opts: &StartOptions,
+    previous: Option<&Path>,
+    restarts: u32,
+) -> Result<(Experiment, Option<Checkpoint>), TrainError> {
+    let (mut exp, resume) = folder_and_checkpoint(config, opts, previous, restarts)?;
+    if let Some(ck) = &resume {
+        exp.mark_resume(ck.counter("env_steps").unwrap_or(0), ck.train_seconds());
+    }
+    Ok((exp, resume))
+}
+
+/// [`open`]'s choice of folder and checkpoint.
+fn folder_and_checkpoint(
     config: &Config,
     opts: &StartOptions,
     previous: Option<&Path>,

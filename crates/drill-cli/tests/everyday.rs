@@ -123,6 +123,15 @@ fn resuming_a_folder_reaches_the_counters_of_one_uninterrupted_run() {
         metrics.lines().count() > 1 && first.contains("\"step\""),
         "{metrics}"
     );
+    // Where the second part begins is marked, with the training time before it.
+    let marks: Vec<serde_json::Value> = metrics
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|v: &serde_json::Value| v["tag"] == "run/resumed")
+        .collect();
+    assert_eq!(marks.len(), 1, "{metrics}");
+    assert_eq!(marks[0]["step"], half["env_steps"], "{metrics}");
+    assert_eq!(marks[0]["value"].as_f64(), Some(before), "{metrics}");
     assert_eq!(entries(tmp.path()), ["one", "two"]);
 }
 

@@ -37,14 +37,18 @@ pub enum CheckpointError {
     },
 }
 
+/// Metadata entry: seconds of training it took to reach a checkpoint, over the runs that led
+/// to it (each continued with `--resume` from the one before).
+pub const TRAIN_SECONDS: &str = "train_seconds";
+
 /// Tensors and metadata of one training state.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Checkpoint {
     /// Name → (shape, values).
     pub tensors: BTreeMap<String, (Vec<usize>, Vec<f32>)>,
-    /// String metadata: the counters (`env_steps`, `train_iters`), `algo`, `world_size` and
-    /// each rank's random-generator state (`rng.R`); the config is the experiment folder's
-    /// `config.toml`, not here.
+    /// String metadata: the counters (`env_steps`, `train_iters`), the training time
+    /// ([`TRAIN_SECONDS`]), `algo`, `world_size` and each rank's random-generator state
+    /// (`rng.R`); the config is the experiment folder's `config.toml`, not here.
     pub meta: BTreeMap<String, String>,
     /// Where it was loaded from (for error messages).
     pub path: PathBuf,
@@ -65,6 +69,15 @@ impl Checkpoint {
             .get(key)
             .and_then(|v| v.parse().ok())
             .ok_or_else(|| self.mismatch(format!("missing or non-integer metadata {key}")))
+    }
+
+    /// [`TRAIN_SECONDS`], when present and a finite, non-negative number (a checkpoint
+    /// written before drill counted it has none).
+    pub fn train_seconds(&self) -> Option<f64> {
+        self.meta
+            .get(TRAIN_SECONDS)
+            .and_then(|v| v.parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s >= 0.0)
     }
 
     /// A [`CheckpointError::Mismatch`] naming this checkpoint's file.

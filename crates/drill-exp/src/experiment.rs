@@ -222,6 +222,14 @@ impl Experiment {
         &self.dir
     }
 
+    /// Say in the metrics that training continues here from a checkpoint at `env_step`,
+    /// which took `train_seconds` of training to reach (`None`: unknown): a [`RESUMED_TAG`]
+    /// scalar. `drill plot` drops the values an earlier attempt logged past that step (work
+    /// done again) and counts `--x wall` in training time, without the pause.
+    pub fn mark_resume(&mut self, env_step: u64, train_seconds: Option<f64>) {
+        self.scalar(RESUMED_TAG, train_seconds.unwrap_or(f64::NAN), env_step);
+    }
+
     /// Write `result.json` (durably), flush the logs and clear the progress bar.
     pub fn finish(&mut self, result: &TrainResult) -> std::io::Result<()> {
         if let Some(bar) = self.bar.take() {
@@ -259,6 +267,10 @@ impl Experiment {
         })
     }
 }
+
+/// The metrics tag of [`Experiment::mark_resume`]: step the checkpoint's env step, value its
+/// training seconds (`null` when unknown).
+pub const RESUMED_TAG: &str = "run/resumed";
 
 /// `result.json` in `dir`, written durably.
 fn write_result(dir: &Path, result: &TrainResult) -> std::io::Result<()> {

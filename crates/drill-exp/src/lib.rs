@@ -19,8 +19,8 @@ mod experiment;
 mod report;
 mod tensorboard;
 
-pub use checkpoint::{Checkpoint, CheckpointError};
-pub use experiment::{Experiment, fail_in, suspend_bar};
+pub use checkpoint::{Checkpoint, CheckpointError, TRAIN_SECONDS};
+pub use experiment::{Experiment, RESUMED_TAG, fail_in, suspend_bar};
 pub use report::{NullReporter, Progress, Reporter, TrainResult};
 pub use tensorboard::{EventWriter, read_scalars};
 

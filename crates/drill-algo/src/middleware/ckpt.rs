@@ -9,13 +9,10 @@ use drill_task::{Middleware, OnlineRLContext, TaskError, TaskHandle};
 use rand_chacha::ChaCha8Rng;
 
 use super::{EvalOutput, Outputs, task_err};
-use crate::checkpoint::{Checkpoint, rng_state};
+use crate::checkpoint::{Checkpoint, TRAIN_SECONDS, rng_state};
 use crate::data::{ReplayBuffer, Stamp, replay_path};
 use crate::ddp::Ranks;
 use crate::policy::Policy;
-
-/// The checkpoint metadata that carries [`TrainClock`]'s total.
-const TRAIN_SECONDS: &str = "train_seconds";
 
 /// Training time across a run and the runs it continues: each checkpoint says how long
 /// training took to reach it (`train_seconds`, this run's time and that of the checkpoint it
@@ -34,11 +31,7 @@ impl TrainClock {
         let before = match resume {
             None => Some(0.0),
             Some(ck) => {
-                let before = ck
-                    .meta
-                    .get(TRAIN_SECONDS)
-                    .and_then(|v| v.parse::<f64>().ok())
-                    .filter(|s| s.is_finite() && *s >= 0.0);
+                let before = ck.train_seconds();
                 if before.is_none() {
                     tracing::info!(
                         "{} holds no valid `{TRAIN_SECONDS}`: result.json's total_wall_seconds will be null",

@@ -47,7 +47,8 @@ pub struct Args {
 pub enum XAxis {
     /// Env steps.
     Steps,
-    /// Seconds since the run's first value.
+    /// Seconds of training since the run's first value; a run continued with `--resume`
+    /// goes on from the training time its checkpoint carried, the pause left out.
     Wall,
 }
 
@@ -56,8 +57,12 @@ fn series(dir: &Path, tag: &str, x: XAxis) -> anyhow::Result<Vec<(f64, f64)>> {
     let path = dir.join("metrics.jsonl");
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("cannot read {}", path.display()))?;
-    let mut points = vec![];
-    let mut first_wall = None;
+    // (env step, training seconds, value) of each of the tag's values.
+    let mut points: Vec<(f64, f64, f64)> = vec![];
+    // Training seconds where the current part of the run (the first, or one continued from
+    // a checkpoint) began, and the wall-clock time it began at.
+    let (mut base, mut began) = (0.0, None);
+    let mut last_seconds = 0.0;
     // A run still going may be halfway through writing its last line (no newline yet): that
     // line is left for the next plot; a bad line anywhere else is an error.
     let complete = text.rfind('\n').map_or("", |end| &text[..=end]);
@@ -65,16 +70,31 @@ fn series(dir: &Path, tag: &str, x: XAxis) -> anyhow::Result<Vec<(f64, f64)>> {
         let v: serde_json::Value = serde_json::from_str(line)
             .with_context(|| format!("{}:{}: not JSON", path.display(), n + 1))?;
         let wall = v["wall_time"].as_f64().unwrap_or(0.0);
-        let first = *first_wall.get_or_insert(wall);
+        if v["tag"] == drill_exp::RESUMED_TAG {
+            // Values an earlier attempt logged past the checkpoint were done again after it.
+            let from = v["step"].as_f64().unwrap_or(0.0);
+            points.retain(|p| p.0 <= from);
+            // The checkpoint's training time; unknown (an older checkpoint), the last line's.
+            base = v["value"].as_f64().unwrap_or(last_seconds);
+            began = Some(wall);
+            last_seconds = base;
+            continue;
+        }
+        let seconds = base + (wall - *began.get_or_insert(wall));
+        last_seconds = seconds;
         if v["tag"] == tag
             && let (Some(s), Some(y)) = (v["step"].as_f64(), v["value"].as_f64())
         {
-            points.push((if x == XAxis::Wall { wall - first } else { s }, y));
+            points.push((s, seconds, y));
         }
     }
     if points.is_empty() {
         bail!("{} has no `{tag}` values", path.display());
     }
+    let mut points: Vec<(f64, f64)> = points
+        .into_iter()
+        .map(|(s, t, y)| (if x == XAxis::Wall { t } else { s }, y))
+        .collect();
     points.sort_by(|a, b| a.0.total_cmp(&b.0));
     Ok(points)
 }
@@ -536,5 +556,51 @@ mod tests {
         let runs = [vec![(0.0, 1.0), (10.0, 3.0)], vec![(0.0, 5.0), (5.0, 7.0)]];
         assert_eq!(ends(&runs, &combine(&runs)), vec![(5.0, 4.0)]);
         assert!(ends(&runs[..1], &combine(&runs[..1])).is_empty());
+    }
+
+    /// A run stopped and continued twice: from `final` (its training time known), then after
+    /// a crash from an older checkpoint written before drill counted training time.
+    #[test]
+    fn a_continued_run_is_one_line_in_training_time_without_its_pauses() {
+        let dir = tempfile::tempdir().unwrap();
+        let line = |tag: &str, step: u64, value: &str, wall: f64| {
+            format!(r#"{{"tag":"{tag}","step":{step},"value":{value},"wall_time":{wall}}}"#)
+        };
+        let eval = "eval/episodic_return_mean";
+        let resumed = drill_exp::RESUMED_TAG;
+        let lines = [
+            line(eval, 0, "-21", 1000.0),
+            line("losses/value", 50, "0.5", 1005.0),
+            line(eval, 100, "-15", 1010.0),
+            // Stopped at step 150 after 12 s of training, continued an hour later.
+            line(resumed, 150, "12.0", 4600.0),
+            line(eval, 150, "-10", 4602.0),
+            line(eval, 250, "-5", 4610.0),
+            line(eval, 300, "0", 4615.0),
+            // Crashed; restarted from a checkpoint at 250 that carries no training time.
+            line(resumed, 250, "null", 9000.0),
+            line(eval, 250, "-4", 9003.0),
+            line(eval, 350, "3", 9010.0),
+        ];
+        std::fs::write(dir.path().join("metrics.jsonl"), lines.join("\n") + "\n").unwrap();
+        let steps = series(dir.path(), eval, XAxis::Steps).unwrap();
+        let want = [
+            (0.0, -21.0),
+            (100.0, -15.0),
+            (150.0, -10.0),
+            (250.0, -5.0),
+            (250.0, -4.0),
+            (350.0, 3.0),
+        ];
+        assert_eq!(steps, want);
+        // Seconds: 0 and 10; then from 12 on (+2, +10; the value at 300 done again is
+        // dropped); the unknown time carries on from the last line before the crash (27 s).
+        let wall = series(dir.path(), eval, XAxis::Wall).unwrap();
+        let seconds: Vec<f64> = wall.iter().map(|p| p.0).collect();
+        assert_eq!(seconds, [0.0, 10.0, 14.0, 22.0, 30.0, 37.0]);
+        assert_eq!(
+            wall.iter().map(|p| p.1).collect::<Vec<_>>(),
+            [-21.0, -15.0, -10.0, -5.0, -4.0, 3.0]
+        );
     }
 }
