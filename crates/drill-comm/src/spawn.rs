@@ -12,12 +12,53 @@ use std::time::{Duration, Instant};
 use crate::auth::Token;
 use crate::error::{CommError, Result};
 
-/// A free TCP port on 127.0.0.1 (bound and released; fine for tests and single-node jobs).
+/// A free TCP port (bound on every interface and released; fine for tests and single-node
+/// jobs).
+///
+/// It is taken below the kernel's ephemeral range when there is room there: a port from
+/// inside it (what binding port 0 gives) can be taken as the local end of any outgoing
+/// connection in the time between this call and the bind that uses it, and on a busy machine
+/// the job then fails to start.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    let (lo, hi) = below_ephemeral_range();
+    if hi > lo {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos() as u64)
+            .unwrap_or(0);
+        let seed = nanos
+            ^ (u64::from(std::process::id()) << 20)
+            ^ CALLS
+                .fetch_add(1, Ordering::Relaxed)
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let span = u64::from(hi - lo);
+        for i in 0..256u64 {
+            let port = lo
+                + ((seed.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 16).wrapping_add(i * 7919) % span)
+                    as u16;
+            if std::net::TcpListener::bind(("0.0.0.0", port)).is_ok() {
+                return port;
+            }
+        }
+    }
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .unwrap_or(29500)
+}
+
+/// Ports `[lo, hi)` under the kernel's ephemeral range that `free_port` picks from (empty
+/// where the range is unknown or starts too low to leave room).
+fn below_ephemeral_range() -> (u16, u16) {
+    let start = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok());
+    match start {
+        Some(s) if s >= 12_000 => (10_000, s),
+        _ => (0, 0),
+    }
 }
 
 /// What one rank did.
@@ -187,4 +228,25 @@ fn drain<R: Read + Send + 'static>(r: Option<R>) -> JoinHandle<String> {
         }
         s
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_ports_lie_below_the_ephemeral_range_and_can_be_bound() {
+        let (lo, hi) = below_ephemeral_range();
+        let ports: Vec<u16> = (0..32).map(|_| free_port()).collect();
+        for &p in &ports {
+            if hi > lo {
+                assert!((lo..hi).contains(&p), "{p} not in {lo}..{hi}");
+            }
+            std::net::TcpListener::bind(("0.0.0.0", p)).unwrap();
+        }
+        let mut distinct = ports.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert!(distinct.len() > 28, "{ports:?}");
+    }
 }

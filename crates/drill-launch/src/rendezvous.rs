@@ -55,22 +55,25 @@ impl Rendezvous {
                 Some(cfg.node_rank.unwrap_or(0) == 0),
             ),
         };
-        let server = match hosting_wanted {
-            Some(true) => Some(StoreServer::bind(&format!("0.0.0.0:{port}"), &token).map_err(|e| {
-                LaunchError::Usage(format!("cannot host the store on port {port}: {e} (is another job using --master-port {port}?)"))
-            })?),
-            Some(false) => None,
-            // Dynamic: whoever can bind the endpoint's port hosts it.
-            None => std::net::TcpListener::bind(("0.0.0.0", port))
-                .ok()
-                .map(|l| StoreServer::serve(l, &token))
-                .transpose()?,
-        };
         // Short reply slack: behind a cut link, a report or a check must fail in seconds,
         // not hold this node's failure handling (the next request connects again).
-        let store = Store::connect(&host, port, &token, cfg.timeout)?
-            .with_prefix(&format!("launch/{}", cfg.rdzv_id))
-            .with_reply_slack(Duration::from_secs(2));
+        let prefix = format!("launch/{}", cfg.rdzv_id);
+        let reach = |wait: Duration| {
+            Store::connect(&host, port, &token, wait).map(|s| {
+                s.with_prefix(&prefix)
+                    .with_reply_slack(Duration::from_secs(2))
+            })
+        };
+        let (server, store) = match hosting_wanted {
+            Some(true) => {
+                let server = StoreServer::bind(&format!("0.0.0.0:{port}"), &token).map_err(|e| {
+                    LaunchError::Usage(format!("cannot host the store on port {port}: {e} (is another job using --master-port {port}?)"))
+                })?;
+                (Some(server), reach(cfg.timeout)?)
+            }
+            Some(false) => (None, reach(cfg.timeout)?),
+            None => Self::host_or_reach(port, &token, cfg.timeout, reach)?,
+        };
         Ok(Rendezvous {
             store,
             hosting: server.is_some(),
@@ -82,6 +85,39 @@ impl Rendezvous {
             node_rank: cfg.node_rank,
             timeout: cfg.timeout,
         })
+    }
+
+    /// Dynamic rendezvous: whoever can bind the endpoint's port hosts the store, the others
+    /// reach it. While nobody answers there, binding is tried again: the port may have been
+    /// held for a moment by something else (an outgoing connection's local end), and then
+    /// every launcher would otherwise wait on a store nobody hosts.
+    fn host_or_reach(
+        port: u16,
+        token: &Token,
+        timeout: Duration,
+        reach: impl Fn(Duration) -> drill_comm::Result<Store>,
+    ) -> Result<(Option<StoreServer>, Store), LaunchError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let bind_error = match std::net::TcpListener::bind(("0.0.0.0", port)) {
+                Ok(l) => {
+                    let server = StoreServer::serve(l, token)?;
+                    return Ok((Some(server), reach(timeout)?));
+                }
+                Err(e) => e,
+            };
+            let left = deadline.saturating_duration_since(Instant::now());
+            match reach(left.min(Duration::from_millis(500))) {
+                Ok(store) => return Ok((None, store)),
+                Err(e @ drill_comm::CommError::Auth { .. }) => return Err(e.into()),
+                Err(e) if left.is_zero() => {
+                    return Err(LaunchError::Usage(format!(
+                        "rendezvous: {e}; nor could this node host the store on port {port}: {bind_error}"
+                    )));
+                }
+                Err(_) => {}
+            }
+        }
     }
 
     /// Agree on node ranks and rank offsets for attempt `round`.
@@ -173,5 +209,101 @@ impl Rendezvous {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A TCP socket bound to `port` on every interface but not listening: binding the port
+    /// fails and connecting to it is refused, as when an outgoing connection's local end holds
+    /// it.
+    struct Squatter(libc::c_int);
+
+    impl Squatter {
+        fn on(port: u16) -> Squatter {
+            // SAFETY: plain socket calls on a descriptor this struct owns; `addr` outlives them.
+            unsafe {
+                let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+                assert!(fd >= 0);
+                let mut addr: libc::sockaddr_in = std::mem::zeroed();
+                addr.sin_family = libc::AF_INET as libc::sa_family_t;
+                addr.sin_port = port.to_be();
+                let rc = libc::bind(
+                    fd,
+                    (&addr as *const libc::sockaddr_in).cast(),
+                    std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                );
+                assert_eq!(rc, 0, "bind {port}: {}", std::io::Error::last_os_error());
+                Squatter(fd)
+            }
+        }
+    }
+
+    impl Drop for Squatter {
+        fn drop(&mut self) {
+            // SAFETY: the descriptor is ours and closed once.
+            unsafe { libc::close(self.0) };
+        }
+    }
+
+    fn dynamic(port: u16) -> LaunchConfig {
+        LaunchConfig {
+            nproc_per_node: 1,
+            nnodes: 2,
+            node_rank: None,
+            master_addr: String::new(),
+            master_port: 0,
+            rdzv_endpoint: Some(format!("127.0.0.1:{port}")),
+            rdzv_id: "squat".into(),
+            max_restarts: 0,
+            monitor_interval: Duration::from_millis(100),
+            grace: Duration::from_secs(1),
+            log_dir: None,
+            timeout: Duration::from_secs(20),
+            program: "true".into(),
+            args: vec![],
+            env: vec![],
+        }
+    }
+
+    #[test]
+    fn a_port_held_for_a_moment_is_hosted_once_it_is_free() {
+        let port = drill_comm::spawn::free_port();
+        let squatter = Squatter::on(port);
+        let nodes: Vec<_> = (0..2)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    let mut r = Rendezvous::join(&dynamic(port), "t").map_err(|e| e.to_string())?;
+                    let p = r.next_round(0).map_err(|e| e.to_string())?;
+                    r.finish(0);
+                    Ok::<_, String>((r.hosting, p.node_rank, p.world_size))
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(1500));
+        drop(squatter);
+        let mut got: Vec<_> = nodes
+            .into_iter()
+            .map(|h| h.join().unwrap().unwrap())
+            .collect();
+        got.sort_by_key(|g| g.1);
+        assert_eq!(got.iter().filter(|g| g.0).count(), 1, "one host: {got:?}");
+        assert_eq!(
+            got.iter().map(|g| (g.1, g.2)).collect::<Vec<_>>(),
+            [(0, 2), (1, 2)]
+        );
+    }
+
+    #[test]
+    fn a_port_nobody_frees_fails_naming_both_the_store_and_the_bind() {
+        let port = drill_comm::spawn::free_port();
+        let _squatter = Squatter::on(port);
+        let mut cfg = dynamic(port);
+        cfg.timeout = Duration::from_secs(1);
+        let e = Rendezvous::join(&cfg, "t").err().unwrap().to_string();
+        assert!(e.contains(&format!("127.0.0.1:{port}")), "{e}");
+        assert!(e.contains("nor could this node host the store"), "{e}");
     }
 }
