@@ -72,11 +72,7 @@ struct RedisServer(std::process::Child);
 
 impl RedisServer {
     fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = drill_comm::spawn::free_port();
         let child = std::process::Command::new("redis-server")
             .args([
                 "--port",
