@@ -20,24 +20,12 @@ use crate::error::{CommError, Result};
 /// connection in the time between this call and the bind that uses it, and on a busy machine
 /// the job then fails to start.
 pub fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static CALLS: AtomicU64 = AtomicU64::new(0);
+    use rand::Rng;
     let (lo, hi) = below_ephemeral_range();
     if hi > lo {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos() as u64)
-            .unwrap_or(0);
-        let seed = nanos
-            ^ (u64::from(std::process::id()) << 20)
-            ^ CALLS
-                .fetch_add(1, Ordering::Relaxed)
-                .wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        let span = u64::from(hi - lo);
-        for i in 0..256u64 {
-            let port = lo
-                + ((seed.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 16).wrapping_add(i * 7919) % span)
-                    as u16;
+        let mut rng = rand::rng();
+        for _ in 0..256 {
+            let port = rng.random_range(lo..hi);
             if std::net::TcpListener::bind(("0.0.0.0", port)).is_ok() {
                 return port;
             }
