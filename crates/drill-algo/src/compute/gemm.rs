@@ -8,8 +8,8 @@ use super::small_gemm;
 pub use super::small_gemm::Epilogue;
 pub use super::view::View;
 use super::view::extent;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// `dst (m x n) = [dst +] a (m x k) * b (k x n)`. `dst` is strided by `(row, column)`
@@ -100,6 +100,51 @@ pub fn product_then(
     out
 }
 
+/// [`small_gemm::gathered`] (a convolution's product without a patch matrix), timed when a
+/// [`profile`] is running.
+///
+/// # Safety
+/// As [`small_gemm::gathered`]'s.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gathered(
+    (m, n, k): (usize, usize, usize),
+    dst: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+    a: *const f32,
+    (rows, offsets): (&[usize], &[usize]),
+    b: *const f32,
+    ldb: usize,
+    epilogue: Epilogue<'_>,
+) {
+    let start = PROFILING.load(Ordering::Relaxed).then(Instant::now);
+    // SAFETY: the caller's promise, passed on.
+    unsafe {
+        small_gemm::gathered(
+            (m, n, k),
+            dst,
+            ldc,
+            accumulate,
+            a,
+            (rows, offsets),
+            b,
+            ldb,
+            epilogue,
+        )
+    };
+    if let Some(start) = start {
+        let seconds = start.elapsed().as_secs_f64();
+        TIMED.lock().unwrap_or_else(|e| e.into_inner()).push(Timed {
+            shape: (m, n, k),
+            kernel: "gathered",
+            seconds,
+            strides: [(0, 0), (ldb, 1), (ldc, 1)],
+            accumulate,
+            gather: Some(Arc::new((rows[..m].to_vec(), offsets[..k].to_vec()))),
+        });
+    }
+}
+
 /// The call into `gemm` (or [`small_gemm`]), after checking the operands; timed when a
 /// [`profile`] is running.
 ///
@@ -139,6 +184,7 @@ unsafe fn gemm_into(
             seconds,
             strides: [(a.rs, a.cs), (b.rs, b.cs), dst_strides],
             accumulate,
+            gather: None,
         });
     }
 }
@@ -152,7 +198,8 @@ static TIMED: Mutex<Vec<Timed>> = Mutex::new(Vec::new());
 pub struct Timed {
     /// `(m, n, k)`: `m x k` times `k x n`.
     pub shape: (usize, usize, usize),
-    /// The kernel that computed it: `"small"`, `"few-rows"`, `"bf16"` or `"gemm"`.
+    /// The kernel that computed it: `"small"`, `"few-rows"`, `"bf16"`, `"gemm"` or
+    /// `"gathered"`.
     pub kernel: &'static str,
     /// Its wall time, epilogue included.
     pub seconds: f64,
@@ -160,6 +207,9 @@ pub struct Timed {
     pub strides: [(usize, usize); 3],
     /// Whether the product was added to the destination.
     pub accumulate: bool,
+    /// A gathered left operand's row and depth offsets ([`gathered`]; its strides then are
+    /// `(0, 0)`).
+    pub gather: Option<Arc<(Vec<usize>, Vec<usize>)>>,
 }
 
 /// Seconds per call of the product `t` describes (same shape, strides, accumulation and
@@ -171,11 +221,36 @@ pub fn time_alone(t: &Timed, min_seconds: f64) -> f64 {
     let (m, n, k) = t.shape;
     let [sa, sb, sd] = t.strides;
     let fill = |len: usize| -> Vec<f32> { (0..len).map(|i| (i % 17) as f32 / 17.0).collect() };
-    let a = fill(extent(m, k, sa));
+    let a_len = match &t.gather {
+        Some(tables) => {
+            let reach = |v: &[usize]| v.iter().max().copied().unwrap_or(0);
+            reach(&tables.0) + reach(&tables.1) + 1
+        }
+        None => extent(m, k, sa),
+    };
+    let a = fill(a_len);
     let b = fill(extent(k, n, sb));
     let mut dst = vec![0f32; extent(m, n, sd)];
     let view = |data, (rs, cs)| View { data, rs, cs };
     let mut call = || {
+        if let Some(tables) = &t.gather {
+            // SAFETY: `a` reaches the largest row offset plus the largest depth offset, `b`
+            // and `dst` hold the k x n and m x n matrices their strides describe.
+            unsafe {
+                gathered(
+                    t.shape,
+                    dst.as_mut_ptr(),
+                    sd.0,
+                    t.accumulate,
+                    a.as_ptr(),
+                    (&tables.0, &tables.1),
+                    b.as_ptr(),
+                    sb.0,
+                    Epilogue::default(),
+                )
+            };
+            return;
+        }
         matmul(
             t.shape,
             &mut dst,
@@ -473,8 +548,39 @@ mod tests {
                     );
                 }
             }
+            // A gathered 5 x 9 x 4 product: element (i, d) of the left operand at 3 i + 7 d.
+            let (a, b) = (v(3 * 4 + 7 * 3 + 1), v(4 * 9));
+            let (rows, offsets): (Vec<usize>, Vec<usize>) = (
+                (0..5).map(|i| 3 * i).collect(),
+                (0..4).map(|d| 7 * d).collect(),
+            );
+            let mut c = vec![0f32; 5 * 9];
+            // SAFETY: a holds 3 * 4 + 7 * 3 + 1 values, b 4 x 9 and c 5 x 9.
+            unsafe {
+                gathered(
+                    (5, 9, 4),
+                    c.as_mut_ptr(),
+                    9,
+                    false,
+                    a.as_ptr(),
+                    (&rows, &offsets),
+                    b.as_ptr(),
+                    9,
+                    Epilogue::default(),
+                )
+            };
+            let want: f32 = (0..4).map(|d| a[3 * 4 + 7 * d] * b[d * 9 + 8]).sum();
+            assert!((c[4 * 9 + 8] - want).abs() < 1e-4, "the gathered product");
         };
         let timed = profile(run);
+        let gathered: Vec<_> = timed.iter().filter(|t| t.kernel == "gathered").collect();
+        assert_eq!(gathered.len(), 1, "{timed:?}");
+        assert_eq!(gathered[0].shape, (5, 9, 4));
+        assert_eq!(gathered[0].strides, [(0, 0), (9, 1), (9, 1)]);
+        let tables = gathered[0].gather.as_deref().expect("its tables");
+        assert_eq!((tables.0.len(), tables.1.len()), (5, 4));
+        let alone = time_alone(gathered[0], 0.001);
+        assert!(alone > 0.0 && alone.is_finite(), "gathered: {alone}");
         for (m, n, k, kernel) in shapes {
             let mine: Vec<_> = timed.iter().filter(|t| t.shape == (m, n, k)).collect();
             assert_eq!(mine.len(), 1, "{m}x{n}x{k}: {timed:?}");

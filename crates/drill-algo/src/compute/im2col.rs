@@ -14,7 +14,8 @@
 //! keeps the patches in L2 (`K x P` is 400 KB for the Nature-DQN's first layer) instead of
 //! materialising the whole batch's, and splits over threads by element or group when the
 //! rayon pool has more than one. No padding, no dilation, one group: what the Atari encoders
-//! use.
+//! use. Where the CPU has AVX2 but not AVX-512, f32 forward passes and weight gradients run in
+//! [`super::implicit`] instead (no patch matrix); the input gradient and bf16 stay here.
 
 use super::bf16;
 use super::gemm::{View, matmul};
@@ -518,7 +519,7 @@ fn patches(x: &[f32], b: usize, g: &Geometry, xs: &mut [f32], col: &mut [f32], l
 /// `b` its first element, `chunk` their `chunk_len`-long slices of `out`, `scratch` the
 /// thread's [`with_scratch`] buffer of `scratch_len`; in parallel when the rayon pool has
 /// threads.
-fn per_group(
+pub(super) fn per_group(
     out: &mut [f32],
     chunk_len: usize,
     group: usize,
@@ -548,7 +549,7 @@ thread_local! {
 /// whatever the last user left: every user writes each element before it reads it. A fresh
 /// zeroed buffer per call cost the collector's batch-8 forward pass about 6 % of its time in
 /// `memset` and page faults. A nested call on the same thread gets a buffer of its own.
-fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+pub(super) fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
     let mut buf = SCRATCH.take();
     if buf.len() < len {
         buf = vec![0f32; len];

@@ -3,8 +3,8 @@
 //! operation.
 //!
 //! On the CPU (flex) device with `f32` tensors they run drill's own kernels and backward
-//! pass ([`ops`]: the burn backend extension; [`im2col`], [`dense`]: the kernels; [`gemm`]: the
-//! matrix product under both). Anywhere else (the GPU, other dtypes) they are burn's own
+//! pass ([`ops`]: the burn backend extension; [`im2col`], [`implicit`], [`dense`]: the
+//! kernels; [`gemm`]: the matrix product under them). Anywhere else (the GPU, other dtypes) they are burn's own
 //! operations. Why: burn-flex 0.22.1 builds convolution patches through NHWC copies, computes
 //! the weight gradient as a convolution with the output gradient as kernel, and allocates
 //! every matmul output twice; the Nature-DQN update spent most of its time there
@@ -18,6 +18,7 @@ pub mod dense;
 pub mod device;
 pub mod gemm;
 pub mod im2col;
+pub mod implicit;
 pub mod ops;
 pub mod peak;
 pub mod small_gemm;

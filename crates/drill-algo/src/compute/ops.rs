@@ -7,6 +7,7 @@
 
 use super::dense::{self, Dims};
 use super::im2col::{self, Geometry};
+use super::implicit;
 use burn::backend::TensorMetadata;
 use burn::backend::autodiff::NodeId;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
@@ -41,6 +42,12 @@ pub trait FastOps: Backend {
         bias: FloatTensor<Self>,
         relu: bool,
     ) -> FloatTensor<Self>;
+}
+
+/// Whether this f32 convolution runs without a patch matrix ([`implicit`]): where the CPU
+/// suits it, and not in bf16 precision (whose products im2col packs).
+fn implicit_conv() -> bool {
+    implicit::chosen() && !super::bf16::enabled()
 }
 
 fn geometry(x: &FlexTensor, weight: &FlexTensor, stride: [usize; 2]) -> Geometry {
@@ -136,7 +143,12 @@ impl FastOps for Flex {
         relu: bool,
     ) -> FlexTensor {
         let g = geometry(&x, &weight, [stride_h, stride_w]);
-        let y = im2col::forward(&values(&x), &values(&weight), &values(&bias), &g, relu);
+        let (x, weight, bias) = (values(&x), values(&weight), values(&bias));
+        let y = if implicit_conv() {
+            implicit::forward(&x, &weight, &bias, &g, relu)
+        } else {
+            im2col::forward(&x, &weight, &bias, &g, relu)
+        };
         tensor(y, [g.batch, g.c_out, g.oh(), g.ow()])
     }
 
@@ -175,8 +187,13 @@ impl Backward<Flex, 3> for LayerBackward {
         let (params, dx) = match layer {
             Layer::Conv { stride } => {
                 let g = geometry(&x, &weight, stride);
-                let params = (node_w.is_some() || node_b.is_some())
-                    .then(|| im2col::backward_params(&values(&x), &dz, &g));
+                let params = (node_w.is_some() || node_b.is_some()).then(|| {
+                    if implicit_conv() {
+                        implicit::backward_params(&values(&x), &dz, &g)
+                    } else {
+                        im2col::backward_params(&values(&x), &dz, &g)
+                    }
+                });
                 let dx = node_x
                     .is_some()
                     .then(|| im2col::backward_input(&values(&weight), &dz, &g));

@@ -9,7 +9,9 @@
 //! at 4 columns a microkernel. Here one tile is `R` rows by `V` SIMD vectors of columns
 //! ([`tile_shape`]), read straight from the operands: per depth step `V` loads, `R`
 //! broadcasts and `R x V` fused multiply-adds into accumulators held in registers. The SIMD
-//! level (AVX-512, AVX2+FMA, or scalar) is `pulp`'s runtime dispatch.
+//! level (AVX-512, AVX2+FMA, or scalar) is `pulp`'s runtime dispatch. The same tile reads a
+//! gathered left operand ([`gathered`]: a table of row offsets and one of depth offsets), which
+//! is how [`super::implicit`] convolves without a patch matrix.
 
 use pulp::{Simd, WithSimd};
 
@@ -88,8 +90,7 @@ pub unsafe fn matmul(
         ldc,
         accumulate,
         a,
-        ars,
-        acs,
+        left: Strided { ars, acs },
         b,
         ldb,
         bias: epilogue.bias.map_or(std::ptr::null(), <[f32]>::as_ptr),
@@ -97,8 +98,126 @@ pub unsafe fn matmul(
     });
 }
 
+/// `c (m x n) = [c +] a (m x k) * b (k x n)` where the left operand is gathered: its element
+/// `(i, d)` is `a[rows[i] + offsets[d]]`; `c` and `b` row-major as in [`matmul`]. A
+/// convolution without a patch matrix (implicit GEMM): `rows` the output positions' input
+/// offsets and `offsets` the kernel taps', or the other way round for the weight gradient.
+///
+/// # Safety
+/// `rows` must hold `m` values and `offsets` `k`; `a[rows[i] + offsets[d]]` must be valid for
+/// every `i < m`, `d < k`; otherwise as [`matmul`].
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gathered(
+    (m, n, k): (usize, usize, usize),
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+    a: *const f32,
+    (rows, offsets): (&[usize], &[usize]),
+    b: *const f32,
+    ldb: usize,
+    epilogue: Epilogue<'_>,
+) {
+    assert!(
+        rows.len() >= m && offsets.len() >= k,
+        "a gathered operand's tables"
+    );
+    if let Some(bias) = epilogue.bias {
+        assert_eq!(bias.len(), n, "one bias per column");
+    }
+    pulp::Arch::new().dispatch(Product {
+        m,
+        n,
+        k,
+        c,
+        ldc,
+        accumulate,
+        a,
+        left: Gathered {
+            rows: rows.as_ptr(),
+            offsets: offsets.as_ptr(),
+        },
+        b,
+        ldb,
+        bias: epilogue.bias.map_or(std::ptr::null(), <[f32]>::as_ptr),
+        relu: epilogue.relu,
+    });
+}
+
+/// Where the left operand's elements lie: its row `i` starts at [`Left::row`], and depth step
+/// `d` is [`Left::offset`] on from there. One [`Product`] per kind, so each compiles its own
+/// tile loop: the strided one is the same code as before gathered operands existed (the
+/// CartPole DQN update's instruction count, docs/figures.md).
+trait Left: Copy {
+    /// The offset of row `i`'s first element from the operand's start.
+    ///
+    /// # Safety
+    /// `i` must be below the product's row count.
+    unsafe fn row(&self, i: usize) -> usize;
+    /// The offset of depth step `d` from its row's start, given `walked`, the sum of
+    /// [`Left::step`] over the steps before it.
+    ///
+    /// # Safety
+    /// `d` must be below the product's depth.
+    unsafe fn offset(&self, d: usize, walked: usize) -> usize;
+    /// How far one depth step moves in a strided operand (0 where offsets come from a table).
+    fn step(&self) -> usize;
+}
+
+/// A strided left operand: element `(i, d)` at `i * ars + d * acs`.
+#[derive(Clone, Copy)]
+struct Strided {
+    ars: usize,
+    acs: usize,
+}
+
+impl Left for Strided {
+    #[inline(always)]
+    unsafe fn row(&self, i: usize) -> usize {
+        i * self.ars
+    }
+
+    #[inline(always)]
+    unsafe fn offset(&self, _: usize, walked: usize) -> usize {
+        walked
+    }
+
+    #[inline(always)]
+    fn step(&self) -> usize {
+        self.acs
+    }
+}
+
+/// A gathered left operand ([`gathered`]): element `(i, d)` at `rows[i] + offsets[d]`.
+#[derive(Clone, Copy)]
+struct Gathered {
+    rows: *const usize,
+    offsets: *const usize,
+}
+
+impl Left for Gathered {
+    #[inline(always)]
+    unsafe fn row(&self, i: usize) -> usize {
+        // SAFETY: `gathered` checked that the table holds a value for every row, and `i` is
+        // one (the caller's contract).
+        unsafe { *self.rows.add(i) }
+    }
+
+    #[inline(always)]
+    unsafe fn offset(&self, d: usize, _: usize) -> usize {
+        // SAFETY: `gathered` checked that the table holds a value for every depth step, and
+        // `d` is one (the caller's contract).
+        unsafe { *self.offsets.add(d) }
+    }
+
+    #[inline(always)]
+    fn step(&self) -> usize {
+        0
+    }
+}
+
 /// One product's operands, for [`WithSimd`].
-struct Product {
+struct Product<L> {
     m: usize,
     n: usize,
     k: usize,
@@ -106,8 +225,7 @@ struct Product {
     ldc: usize,
     accumulate: bool,
     a: *const f32,
-    ars: usize,
-    acs: usize,
+    left: L,
     b: *const f32,
     ldb: usize,
     /// `n` values, or null.
@@ -115,7 +233,7 @@ struct Product {
     relu: bool,
 }
 
-impl WithSimd for Product {
+impl<L: Left> WithSimd for Product<L> {
     type Output = ();
 
     #[inline(always)]
@@ -153,7 +271,7 @@ impl WithSimd for Product {
     }
 }
 
-impl Product {
+impl<L: Left> Product<L> {
     /// The tile of `R` rows at `(i, j)` with `vectors` column vectors, the last one holding
     /// `tail` columns (0: full).
     #[inline(always)]
@@ -197,10 +315,11 @@ impl Product {
         unsafe {
             // One pointer per row and one depth offset shared by all rows: offsets from the
             // first row (`r * ars`) cost the CartPole DQN update 92 k more instructions.
-            let rows: [*const f32; R] = std::array::from_fn(|r| self.a.add((i + r) * self.ars));
-            let mut depth = 0;
+            let rows: [*const f32; R] = std::array::from_fn(|r| self.a.add(self.left.row(i + r)));
+            let mut walked = 0;
             let mut b = self.b.add(j);
-            for _ in 0..self.k {
+            for d in 0..self.k {
+                let depth = self.left.offset(d, walked);
                 let mut bv = [zero; V];
                 for (v, bv) in bv.iter_mut().enumerate() {
                     let p = b.add(v * lanes);
@@ -216,7 +335,7 @@ impl Product {
                         *acc = simd.mul_add_e_f32s(x, bv, *acc);
                     }
                 }
-                depth += self.acs;
+                walked += self.left.step();
                 b = b.add(self.ldb);
             }
             for (r, acc) in acc.iter().enumerate() {
@@ -261,25 +380,25 @@ impl Product {
 mod tests {
     use super::*;
 
-    /// Every tile shape (1-6 rows, 1-3 vectors, full and masked last vectors), strided and
-    /// transposed left operands, accumulation, and the bias + ReLU epilogue, against the
-    /// definition, at every SIMD level
-    /// this machine has (AVX-512 and AVX2 vectors differ in width, so in tiling).
+    /// Every tile shape (1-6 rows, 1-3 vectors, full and masked last vectors), strided,
+    /// transposed and gathered left operands, accumulation, and the bias + ReLU epilogue,
+    /// against the definition, at every SIMD level this machine has (AVX-512 and AVX2 vectors
+    /// differ in width, so in tiling).
     #[test]
     fn products_of_every_tile_shape_match_the_definition() {
         use pulp::x86::{V3, V4};
-        check(&|p| Simd::vectorize(pulp::Scalar::new(), p));
+        check(pulp::Scalar::new());
         match V3::try_new() {
-            Some(simd) => check(&|p| Simd::vectorize(simd, p)),
+            Some(simd) => check(simd),
             None => eprintln!("no AVX2+FMA here: that level is untested"),
         }
         match V4::try_new() {
-            Some(simd) => check(&|p| Simd::vectorize(simd, p)),
+            Some(simd) => check(simd),
             None => eprintln!("no AVX-512 here: that level is untested"),
         }
     }
 
-    fn check(run: &dyn Fn(Product)) {
+    fn check<S: Simd>(simd: S) {
         let v = |n: usize, s: f32| -> Vec<f32> {
             (0..n).map(|i| (i as f32 * 0.61 + s).sin()).collect()
         };
@@ -296,8 +415,8 @@ mod tests {
             (64, 130, 5),
             (6, 2, 0),
         ] {
-            for (transposed_a, accumulate, fused) in
-                (0..8).map(|c| (c & 1 > 0, c & 2 > 0, c & 4 > 0))
+            for (transposed_a, accumulate, fused, gather) in
+                (0..16).map(|c| (c & 1 > 0, c & 2 > 0, c & 4 > 0, c & 8 > 0))
             {
                 {
                     let a = v(m * k, 0.3);
@@ -307,8 +426,20 @@ mod tests {
                     let start = v(m * ldc, 1.1);
                     let mut c = start.clone();
                     let (ars, acs) = if transposed_a { (1, m) } else { (k, 1) };
+                    // Gathered: the same matrix with its rows and depth steps in another order
+                    // (reversed rows, depth steps in a stride-3 order where that is one).
+                    let perm = |d: usize| if k % 3 == 0 { d } else { d * 3 % k };
+                    let rows: Vec<usize> = (0..m).map(|i| (m - 1 - i) * ars).collect();
+                    let offsets: Vec<usize> = (0..k).map(|d| perm(d) * acs).collect();
+                    let at = |i: usize, p: usize| {
+                        if gather {
+                            rows[i] + offsets[p]
+                        } else {
+                            i * ars + p * acs
+                        }
+                    };
                     let bias = v(n, 2.3);
-                    run(Product {
+                    let strided = Product {
                         m,
                         n,
                         k,
@@ -316,8 +447,7 @@ mod tests {
                         ldc,
                         accumulate,
                         a: a.as_ptr(),
-                        ars,
-                        acs,
+                        left: Strided { ars, acs },
                         b: b.as_ptr(),
                         ldb,
                         bias: if fused {
@@ -326,7 +456,28 @@ mod tests {
                             std::ptr::null()
                         },
                         relu: fused,
-                    });
+                    };
+                    if gather {
+                        simd.vectorize(Product {
+                            m,
+                            n,
+                            k,
+                            c: strided.c,
+                            ldc,
+                            accumulate,
+                            a: strided.a,
+                            left: Gathered {
+                                rows: rows.as_ptr(),
+                                offsets: offsets.as_ptr(),
+                            },
+                            b: strided.b,
+                            ldb,
+                            bias: strided.bias,
+                            relu: fused,
+                        });
+                    } else {
+                        simd.vectorize(strided);
+                    }
                     for i in 0..m {
                         for j in 0..ldc {
                             let got = c[i * ldc + j];
@@ -334,8 +485,7 @@ mod tests {
                                 assert_eq!(got, start[i * ldc + j], "column {j} is outside");
                                 continue;
                             }
-                            let dot: f32 =
-                                (0..k).map(|p| a[i * ars + p * acs] * b[p * ldb + j]).sum();
+                            let dot: f32 = (0..k).map(|p| a[at(i, p)] * b[p * ldb + j]).sum();
                             let mut want = if accumulate {
                                 start[i * ldc + j] + dot
                             } else {
@@ -346,9 +496,9 @@ mod tests {
                             }
                             assert!(
                                 (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
-                                "{m}x{n}x{k} (transposed a: {transposed_a}, accumulate: \
-                                 {accumulate}, bias and relu: {fused}) at ({i}, {j}): {got} vs \
-                                 {want}"
+                                "{m}x{n}x{k} (transposed a: {transposed_a}, gathered: \
+                                 {gather}, accumulate: {accumulate}, bias and relu: {fused}) \
+                                 at ({i}, {j}): {got} vs {want}"
                             );
                         }
                     }

@@ -56,6 +56,27 @@ impl<'a> View<'a> {
         self.copied_by_columns(m, n)
     }
 
+    /// [`Self::to_row_major`] into `out`'s first `m * n` values (a buffer kept between calls).
+    pub fn write_row_major(&self, m: usize, n: usize, out: &mut [f32]) {
+        self.check(m, n, "the copied matrix");
+        assert!(
+            out.len() >= m * n,
+            "the row-major copy's buffer is too small"
+        );
+        #[cfg(target_arch = "x86_64")]
+        if self.rs == 1 && m * n > 0 && std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: AVX2 was detected; the view holds the m x n matrix and `out` room for
+            // m * n values (both checked above).
+            unsafe { transpose_avx2(self.data.as_ptr(), self.cs, m, n, out.as_mut_ptr()) };
+            return;
+        }
+        for (i, row) in out[..m * n].chunks_exact_mut(n.max(1)).enumerate() {
+            for (j, cell) in row.iter_mut().enumerate() {
+                *cell = self.data[i * self.rs + j * self.cs];
+            }
+        }
+    }
+
     /// [`Self::to_row_major`] one column at a time (every view, every CPU).
     fn copied_by_columns(&self, m: usize, n: usize) -> Vec<f32> {
         self.check(m, n, "the copied matrix");
@@ -190,8 +211,8 @@ mod tests {
     use super::*;
 
     /// Every shape around the 8 x 8 blocks, transposed views with padded columns, and a
-    /// strided view: each cell where the definition puts it, on this CPU's path and on the
-    /// column-by-column one.
+    /// strided view: each cell where the definition puts it, on this CPU's path, on the
+    /// column-by-column one, and written into a given buffer.
     #[test]
     fn to_row_major_matches_the_definition() {
         for m in [1, 7, 8, 9, 16, 21] {
@@ -200,7 +221,15 @@ mod tests {
                     let cs = m + pad;
                     let data: Vec<f32> = (0..cs * n).map(|v| v as f32).collect();
                     let view = View::transposed(&data, cs);
-                    for got in [view.to_row_major(m, n), view.copied_by_columns(m, n)] {
+                    let mut written = vec![f32::NAN; m * n + 2];
+                    view.write_row_major(m, n, &mut written);
+                    assert!(written[m * n..].iter().all(|v| v.is_nan()), "past m x n");
+                    written.truncate(m * n);
+                    for got in [
+                        view.to_row_major(m, n),
+                        view.copied_by_columns(m, n),
+                        written,
+                    ] {
                         for i in 0..m {
                             for j in 0..n {
                                 assert_eq!(got[i * n + j], data[j * cs + i], "{m}x{n} pad {pad}");
@@ -212,10 +241,13 @@ mod tests {
                         cs: 2 * m,
                         data: &data[..],
                     };
-                    let got = strided.to_row_major(m / 2, n / 2);
-                    for i in 0..m / 2 {
-                        for j in 0..n / 2 {
-                            assert_eq!(got[i * (n / 2) + j], data[2 * i + 2 * m * j]);
+                    let mut written = vec![0.0; (m / 2) * (n / 2)];
+                    strided.write_row_major(m / 2, n / 2, &mut written);
+                    for got in [strided.to_row_major(m / 2, n / 2), written] {
+                        for i in 0..m / 2 {
+                            for j in 0..n / 2 {
+                                assert_eq!(got[i * (n / 2) + j], data[2 * i + 2 * m * j]);
+                            }
                         }
                     }
                 }
