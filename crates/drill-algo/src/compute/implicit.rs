@@ -16,8 +16,8 @@
 //!
 //! Chosen ([`chosen`]) where the CPU has AVX2 and FMA but not AVX-512: on the 2-core AMD EPYC
 //! Zen 1 box (2026-11-28) the Nature CNN's three layers ran forward about 1.2x as fast as
-//! im2col and `gemm` (docs/figures.md); AVX-512 machines keep `gemm`'s kernels, which were
-//! measured there.
+//! im2col and `gemm`, its update 1.14x and `pong_ppo` 1.07x (docs/figures.md); AVX-512
+//! machines keep `gemm`'s kernels, which were measured there and these were not.
 
 use super::gemm;
 use super::im2col::{Geometry, per_group, with_scratch};
