@@ -3,7 +3,7 @@
 //!
 //! The operands are packed into pairs of bf16 along the depth (one `u32` holds rows `2p` and
 //! `2p + 1` of a column of the right operand, or columns `2p`, `2p + 1` of a row of the left):
-//! once per product in [`gemm`]; a layer's weight once per layer call ([`PackedLeft`],
+//! once per product in [`gemm()`]; a layer's weight once per layer call ([`PackedLeft`],
 //! [`gemm_left_packed`]), and im2col's patches straight into the packed layout
 //! ([`PackedRight::build`], [`gemm_built`]). It is the layout of AVX-512 BF16's `vdpbf16ps`,
 //! which adds two products per
@@ -235,7 +235,7 @@ fn at(v: &View<'_>, i: usize, j: usize) -> f32 {
     v.data[i * v.rs + j * v.cs]
 }
 
-/// An operand packed in panels of `W` rows (the left operand, `W` = [`MR`]) or columns (the
+/// An operand packed in panels of `W` rows (the left operand, `W` = `MR`) or columns (the
 /// right, `W` = [`NR`]): panel `t`, depth pair `p`, lane `r` at `(t * kp + p) * W + r`; lanes
 /// past the matrix and the depth past `k` are zero.
 #[derive(Debug, Default)]
@@ -551,7 +551,7 @@ pub unsafe fn gemm_packed(
 /// [`PackedRight::build`]) into this thread's buffer, for a `k x n` right operand; one thread.
 ///
 /// # Safety
-/// As for [`gemm`].
+/// As for [`gemm()`].
 pub unsafe fn gemm_built(
     level: Level,
     dst: *mut f32,
@@ -576,7 +576,7 @@ pub unsafe fn gemm_built(
 /// buffer; one thread.
 ///
 /// # Safety
-/// As for [`gemm`].
+/// As for [`gemm()`].
 pub unsafe fn gemm_left_packed(
     level: Level,
     dst: *mut f32,

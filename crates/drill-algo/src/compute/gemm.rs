@@ -2,7 +2,8 @@
 //! products (dense layers of small nets) and products of few rows (a batch of 4 or 8 frames
 //! through a wide dense layer) go to [`super::small_gemm`], the rest to the `gemm`
 //! crate (burn-flex's own GEMM; drill enables its AVX-512 kernels, picked at run time), or
-//! with `policy.precision = "bf16"` to [`super::bf16`].
+//! with `policy.precision = "bf16"` to [`super::bf16`]. [`gathered`] is the entry for the
+//! products of [`super::implicit`]'s convolutions, whose left operand is no strided matrix.
 
 use super::small_gemm;
 pub use super::small_gemm::Epilogue;

@@ -1,10 +1,10 @@
 //! Convolutions without a patch matrix (implicit GEMM), in f32: the forward pass and the
-//! weight gradient read the input where it lies, through [`gemm::gathered`] (the tile kernel of [`super::small_gemm`]), instead of
+//! weight gradient read the input where it lies, through [`super::gemm::gathered`] (the tile kernel of [`super::small_gemm`]), instead of
 //! copying every element's patches into a `K x P` matrix first ([`super::im2col`]).
 //!
 //! With `x` one batch element's contiguous `c_in x h x w` input, the patch value of output
 //! position `p = (oy, ox)` at kernel tap `t = (c, ky, kx)` is `x[at[p] + tap[t]]`, where
-//! `at[p] = oy sh w + ox sw` ([`positions`]) and `tap[t] = (c h + ky) w + kx` ([`taps`]). So:
+//! `at[p] = oy sh w + ox sw` (`positions`) and `tap[t] = (c h + ky) w + kx` (`taps`). So:
 //! - forward: `y[b]^T (P x c_out) = patches (P x K) * W^T (K x c_out)`, the gathered rows
 //!   being positions and the depth taps; bias and ReLU in the product's registers, then one
 //!   transposition into `y[b]` (`c_out x P`);

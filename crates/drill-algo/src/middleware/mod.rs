@@ -19,7 +19,7 @@
 //! | [`ContextExchanger`], [`ModelExchanger`], [`FinishSync`] | | across processes (Parallel runner) |
 //!
 //! Under DDP (`policy.multi_gpu`) the same middlewares are rank-aware through
-//! [`Ranks`](crate::ddp::Ranks):
+//! [`Ranks`]:
 //! env-step counts are summed, evaluation runs on rank 0 and is broadcast, and every decision
 //! that changes control flow (stop, learning start, limits) is rank 0's, so all ranks run
 //! the same collectives in the same order.
