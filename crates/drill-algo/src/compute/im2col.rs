@@ -635,15 +635,13 @@ pub fn forward(x: &[f32], weight: &[f32], bias: &[f32], g: &Geometry, relu: bool
 pub fn backward_params(x: &[f32], dy: &[f32], g: &Geometry) -> (Vec<f32>, Vec<f32>) {
     let (k, p, co) = (g.k(), g.p(), g.c_out);
     assert_eq!(dy.len(), g.batch * g.out_len(), "conv output gradient size");
-    // Each worker accumulates its own dW^T and db, summed at the end, then dW^T is transposed
-    // once. dW^T is accumulated row-major (`K x c_out`): `gemm` ran the Nature CNN's weight
+    // Each share of the batch accumulates its own dW^T and db ([`summed_over_threads`]).
+    // dW^T is accumulated row-major (`K x c_out`): `gemm` ran the Nature CNN's weight
     // gradients at 70-106 GFLOP/s that way against 53-86 writing `dW` (`c_out x K`) directly.
-    let partial_len = co * k + co;
-    let one = |b: usize, acc: &mut [f32], scratch: &mut [f32], first: bool| {
+    let one = |b: usize, dwt: &mut [f32], db: &mut [f32], scratch: &mut [f32], first: bool| {
         let (col, xs) = scratch.split_at_mut(k * p);
         patches(x, b, g, xs, col, p);
         let dyb = &dy[b * g.out_len()..(b + 1) * g.out_len()];
-        let (dwt, db) = acc.split_at_mut(co * k);
         // dW^T (K x c_out) += col (K x P) * dy[b]^T (P x c_out).
         matmul(
             (k, co, p),
@@ -658,16 +656,32 @@ pub fn backward_params(x: &[f32], dy: &[f32], g: &Geometry) -> (Vec<f32>, Vec<f3
             *d += row.iter().sum::<f32>();
         }
     };
-    // Worker `t` takes batch elements `t * per ..`; one worker runs on this thread.
-    let threads = rayon::current_num_threads().min(g.batch).max(1);
-    let per = g.batch.div_ceil(threads);
-    let worker = |t: usize| {
-        let mut acc = vec![0f32; partial_len];
+    summed_over_threads(g.batch, k, co, |share, dwt, db| {
         with_scratch(scratch_len(g, 1), |scratch| {
-            for (i, b) in (t * per..((t + 1) * per).min(g.batch)).enumerate() {
-                one(b, &mut acc, scratch, i == 0);
+            for (i, b) in share.enumerate() {
+                one(b, dwt, db, scratch, i == 0);
             }
         });
+    })
+}
+
+/// Weight and bias gradients summed from one contiguous share of the batch per thread of the
+/// rayon pool (at most one share per element; one runs on this thread): `share(elements, dwt,
+/// db)` adds its elements' `dW^T` (`K x c_out`, row-major) and `db` into zeroed buffers of
+/// its own. The shares' sums are added, then `dW^T` is transposed once: `(dW [c_out, K], db
+/// [c_out])`.
+pub(super) fn summed_over_threads(
+    batch: usize,
+    k: usize,
+    co: usize,
+    share: impl Fn(std::ops::Range<usize>, &mut [f32], &mut [f32]) + Sync,
+) -> (Vec<f32>, Vec<f32>) {
+    let threads = rayon::current_num_threads().min(batch).max(1);
+    let per = batch.div_ceil(threads);
+    let worker = |t: usize| {
+        let mut acc = vec![0f32; k * co + co];
+        let (dwt, db) = acc.split_at_mut(k * co);
+        share(t * per..((t + 1) * per).min(batch), dwt, db);
         acc
     };
     let mut acc = if threads > 1 {
@@ -681,7 +695,7 @@ pub fn backward_params(x: &[f32], dy: &[f32], g: &Geometry) -> (Vec<f32>, Vec<f3
     } else {
         worker(0)
     };
-    let db = acc.split_off(co * k);
+    let db = acc.split_off(k * co);
     (View::transposed(&acc, co).to_row_major(co, k), db)
 }
 

@@ -20,10 +20,9 @@
 //! machines keep `gemm`'s kernels, which were measured there and these were not.
 
 use super::gemm;
-use super::im2col::{Geometry, per_group, with_scratch};
+use super::im2col::{Geometry, per_group, summed_over_threads, with_scratch};
 use super::small_gemm::Epilogue;
 use super::view::View;
-use rayon::prelude::*;
 use std::sync::OnceLock;
 
 /// Whether this CPU runs convolutions here rather than through im2col: AVX2 and FMA without
@@ -110,9 +109,8 @@ pub fn forward(x: &[f32], weight: &[f32], bias: &[f32], g: &Geometry, relu: bool
 /// box's L2, so that they stay in cache while every tap tile passes over them.
 const GROUP_FLOATS: usize = 1 << 16;
 
-/// Weight and bias gradients for output gradient `dy`: `(dW [c_out, K], db [c_out])`. The
-/// batch is split into one contiguous share per thread, each accumulating its own `dW^T`,
-/// summed at the end.
+/// Weight and bias gradients for output gradient `dy`: `(dW [c_out, K], db [c_out])`, one
+/// share of the batch per thread (`im2col::summed_over_threads`), in groups of elements.
 pub fn backward_params(x: &[f32], dy: &[f32], g: &Geometry) -> (Vec<f32>, Vec<f32>) {
     let (k, p, co) = (g.k(), g.p(), g.c_out);
     let in_len = g.c_in * g.h * g.w;
@@ -125,13 +123,8 @@ pub fn backward_params(x: &[f32], dy: &[f32], g: &Geometry) -> (Vec<f32>, Vec<f3
     let depth: Vec<usize> = (0..group)
         .flat_map(|e| at.iter().map(move |a| e * in_len + a))
         .collect();
-    let partial_len = k * co + co;
-    let threads = rayon::current_num_threads().min(g.batch).max(1);
-    let per = g.batch.div_ceil(threads);
-    let worker = |t: usize| {
-        let mut acc = vec![0f32; partial_len];
-        let (dwt, db) = acc.split_at_mut(k * co);
-        let (lo, hi) = (t * per, ((t + 1) * per).min(g.batch));
+    summed_over_threads(g.batch, k, co, |share, dwt, db| {
+        let (lo, hi) = (share.start, share.end);
         with_scratch(group * p * co, |stack| {
             for (i, b0) in (lo..hi).step_by(group).enumerate() {
                 let n = group.min(hi - b0);
@@ -144,7 +137,7 @@ pub fn backward_params(x: &[f32], dy: &[f32], g: &Geometry) -> (Vec<f32>, Vec<f3
                 }
                 // SAFETY: the group's reads lie in elements b0..b0 + n of `x` (check_reach,
                 // and `depth` steps whole elements); `stack` holds their n P x c_out output
-                // gradients; `dwt` is K x c_out and this worker's own.
+                // gradients; `dwt` is K x c_out and this share's own.
                 unsafe {
                     gemm::gathered(
                         (k, co, n * p),
@@ -160,21 +153,7 @@ pub fn backward_params(x: &[f32], dy: &[f32], g: &Geometry) -> (Vec<f32>, Vec<f3
                 }
             }
         });
-        acc
-    };
-    let mut acc = if threads > 1 {
-        let partials: Vec<Vec<f32>> = (0..threads).into_par_iter().map(worker).collect();
-        let mut it = partials.into_iter();
-        let mut sum = it.next().expect("one worker at least");
-        for part in it {
-            sum.iter_mut().zip(&part).for_each(|(s, v)| *s += v);
-        }
-        sum
-    } else {
-        worker(0)
-    };
-    let db = acc.split_off(k * co);
-    (View::transposed(&acc, co).to_row_major(co, k), db)
+    })
 }
 
 #[cfg(test)]
