@@ -1,6 +1,7 @@
 //! One safe entry point for matrix products, [`matmul`] over strided views of slices: small
-//! products (dense layers of small nets) and products of few rows (a batch of 4 or 8 frames
-//! through a wide dense layer) go to [`super::small_gemm`], the rest to the `gemm`
+//! products (dense layers of small nets), products of few rows (a batch of 4 or 8 frames
+//! through a wide dense layer) and shallow ones (a wide dense layer's weight gradient over a
+//! batch of 32) go to [`super::small_gemm`], the rest to the `gemm`
 //! crate (burn-flex's own GEMM; drill enables its AVX-512 kernels, picked at run time), or
 //! with `policy.precision = "bf16"` to [`super::bf16`]. [`gathered`] is the entry for the
 //! products of [`super::implicit`]'s convolutions, whose left operand is no strided matrix.
@@ -17,7 +18,8 @@ use std::time::Instant;
 /// strides `dst_strides`. Products of at most [`small_gemm::MAX_MACS`] multiply-adds into a
 /// row-major destination run on one thread in [`super::small_gemm`]; in f32, products of at
 /// most [`small_gemm::FEW_ROWS`] rows (or `SOME_ROWS` with a right operand larger than L2)
-/// with a row-major right operand too, a block of columns per thread; the others run on the
+/// with a row-major right operand too, a block of columns per thread, and those of depth at
+/// most `SHALLOW`, a block of rows per thread; the others run on the
 /// rayon pool when `parallel` and the pool has threads (callers that already split work over
 /// threads pass `false`).
 #[allow(clippy::too_many_arguments)]
@@ -199,8 +201,8 @@ static TIMED: Mutex<Vec<Timed>> = Mutex::new(Vec::new());
 pub struct Timed {
     /// `(m, n, k)`: `m x k` times `k x n`.
     pub shape: (usize, usize, usize),
-    /// The kernel that computed it: `"small"`, `"few-rows"`, `"bf16"`, `"gemm"` or
-    /// `"gathered"`.
+    /// The kernel that computed it: `"small"`, `"few-rows"`, `"shallow"`, `"bf16"`, `"gemm"`
+    /// or `"gathered"`.
     pub kernel: &'static str,
     /// Its wall time, epilogue included.
     pub seconds: f64,
@@ -386,6 +388,22 @@ unsafe fn dispatch(
         };
         return "few-rows";
     }
+    if k <= SHALLOW && m >= SHALLOW_ROWS && dst_strides.1 == 1 && b.cs == 1 {
+        // SAFETY: as below; the caller vouches for the destination.
+        unsafe {
+            shallow(
+                dst,
+                (m, n, k),
+                dst_strides.0,
+                accumulate,
+                a,
+                b,
+                epilogue,
+                threads,
+            )
+        };
+        return "shallow";
+    }
     let parallelism = if threads > 1 {
         gemm::Parallelism::Rayon(threads)
     } else {
@@ -435,22 +453,85 @@ const SOME_ROWS: usize = 32;
 /// A right operand of at least this many values (4 MiB) is larger than L2.
 const LARGE_RIGHT: usize = 1 << 20;
 
+/// Products of at most this depth (and at least [`SHALLOW_ROWS`] rows) go to [`shallow`]: a
+/// dense layer's weight gradient over a batch of 32, `x^T dy`.
+const SHALLOW: usize = 32;
+
+/// Rows from which a product of depth at most [`SHALLOW`] goes to [`shallow`].
+const SHALLOW_ROWS: usize = 256;
+
+/// A product of depth at most [`SHALLOW`] with a row-major right operand (the Nature CNN's
+/// dense weight gradient at batch 32: 3136 x 512 outputs of 32 multiply-adds each) in
+/// [`small_gemm`], one block of rows per thread. Each tile reads its whole depth of both
+/// operands (a few KiB, in L1 and L2) and stores its outputs once; `gemm` packed both operands
+/// for a depth of only 32 and ran it at 65 % of the FMA peak (`drill bench learner --case
+/// nature-cnn-products`, AMD EPYC Zen 1).
+///
+/// # Safety
+/// As [`gemm_into`]'s, with `dst` row-major (row stride `ldc`, column stride 1).
+#[allow(clippy::too_many_arguments)]
+unsafe fn shallow(
+    dst: *mut f32,
+    (m, n, k): (usize, usize, usize),
+    ldc: usize,
+    accumulate: bool,
+    a: View<'_>,
+    b: View<'_>,
+    epilogue: Epilogue<'_>,
+    threads: usize,
+) {
+    // Blocks of whole 6-row tiles (AVX2's tile height; AVX-512's 4 divides 12).
+    let block = m.div_ceil(threads.max(1)).next_multiple_of(12).min(m);
+    let dst = dst as usize;
+    let run = |i: usize| {
+        let rows = block.min(m - i);
+        // SAFETY: rows `i..i + rows` of the destination and of `a` lie inside the regions
+        // the caller and `gemm_into`'s checks vouch for; blocks do not overlap.
+        unsafe {
+            small_gemm::matmul(
+                (rows, n, k),
+                (dst as *mut f32).add(i * ldc),
+                ldc,
+                accumulate,
+                a.data.as_ptr().add(i * a.rs),
+                (a.rs, a.cs),
+                b.data.as_ptr(),
+                b.rs,
+                epilogue,
+            );
+        }
+    };
+    let blocks = m.div_ceil(block);
+    if blocks == 1 {
+        run(0);
+    } else {
+        use rayon::prelude::*;
+        (0..blocks).into_par_iter().for_each(|t| run(t * block));
+    }
+}
+
 thread_local! {
     /// This thread's copy of one depth step of [`few_rows`]'s right operand.
     static STAGE: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Rows of the right operand one pass of [`few_rows`] takes: 128 rows of a 512-column
-/// weight are 256 KiB, half an L2 cache.
-const FEW_ROWS_DEPTH: usize = 128;
+/// Rows of the right operand one pass of [`few_rows`] takes: 64 rows of a 512-column weight
+/// are 128 KiB, so that the copy computed from and the next one prefetched fill half an L2
+/// cache. Measured against 32-128 (`drill bench learner --case nature-cnn-products`, 8
+/// interleaved runs, AMD EPYC Zen 1): 64 the fastest, 128 without prefetching 1.12x slower.
+const FEW_ROWS_DEPTH: usize = 64;
 
 /// A product of at most [`small_gemm::FEW_ROWS`] rows (or [`SOME_ROWS`] with a large right
 /// operand) with a row-major right operand (the collector's and evaluator's forward pass
 /// through a dense layer: a batch of 4 or 8 frames times the Nature CNN's 3136 x 512 weight;
 /// the DQN learner's batch of 32 through it) in [`small_gemm`], a depth step of the right
 /// operand at a time, each copied row by row into a buffer first: `gemm` packs all of it into
-/// panels, a costlier copy for only `m` rows of use. The columns are split into one block per
-/// thread.
+/// panels, a costlier copy for only `m` rows of use. While one step computes, it prefetches
+/// the rows the next step copies ([`small_gemm::matmul_prefetching`]): the weight comes from
+/// memory (Adam rewrote it since the last pass), and copied without that the copy waited on
+/// it, 27 % of the product on one thread. Read in place instead (no copy, the next panel
+/// prefetched), the product was slower still: a panel's rows 2 KB apart fall into a few cache
+/// sets and evict each other. The columns are split into one block per thread.
 ///
 /// # Safety
 /// As [`gemm_into`]'s, with `dst` row-major (row stride `ldc`, column stride 1).
@@ -473,7 +554,7 @@ unsafe fn few_rows(
         let cols = block.min(n - j);
         // Depth in steps of `FEW_ROWS_DEPTH` rows of `b`, each step's block copied row by row
         // into a contiguous buffer that stays in L2 while every row tile passes over it. Read
-        // in place, a tile's depth loop takes one cache line from each of 128 rows 2 KB apart
+        // in place, a tile's depth loop takes one cache line from each of its rows 2 KB apart
         // (the Nature CNN's 512 columns), which the hardware prefetchers do not follow: the
         // product waited on memory for every line.
         let mut stage = STAGE.take();
@@ -486,11 +567,15 @@ unsafe fn few_rows(
                 let at = (d + r) * b.rs + j;
                 row.copy_from_slice(&b.data[at..at + cols]);
             }
+            // The next step's rows, prefetched while this one computes, so that its copy
+            // does not wait on memory.
+            let next = b.data.as_ptr().wrapping_add((d + depth) * b.rs + j);
             // SAFETY: columns `j..j + cols` of the destination and the matching columns of
             // `a` lie inside the regions the caller and `gemm_into`'s checks vouch for; the
-            // stage holds `depth` rows of `cols`; blocks do not overlap.
+            // stage holds `depth` rows of `cols`; blocks do not overlap; `next` is only
+            // prefetched.
             unsafe {
-                small_gemm::matmul(
+                small_gemm::matmul_prefetching(
                     (m, cols, depth),
                     (dst as *mut f32).add(j),
                     ldc,
@@ -507,6 +592,7 @@ unsafe fn few_rows(
                     } else {
                         Epilogue::default()
                     },
+                    (if last { std::ptr::null() } else { next }, b.rs),
                 );
             }
             d += depth;
@@ -535,6 +621,7 @@ mod tests {
         let shapes = [
             (3, 17, 5, "small"),
             (7, 4100, 300, "few-rows"),
+            (600, 100, 20, "shallow"),
             (97, 131, 91, "gemm"),
         ];
         let run = || {
@@ -600,5 +687,61 @@ mod tests {
                 .all(|t| shapes.iter().all(|&(m, n, k, _)| t.shape != (m, n, k))),
             "{after:?}"
         );
+    }
+
+    /// Shallow products (a dense weight gradient's shape) against the definition, every
+    /// element: a transposed and a row-major left operand, a masked last column vector, a
+    /// short last row block, accumulation, and the bias + ReLU epilogue, on 1 and 3 threads.
+    #[test]
+    fn shallow_products_match_the_definition() {
+        let v = |n: usize, s: f32| -> Vec<f32> {
+            (0..n).map(|i| ((i as f32) * 0.37 + s).sin()).collect()
+        };
+        for threads in [1, 3] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .expect("a thread pool");
+            for (m, n, k) in [(1003, 70, 32), (4097, 512, 7)] {
+                let (a, b, bias) = (v(m * k, 0.1), v(k * n, 0.2), v(n, 0.3));
+                let at = View::transposed(&a, m).to_row_major(m, k);
+                let old = v(m * n, 0.4);
+                let cell = |i: usize, j: usize| -> f32 {
+                    (0..k).map(|d| a[d * m + i] * b[d * n + j]).sum::<f32>()
+                };
+                pool.install(|| {
+                    let mut added = old.clone();
+                    let left = View::transposed(&a, m);
+                    matmul(
+                        (m, n, k),
+                        &mut added,
+                        (n, 1),
+                        true,
+                        left,
+                        View::rows(&b, n),
+                        true,
+                    );
+                    let fresh = product_then(
+                        (m, n, k),
+                        View::rows(&at, k),
+                        View::rows(&b, n),
+                        Epilogue {
+                            bias: Some(&bias),
+                            relu: true,
+                        },
+                        true,
+                    );
+                    for i in 0..m {
+                        for j in 0..n {
+                            let want = cell(i, j);
+                            let (got, sum) = (fresh[i * n + j], added[i * n + j]);
+                            let what = format!("{m}x{n}x{k}, {threads} threads, ({i}, {j})");
+                            assert!((got - (want + bias[j]).max(0.0)).abs() < 1e-4, "{what}");
+                            assert!((sum - (want + old[i * n + j])).abs() < 1e-4, "{what}");
+                        }
+                    }
+                });
+            }
+        }
     }
 }

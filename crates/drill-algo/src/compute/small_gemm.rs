@@ -95,6 +95,64 @@ pub unsafe fn matmul(
         ldb,
         bias: epilogue.bias.map_or(std::ptr::null(), <[f32]>::as_ptr),
         relu: epilogue.relu,
+        prefetch: NoPrefetch,
+    });
+}
+
+/// [`matmul`] that also brings other data toward the cache while it computes: in its first
+/// row tile, each depth step `d` of the column tile at `j` prefetches that tile's columns of
+/// row `d` of `next` (row stride `stride`): the next block of a right operand that
+/// `gemm::few_rows` copies. Prefetches never fault, so `next` may point anywhere (null: no
+/// data wanted).
+///
+/// # Safety
+/// As [`matmul`]'s.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn matmul_prefetching(
+    (m, n, k): (usize, usize, usize),
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+    a: *const f32,
+    (ars, acs): (usize, usize),
+    b: *const f32,
+    ldb: usize,
+    epilogue: Epilogue<'_>,
+    (next, stride): (*const f32, usize),
+) {
+    if next.is_null() {
+        // SAFETY: the caller's promise, passed on.
+        return unsafe {
+            matmul(
+                (m, n, k),
+                c,
+                ldc,
+                accumulate,
+                a,
+                (ars, acs),
+                b,
+                ldb,
+                epilogue,
+            )
+        };
+    }
+    if let Some(bias) = epilogue.bias {
+        assert_eq!(bias.len(), n, "one bias per column");
+    }
+    pulp::Arch::new().dispatch(Product {
+        m,
+        n,
+        k,
+        c,
+        ldc,
+        accumulate,
+        a,
+        left: Strided { ars, acs },
+        b,
+        ldb,
+        bias: epilogue.bias.map_or(std::ptr::null(), <[f32]>::as_ptr),
+        relu: epilogue.relu,
+        prefetch: Lines { at: next, stride },
     });
 }
 
@@ -141,6 +199,7 @@ pub unsafe fn gathered(
         ldb,
         bias: epilogue.bias.map_or(std::ptr::null(), <[f32]>::as_ptr),
         relu: epilogue.relu,
+        prefetch: NoPrefetch,
     });
 }
 
@@ -216,8 +275,53 @@ impl Left for Gathered {
     }
 }
 
+/// What a product's first row tile prefetches per depth step ([`matmul_prefetching`]); a
+/// type of its own, as [`Left`], so that products without it compile as before.
+trait Prefetch: Copy {
+    /// Depth step `d` of the column tile at `j`, `width` columns wide.
+    fn touch(&self, d: usize, j: usize, width: usize);
+}
+
+/// No prefetching.
+#[derive(Clone, Copy)]
+struct NoPrefetch;
+
+impl Prefetch for NoPrefetch {
+    #[inline(always)]
+    fn touch(&self, _: usize, _: usize, _: usize) {}
+}
+
+/// The same columns of row `d` of another row-major matrix.
+#[derive(Clone, Copy)]
+struct Lines {
+    at: *const f32,
+    stride: usize,
+}
+
+impl Prefetch for Lines {
+    #[inline(always)]
+    fn touch(&self, d: usize, j: usize, width: usize) {
+        let start = self.at.wrapping_add(d * self.stride + j);
+        // Every 64-byte line the columns span: from the first, and the line of the last.
+        let lines = (0..width)
+            .step_by(16)
+            .chain(std::iter::once(width.max(1) - 1));
+        for col in lines {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: a prefetch is a hint: it never faults, whatever the address (computed
+            // with `wrapping_add`, so no out-of-bounds pointer arithmetic either).
+            unsafe {
+                use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+                _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(col) as *const i8);
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            let _ = col;
+        }
+    }
+}
+
 /// One product's operands, for [`WithSimd`].
-struct Product<L> {
+struct Product<L, P> {
     m: usize,
     n: usize,
     k: usize,
@@ -231,9 +335,11 @@ struct Product<L> {
     /// `n` values, or null.
     bias: *const f32,
     relu: bool,
+    /// What the first row tile prefetches.
+    prefetch: P,
 }
 
-impl<L: Left> WithSimd for Product<L> {
+impl<L: Left, P: Prefetch> WithSimd for Product<L, P> {
     type Output = ();
 
     #[inline(always)]
@@ -255,13 +361,10 @@ impl<L: Left> WithSimd for Product<L> {
                 // matrices (the caller vouches for them); the last vector is masked to `tail`
                 // lanes when the columns do not fill it.
                 unsafe {
-                    match rows {
-                        1 => self.tile_rows::<S, 1>(simd, i, j, vectors, tail),
-                        2 => self.tile_rows::<S, 2>(simd, i, j, vectors, tail),
-                        3 => self.tile_rows::<S, 3>(simd, i, j, vectors, tail),
-                        4 => self.tile_rows::<S, 4>(simd, i, j, vectors, tail),
-                        5 => self.tile_rows::<S, 5>(simd, i, j, vectors, tail),
-                        _ => self.tile_rows::<S, 6>(simd, i, j, vectors, tail),
+                    if t == 0 {
+                        self.tile_of(simd, rows, i, j, vectors, tail, self.prefetch);
+                    } else {
+                        self.tile_of(simd, rows, i, j, vectors, tail, NoPrefetch);
                     }
                 }
                 j += cols;
@@ -271,27 +374,54 @@ impl<L: Left> WithSimd for Product<L> {
     }
 }
 
-impl<L: Left> Product<L> {
+impl<L: Left, P: Prefetch> Product<L, P> {
+    /// The tile of `rows` rows at `(i, j)`, prefetching with `pf`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    unsafe fn tile_of<S: Simd, Q: Prefetch>(
+        &self,
+        simd: S,
+        rows: usize,
+        i: usize,
+        j: usize,
+        vectors: usize,
+        tail: usize,
+        pf: Q,
+    ) {
+        // SAFETY: as for `tile`, forwarded from `with_simd`.
+        unsafe {
+            match rows {
+                1 => self.tile_rows::<S, Q, 1>(simd, i, j, vectors, tail, pf),
+                2 => self.tile_rows::<S, Q, 2>(simd, i, j, vectors, tail, pf),
+                3 => self.tile_rows::<S, Q, 3>(simd, i, j, vectors, tail, pf),
+                4 => self.tile_rows::<S, Q, 4>(simd, i, j, vectors, tail, pf),
+                5 => self.tile_rows::<S, Q, 5>(simd, i, j, vectors, tail, pf),
+                _ => self.tile_rows::<S, Q, 6>(simd, i, j, vectors, tail, pf),
+            }
+        }
+    }
+
     /// The tile of `R` rows at `(i, j)` with `vectors` column vectors, the last one holding
     /// `tail` columns (0: full).
     #[inline(always)]
-    unsafe fn tile_rows<S: Simd, const R: usize>(
+    unsafe fn tile_rows<S: Simd, Q: Prefetch, const R: usize>(
         &self,
         simd: S,
         i: usize,
         j: usize,
         vectors: usize,
         tail: usize,
+        pf: Q,
     ) {
         // SAFETY: as for `tile`, forwarded from `with_simd`.
         unsafe {
             match (vectors, tail == 0) {
-                (1, true) => self.tile::<S, R, 1, false>(simd, i, j, tail),
-                (1, false) => self.tile::<S, R, 1, true>(simd, i, j, tail),
-                (2, true) => self.tile::<S, R, 2, false>(simd, i, j, tail),
-                (2, false) => self.tile::<S, R, 2, true>(simd, i, j, tail),
-                (_, true) => self.tile::<S, R, 3, false>(simd, i, j, tail),
-                (_, false) => self.tile::<S, R, 3, true>(simd, i, j, tail),
+                (1, true) => self.tile::<S, Q, R, 1, false>(simd, i, j, tail, pf),
+                (1, false) => self.tile::<S, Q, R, 1, true>(simd, i, j, tail, pf),
+                (2, true) => self.tile::<S, Q, R, 2, false>(simd, i, j, tail, pf),
+                (2, false) => self.tile::<S, Q, R, 2, true>(simd, i, j, tail, pf),
+                (_, true) => self.tile::<S, Q, R, 3, false>(simd, i, j, tail, pf),
+                (_, false) => self.tile::<S, Q, R, 3, true>(simd, i, j, tail, pf),
             }
         }
     }
@@ -299,12 +429,13 @@ impl<L: Left> Product<L> {
     /// `c[i..i+R, j..]` over `V` vectors of columns, the last masked to `tail` lanes when
     /// `PARTIAL`. Accumulators stay in registers over the whole depth.
     #[inline(always)]
-    unsafe fn tile<S: Simd, const R: usize, const V: usize, const PARTIAL: bool>(
+    unsafe fn tile<S: Simd, Q: Prefetch, const R: usize, const V: usize, const PARTIAL: bool>(
         &self,
         simd: S,
         i: usize,
         j: usize,
         tail: usize,
+        pf: Q,
     ) {
         let lanes = S::F32_LANES;
         let mask = simd.mask_between_m32s(0, tail as u32);
@@ -319,6 +450,7 @@ impl<L: Left> Product<L> {
             let mut walked = 0;
             let mut b = self.b.add(j);
             for d in 0..self.k {
+                pf.touch(d, j, V * lanes);
                 let depth = self.left.offset(d, walked);
                 let mut bv = [zero; V];
                 for (v, bv) in bv.iter_mut().enumerate() {
@@ -381,9 +513,9 @@ mod tests {
     use super::*;
 
     /// Every tile shape (1-6 rows, 1-3 vectors, full and masked last vectors), strided,
-    /// transposed and gathered left operands, accumulation, and the bias + ReLU epilogue,
-    /// against the definition, at every SIMD level this machine has (AVX-512 and AVX2 vectors
-    /// differ in width, so in tiling).
+    /// transposed and gathered left operands, accumulation, the bias + ReLU epilogue, and
+    /// prefetching, against the definition, at every SIMD level this machine has (AVX-512 and
+    /// AVX2 vectors differ in width, so in tiling).
     #[test]
     fn products_of_every_tile_shape_match_the_definition() {
         use pulp::x86::{V3, V4};
@@ -456,6 +588,7 @@ mod tests {
                             std::ptr::null()
                         },
                         relu: fused,
+                        prefetch: NoPrefetch,
                     };
                     if gather {
                         simd.vectorize(Product {
@@ -474,9 +607,32 @@ mod tests {
                             ldb,
                             bias: strided.bias,
                             relu: fused,
+                            prefetch: NoPrefetch,
                         });
                     } else {
+                        // The same product prefetching (`matmul_prefetching`): the same values,
+                        // bit for bit.
+                        let mut again = start.clone();
+                        simd.vectorize(Product {
+                            m,
+                            n,
+                            k,
+                            c: again.as_mut_ptr(),
+                            ldc,
+                            accumulate,
+                            a: strided.a,
+                            left: strided.left,
+                            b: strided.b,
+                            ldb,
+                            bias: strided.bias,
+                            relu: fused,
+                            prefetch: Lines {
+                                at: b.as_ptr(),
+                                stride: ldb,
+                            },
+                        });
                         simd.vectorize(strided);
+                        assert!(again == c, "{m}x{n}x{k}: prefetching changed the product");
                     }
                     for i in 0..m {
                         for j in 0..ldc {
