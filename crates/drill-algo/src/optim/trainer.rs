@@ -1,5 +1,6 @@
 //! [`Trainer`]: a model with its flat parameters and Adam state.
 
+use super::layout::squares;
 use super::{Adam, DdpOptions, GradSync, ParamLayout};
 use crate::error::TrainError;
 use burn::module::Module;
@@ -30,6 +31,9 @@ pub struct Trainer<M> {
     sync: Option<GradSync>,
     /// `grads` holds gradients accumulated by [`Self::backward_no_sync`].
     accumulated: bool,
+    /// The L2 norm of `grads`, where [`Self::backward`] computed it while reading them (on
+    /// the CPU, not distributed); [`Self::step`] computes it otherwise.
+    norm: Option<f32>,
     /// The model's device when it is not the CPU: gradients then cross in one transfer per
     /// bucket ([`ParamLayout::read_grads_fused`]).
     gpu: Option<Device>,
@@ -53,6 +57,7 @@ impl<M: Module> Trainer<M> {
             adam: Adam::new(n, adam_eps),
             sync: None,
             accumulated: false,
+            norm: None,
             gpu,
             reads,
         }
@@ -92,9 +97,11 @@ impl<M: Module> Trainer<M> {
     pub fn backward(&mut self, loss: Tensor<1>) -> Result<(), TrainError> {
         let mut grads = GradientsParams::from_grads(loss.backward(), self.model());
         let add = std::mem::take(&mut self.accumulated);
+        let mut sum = Some(0.0);
         for r in 0..self.reads.len() {
             let slots = self.reads[r].clone();
-            self.read_grads(slots.clone(), &mut grads, add);
+            let squares = self.read_grads(slots.clone(), &mut grads, add);
+            sum = sum.zip(squares).map(|(a, b)| a + b);
             if let Some(sync) = &mut self.sync {
                 for i in slots.rev() {
                     if let Err(e) = sync.slot_ready(i, &mut self.grads) {
@@ -105,6 +112,8 @@ impl<M: Module> Trainer<M> {
                 }
             }
         }
+        // Averaged across ranks, the gradients are no longer those read.
+        self.norm = sum.filter(|_| self.sync.is_none()).map(f32::sqrt);
         match &mut self.sync {
             Some(sync) => sync.finish(&mut self.grads),
             None => Ok(()),
@@ -118,17 +127,30 @@ impl<M: Module> Trainer<M> {
         let mut grads = GradientsParams::from_grads(loss.backward(), self.model());
         let add = std::mem::replace(&mut self.accumulated, true);
         self.read_grads(0..self.layout.slots.len(), &mut grads, add);
+        self.norm = None;
     }
 
     /// The gradients of parameters `slots` into [`Self::grads`] (added when `add`): one
-    /// transfer on a GPU, each parameter's buffer handed over on the CPU.
-    fn read_grads(&mut self, slots: Range<usize>, grads: &mut GradientsParams, add: bool) {
+    /// transfer on a GPU, each parameter's buffer handed over on the CPU. On the CPU, returns
+    /// the sum of the squares of the slots' values after it.
+    fn read_grads(
+        &mut self,
+        slots: Range<usize>,
+        grads: &mut GradientsParams,
+        add: bool,
+    ) -> Option<f32> {
         let out = &mut self.grads;
         match &self.gpu {
-            Some(device) => self.layout.read_grads_fused(slots, grads, out, add, device),
-            None => slots
-                .rev()
-                .for_each(|i| self.layout.read_grad(i, grads, out, add)),
+            Some(device) => {
+                self.layout.read_grads_fused(slots, grads, out, add, device);
+                None
+            }
+            None => Some(
+                slots
+                    .rev()
+                    .map(|i| self.layout.read_grad(i, grads, out, add))
+                    .sum(),
+            ),
         }
     }
 
@@ -136,7 +158,10 @@ impl<M: Module> Trainer<M> {
     /// parameters into the model. When distributed, every `check_every` steps the parameters
     /// are checked to be bit-identical across ranks.
     pub fn step(&mut self, lr: f64, max_norm: f64) -> Result<StepStats, TrainError> {
-        let norm = l2_norm(&self.grads);
+        let norm = match self.norm.take() {
+            Some(norm) => norm,
+            None => squares(&self.grads).sqrt(),
+        };
         if max_norm > 0.0 && norm > max_norm as f32 {
             let scale = max_norm as f32 / (norm + 1e-6);
             self.grads.iter_mut().for_each(|g| *g *= scale);
@@ -169,6 +194,7 @@ impl<M: Module> Trainer<M> {
     /// The gradients to fill in place of a backward pass (e.g. [`crate::ddp::DataParallel`]
     /// combining its devices' shares); [`Self::step`] applies them.
     pub fn grads_mut(&mut self) -> &mut [f32] {
+        self.norm = None;
         &mut self.grads
     }
 
@@ -204,16 +230,59 @@ impl<M: Module> Trainer<M> {
     }
 }
 
-/// The L2 norm of `v`, summed in 16 lanes so that it vectorises (a single running sum is a
-/// chain of dependent adds the compiler may not reorder).
-fn l2_norm(v: &[f32]) -> f32 {
-    let mut lanes = [0f32; 16];
-    let chunks = v.chunks_exact(16);
-    let rest: f32 = chunks.remainder().iter().map(|g| g * g).sum();
-    for c in chunks {
-        for (s, g) in lanes.iter_mut().zip(c) {
-            *s += g * g;
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nets::QNet;
+    use burn::tensor::TensorData;
+
+    fn loss(t: &Trainer<QNet>, k: usize) -> Tensor<1> {
+        let ad = Device::flex().autodiff();
+        let values: Vec<f32> = (0..8 * 4)
+            .map(|i| ((i + 7 * k) as f32 * 0.3).sin())
+            .collect();
+        let x = Tensor::<2>::from_data(TensorData::new(values, [8, 4]), &ad);
+        let q = t.model().forward(x);
+        (q.clone() * q).mean()
     }
-    (lanes.iter().sum::<f32>() + rest).sqrt()
+
+    fn norm_of(v: &[f32]) -> f32 {
+        v.iter().map(|g| f64::from(*g).powi(2)).sum::<f64>().sqrt() as f32
+    }
+
+    /// The norm a step reports is that of the gradients it applies: read with them in
+    /// `backward`, after an accumulation, and after the gradients were changed in place.
+    #[test]
+    fn the_step_norm_is_the_norm_of_the_gradients() {
+        let device = Device::flex();
+        device.seed(5);
+        let mut t = Trainer::new(QNet::new(4, &[16], 2, false, &device.autodiff()), 1e-8);
+        let close = |got: f32, want: f32, what: &str| {
+            assert!((got - want).abs() <= 1e-5 * want, "{what}: {got} vs {want}");
+        };
+        t.backward(loss(&t, 0)).expect("one process");
+        let want = norm_of(t.grads());
+        assert!(want > 0.0);
+        close(
+            t.step(1e-3, 0.0).expect("one process").grad_norm,
+            want,
+            "read",
+        );
+        t.backward_no_sync(loss(&t, 1));
+        t.backward(loss(&t, 2)).expect("one process");
+        let want = norm_of(t.grads());
+        close(
+            t.step(1e-3, 0.0).expect("one process").grad_norm,
+            want,
+            "accumulated",
+        );
+        t.backward(loss(&t, 3)).expect("one process");
+        t.grads_mut().iter_mut().for_each(|g| *g *= 3.0);
+        let want = norm_of(t.grads());
+        close(
+            t.step(1e-3, 0.0).expect("one process").grad_norm,
+            want,
+            "changed",
+        );
+    }
 }
