@@ -1,5 +1,7 @@
 //! [`Adam`]: PyTorch's Adam (bias-corrected, no weight decay) over flat buffers.
 
+use std::ops::Range;
+
 /// Moments smaller than this are set to zero (see [`Adam::step`]).
 const FLUSH: f32 = 1e-30;
 
@@ -71,14 +73,73 @@ impl Adam {
                 .zip(grads.par_chunks(BLOCK))
                 .zip(m.par_chunks_mut(BLOCK).zip(v.par_chunks_mut(BLOCK)))
                 .zip(cells.par_chunks_mut(BLOCK))
-                .for_each(|(((p, g), (m, v)), o)| update_block(k, p, g, m, v, o));
+                .for_each(|(((p, g), (m, v)), o)| {
+                    update_block(k, p, g, 1.0, m, v, o);
+                });
         } else {
-            update_block(k, params, grads, m, v, cells);
+            update_block(k, params, grads, 1.0, m, v, cells);
         }
         // SAFETY: every element of every block was written (all five slices have the same
         // length, and the blocks cover them).
         unsafe { out.set_len(n) };
         out
+    }
+
+    /// [`Self::step_copy`] with the gradients in parts where the backward pass left them:
+    /// `parts[i]` holds the gradient of the parameters `ranges[i]` (none: zeros), which cover
+    /// `params` in order. Each gradient is multiplied by `scale` (clipping) as it is used.
+    /// Returns the new parameters and the sum of the squares of the unscaled gradients, both
+    /// from the same pass: no flat copy of the gradients, no second read for their norm.
+    pub fn step_copy_parts(
+        &mut self,
+        params: &mut [f32],
+        parts: &[(Range<usize>, Option<&[f32]>)],
+        scale: f32,
+        lr: f32,
+    ) -> (Vec<f32>, f32) {
+        let k = self.begin(params.len(), params.len(), lr);
+        let n = params.len();
+        let mut out = Vec::with_capacity(n);
+        let cells = &mut out.spare_capacity_mut()[..n];
+        let mut sum = 0.0;
+        let mut end = 0;
+        for (range, grads) in parts {
+            assert_eq!(range.start, end, "the parts cover the parameters in order");
+            end = range.end;
+            let zeros;
+            let g = match grads {
+                Some(g) => *g,
+                None => {
+                    zeros = vec![0.0; range.len()];
+                    &zeros[..]
+                }
+            };
+            assert_eq!(g.len(), range.len(), "a part's gradient");
+            let (p, m, v, o) = (
+                &mut params[range.clone()],
+                &mut self.m[range.clone()],
+                &mut self.v[range.clone()],
+                &mut cells[range.clone()],
+            );
+            sum += if range.len() >= PARALLEL_FROM && rayon::current_num_threads() > 1 {
+                use rayon::prelude::*;
+                p.par_chunks_mut(BLOCK)
+                    .zip(g.par_chunks(BLOCK))
+                    .zip(m.par_chunks_mut(BLOCK).zip(v.par_chunks_mut(BLOCK)))
+                    .zip(o.par_chunks_mut(BLOCK))
+                    .map(|(((p, g), (m, v)), o)| update_block(k, p, g, scale, m, v, o))
+                    .collect::<Vec<f32>>()
+                    .iter()
+                    .sum::<f32>()
+            } else {
+                update_block(k, p, g, scale, m, v, o)
+            };
+        }
+        assert_eq!(end, n, "the parts cover the parameters");
+        // SAFETY: every element of every part was written (the parts cover `0..n`, checked
+        // above, and each part's five slices have its length).
+        unsafe { out.set_len(n) };
+        (out, sum)
     }
 
     /// Checks the lengths, counts the step and computes its constants.
@@ -99,25 +160,86 @@ impl Adam {
     }
 }
 
-/// One block's updates: `p`, `m` and `v` in place, the new parameters also into `out`.
+/// One block's updates with the gradients `g` times `scale`: `p`, `m` and `v` in place, the
+/// new parameters also into `out`. Returns the sum of the squares of `g`, in 16 lanes so that
+/// the pass still vectorises.
 fn update_block(
     k: StepConstants,
     p: &mut [f32],
     g: &[f32],
+    scale: f32,
     m: &mut [f32],
     v: &mut [f32],
     out: &mut [std::mem::MaybeUninit<f32>],
-) {
+) -> f32 {
+    let n = p.len();
+    assert!(g.len() == n && m.len() == n && v.len() == n && out.len() == n);
     // Compiled for the machine's widest vectors (pulp's dispatch), as one pass.
-    pulp::Arch::new().dispatch(
-        #[inline(always)]
-        || {
-            for ((((p, g), m), v), o) in p.iter_mut().zip(g).zip(m).zip(v).zip(out) {
-                *p = k.update(*p, *g, m, v);
-                o.write(*p);
+    pulp::Arch::new().dispatch(Block {
+        k,
+        p,
+        g,
+        scale,
+        m,
+        v,
+        out,
+    })
+}
+
+/// [`update_block`]'s operands, for [`pulp::WithSimd`]: its loop inlined into the function
+/// compiled for the SIMD level (a closure doing the same was not, and ran scalar).
+struct Block<'a> {
+    k: StepConstants,
+    p: &'a mut [f32],
+    g: &'a [f32],
+    scale: f32,
+    m: &'a mut [f32],
+    v: &'a mut [f32],
+    out: &'a mut [std::mem::MaybeUninit<f32>],
+}
+
+impl pulp::WithSimd for Block<'_> {
+    type Output = f32;
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _: S) -> f32 {
+        const L: usize = 16;
+        let Self {
+            k,
+            p,
+            g,
+            scale,
+            m,
+            v,
+            out,
+        } = self;
+        let body = p.len() / L * L;
+        let mut lanes = [0f32; L];
+        let chunks = (p[..body].chunks_exact_mut(L))
+            .zip(g[..body].chunks_exact(L))
+            .zip(m[..body].chunks_exact_mut(L))
+            .zip(v[..body].chunks_exact_mut(L))
+            .zip(out[..body].chunks_exact_mut(L));
+        for ((((p, g), m), v), o) in chunks {
+            for i in 0..L {
+                lanes[i] += g[i] * g[i];
+                p[i] = k.update(p[i], g[i] * scale, &mut m[i], &mut v[i]);
+                o[i].write(p[i]);
             }
-        },
-    );
+        }
+        let mut tail = 0.0;
+        let rest = (p[body..].iter_mut())
+            .zip(&g[body..])
+            .zip(&mut m[body..])
+            .zip(&mut v[body..])
+            .zip(&mut out[body..]);
+        for ((((p, g), m), v), o) in rest {
+            tail += g * g;
+            *p = k.update(*p, g * scale, m, v);
+            o.write(*p);
+        }
+        lanes.iter().sum::<f32>() + tail
+    }
 }
 
 /// What one step's element updates share.

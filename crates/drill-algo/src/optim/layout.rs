@@ -216,17 +216,27 @@ impl ParamLayout {
         }
     }
 
+    /// Take every parameter's gradient out of `grads`, as the backward pass left it (none
+    /// where a parameter got none), in slot order: no copy.
+    pub fn take_grads(&self, grads: &mut GradientsParams) -> Vec<Option<TensorData>> {
+        self.slots
+            .iter()
+            .map(|slot| {
+                match slot.shape.len() {
+                    1 => grads.remove::<1>(slot.id).map(Tensor::into_data),
+                    2 => grads.remove::<2>(slot.id).map(Tensor::into_data),
+                    3 => grads.remove::<3>(slot.id).map(Tensor::into_data),
+                    4 => grads.remove::<4>(slot.id).map(Tensor::into_data),
+                    r => panic!("parameters of rank {r} are not supported"),
+                }
+                .map(|d| d.convert::<f32>())
+            })
+            .collect()
+    }
+
     /// Move the gradient of parameter `i` into its place in `out` (zeros if it got none), or
-    /// add it there when `add` (gradient accumulation). Returns the sum of the squares of the
-    /// slot's values after it, computed in the same pass (a clipping norm without a second
-    /// read of the gradients: 6.7 MB for the Nature CNN).
-    pub fn read_grad(
-        &self,
-        i: usize,
-        grads: &mut GradientsParams,
-        out: &mut [f32],
-        add: bool,
-    ) -> f32 {
+    /// add it there when `add` (gradient accumulation).
+    pub fn read_grad(&self, i: usize, grads: &mut GradientsParams, out: &mut [f32], add: bool) {
         let slot = &self.slots[i];
         let dst = &mut out[slot.offset..slot.offset + slot.len];
         let data = match slot.shape.len() {
@@ -236,57 +246,17 @@ impl ParamLayout {
             4 => grads.remove::<4>(slot.id).map(Tensor::into_data),
             r => panic!("parameters of rank {r} are not supported"),
         };
-        match data {
-            Some(d) => {
+        match (data, add) {
+            (Some(d), false) => {
+                dst.copy_from_slice(d.convert::<f32>().as_slice::<f32>().expect("f32 gradient"))
+            }
+            (Some(d), true) => {
                 let d = d.convert::<f32>();
                 let g = d.as_slice::<f32>().expect("f32 gradient");
-                store_squares(dst, g, add)
+                dst.iter_mut().zip(g).for_each(|(a, b)| *a += b);
             }
-            None if add => squares(dst),
-            None => {
-                dst.fill(0.0);
-                0.0
-            }
+            (None, false) => dst.fill(0.0),
+            (None, true) => {}
         }
     }
-}
-
-/// `dst = src` (or `dst += src` when `add`), returning the sum of the squares of the new
-/// values. Summed in 16 lanes so that it vectorises (as [`squares`]), compiled for
-/// the machine's widest vectors.
-fn store_squares(dst: &mut [f32], src: &[f32], add: bool) -> f32 {
-    assert_eq!(dst.len(), src.len());
-    pulp::Arch::new().dispatch(
-        #[inline(always)]
-        || {
-            let mut lanes = [0f32; 16];
-            let mut tail = 0.0;
-            let (mut d, mut s) = (dst.chunks_exact_mut(16), src.chunks_exact(16));
-            for (d, s) in (&mut d).zip(&mut s) {
-                for ((d, s), l) in d.iter_mut().zip(s).zip(&mut lanes) {
-                    *d = if add { *d + s } else { *s };
-                    *l += *d * *d;
-                }
-            }
-            for (d, s) in d.into_remainder().iter_mut().zip(s.remainder()) {
-                *d = if add { *d + s } else { *s };
-                tail += *d * *d;
-            }
-            lanes.iter().sum::<f32>() + tail
-        },
-    )
-}
-
-/// The sum of the squares of `v`, in 16 lanes so that it vectorises (a single running sum is
-/// a chain of dependent adds the compiler may not reorder).
-pub(super) fn squares(v: &[f32]) -> f32 {
-    let mut lanes = [0f32; 16];
-    let chunks = v.chunks_exact(16);
-    let rest: f32 = chunks.remainder().iter().map(|g| g * g).sum();
-    for c in chunks {
-        for (s, g) in lanes.iter_mut().zip(c) {
-            *s += g * g;
-        }
-    }
-    lanes.iter().sum::<f32>() + rest
 }

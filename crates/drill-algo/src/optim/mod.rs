@@ -4,8 +4,9 @@
 //! (the same on every process, unlike burn's random parameter ids). [`Trainer`] owns a model,
 //! its flat parameters and an [`Adam`] state: `backward` → gradients copied into one flat
 //! buffer (where a data-parallel all-reduce plugs in: [`GradSync`], the DDP reducer, owned by
-//! a [`Trainer`] made distributed) → optional norm clipping → one fused Adam loop → parameters
-//! written back into the module.
+//! a [`Trainer`] made distributed; a single process on the CPU skips the copy and steps from
+//! the backward pass's own buffers) → optional norm clipping → one fused Adam loop →
+//! parameters written back into the module.
 //!
 //! Why not burn's `ModuleOptimizer`: its state is keyed by per-process random parameter ids
 //! (awkward for resumable checkpoints and cross-rank agreement) and runs ~10 tensor ops per
