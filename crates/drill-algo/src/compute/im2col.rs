@@ -519,12 +519,12 @@ fn patches(x: &[f32], b: usize, g: &Geometry, xs: &mut [f32], col: &mut [f32], l
 /// `b` its first element, `chunk` their `chunk_len`-long slices of `out`, `scratch` the
 /// thread's [`with_scratch`] buffer of `scratch_len`; in parallel when the rayon pool has
 /// threads.
-pub(super) fn per_group(
-    out: &mut [f32],
+pub(super) fn per_group<T: Send>(
+    out: &mut [T],
     chunk_len: usize,
     group: usize,
     scratch_len: usize,
-    f: impl Fn(usize, &mut [f32], &mut [f32]) + Sync + Send,
+    f: impl Fn(usize, &mut [T], &mut [f32]) + Sync + Send,
 ) {
     let len = chunk_len * group;
     if rayon::current_num_threads() > 1 && out.len() > len {

@@ -78,30 +78,42 @@ pub fn forward(x: &[f32], weight: &[f32], bias: &[f32], g: &Geometry, relu: bool
     let wt = View::transposed(weight, k).to_row_major(k, co);
     let (at, tap) = (positions(g), taps(g));
     check_reach(g, &at, &tap);
-    let mut y = super::zeros(g.batch * co * p);
-    per_group(&mut y, co * p, 1, p * co, |b, yb, scratch| {
-        let xb = &x[b * in_len..(b + 1) * in_len];
-        let yt = &mut scratch[..p * co];
-        // SAFETY: every gathered read lies in `xb` (check_reach), `wt` is K x c_out, `yt`
-        // is P x c_out and this thread's own.
-        unsafe {
-            gemm::gathered(
-                (p, co, k),
-                yt.as_mut_ptr(),
-                co,
-                false,
-                xb.as_ptr(),
-                (&at, &tap),
-                wt.as_ptr(),
-                co,
-                Epilogue {
-                    bias: Some(bias),
-                    relu,
-                },
-            );
-        }
-        View::transposed(yt, co).write_row_major(co, p, yb);
-    });
+    // Not zeroed first: every element's values are written (a `memset` of 2.7 MB per
+    // forward pass of the Nature CNN's batch of 32 otherwise).
+    let len = g.batch * co * p;
+    let mut y: Vec<f32> = Vec::with_capacity(len);
+    per_group(
+        &mut y.spare_capacity_mut()[..len],
+        co * p,
+        1,
+        p * co,
+        |b, yb, scratch| {
+            let xb = &x[b * in_len..(b + 1) * in_len];
+            let yt = &mut scratch[..p * co];
+            // SAFETY: every gathered read lies in `xb` (check_reach), `wt` is K x c_out, `yt`
+            // is P x c_out and this thread's own.
+            unsafe {
+                gemm::gathered(
+                    (p, co, k),
+                    yt.as_mut_ptr(),
+                    co,
+                    false,
+                    xb.as_ptr(),
+                    (&at, &tap),
+                    wt.as_ptr(),
+                    co,
+                    Epilogue {
+                        bias: Some(bias),
+                        relu,
+                    },
+                );
+            }
+            View::transposed(yt, co).write_row_major_uninit(co, p, yb);
+        },
+    );
+    // SAFETY: `per_group` handed every element's `c_out * P` values to the closure, which
+    // wrote all of them (`write_row_major_uninit`).
+    unsafe { y.set_len(len) };
     y
 }
 

@@ -1,6 +1,8 @@
 //! [`View`]: a strided matrix view of a slice, the operand type of every product
 //! ([`super::gemm`], [`super::bf16`]).
 
+use std::mem::MaybeUninit;
+
 /// A matrix view of a slice: element `(i, j)` is `data[i * rs + j * cs]`.
 #[derive(Clone, Copy)]
 pub struct View<'a> {
@@ -58,21 +60,45 @@ impl<'a> View<'a> {
 
     /// [`Self::to_row_major`] into `out`'s first `m * n` values (a buffer kept between calls).
     pub fn write_row_major(&self, m: usize, n: usize, out: &mut [f32]) {
-        self.check(m, n, "the copied matrix");
         assert!(
             out.len() >= m * n,
             "the row-major copy's buffer is too small"
         );
+        // SAFETY: `out` holds m * n values (checked above).
+        unsafe { self.write_row_major_to(m, n, out.as_mut_ptr()) }
+    }
+
+    /// [`Self::write_row_major`] into memory not yet initialised (a buffer not zeroed first,
+    /// as every value is written), which holds every one of its first `m * n` values after.
+    pub fn write_row_major_uninit(&self, m: usize, n: usize, out: &mut [MaybeUninit<f32>]) {
+        assert!(
+            out.len() >= m * n,
+            "the row-major copy's buffer is too small"
+        );
+        // SAFETY: `out` holds m * n values (checked above); they are only written.
+        unsafe { self.write_row_major_to(m, n, out.as_mut_ptr().cast()) }
+    }
+
+    /// The copy of [`Self::write_row_major`], only writing `out`.
+    ///
+    /// # Safety
+    /// `out` must be valid for `m * n` writes.
+    unsafe fn write_row_major_to(&self, m: usize, n: usize, out: *mut f32) {
+        self.check(m, n, "the copied matrix");
         #[cfg(target_arch = "x86_64")]
         if self.rs == 1 && m * n > 0 && std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: AVX2 was detected; the view holds the m x n matrix and `out` room for
-            // m * n values (both checked above).
-            unsafe { transpose_avx2(self.data.as_ptr(), self.cs, m, n, out.as_mut_ptr()) };
+            // SAFETY: AVX2 was detected; the view holds the m x n matrix (checked above) and
+            // `out` room for m * n values (the caller's contract).
+            unsafe { transpose_avx2(self.data.as_ptr(), self.cs, m, n, out) };
             return;
         }
-        for (i, row) in out[..m * n].chunks_exact_mut(n.max(1)).enumerate() {
-            for (j, cell) in row.iter_mut().enumerate() {
-                *cell = self.data[i * self.rs + j * self.cs];
+        for i in 0..m {
+            for j in 0..n {
+                // SAFETY: i * n + j < m * n, inside `out` (the caller's contract).
+                unsafe {
+                    out.add(i * n + j)
+                        .write(self.data[i * self.rs + j * self.cs])
+                };
             }
         }
     }
@@ -212,7 +238,7 @@ mod tests {
 
     /// Every shape around the 8 x 8 blocks, transposed views with padded columns, and a
     /// strided view: each cell where the definition puts it, on this CPU's path, on the
-    /// column-by-column one, and written into a given buffer.
+    /// column-by-column one, and written into a given buffer (initialised or not).
     #[test]
     fn to_row_major_matches_the_definition() {
         for m in [1, 7, 8, 9, 16, 21] {
@@ -225,10 +251,15 @@ mod tests {
                     view.write_row_major(m, n, &mut written);
                     assert!(written[m * n..].iter().all(|v| v.is_nan()), "past m x n");
                     written.truncate(m * n);
+                    let mut fresh: Vec<f32> = Vec::with_capacity(m * n);
+                    view.write_row_major_uninit(m, n, fresh.spare_capacity_mut());
+                    // SAFETY: the call wrote all m * n values.
+                    unsafe { fresh.set_len(m * n) };
                     for got in [
                         view.to_row_major(m, n),
                         view.copied_by_columns(m, n),
                         written,
+                        fresh,
                     ] {
                         for i in 0..m {
                             for j in 0..n {
