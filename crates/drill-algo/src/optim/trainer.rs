@@ -104,7 +104,7 @@ impl<M: Module> Trainer<M> {
     /// accumulated) and, when distributed, average them across ranks: each bucket's
     /// all-reduce starts as soon as its gradients are packed. On the CPU, not distributed and
     /// with nothing accumulated, the gradients stay where the backward pass left them
-    /// ([`Pending`]) until [`Self::step`] or [`Self::grads`] reads them.
+    /// until [`Self::step`] or [`Self::grads`] reads them.
     pub fn backward(&mut self, loss: Tensor<1>) -> Result<(), TrainError> {
         let mut grads = GradientsParams::from_grads(loss.backward(), self.model());
         let add = std::mem::take(&mut self.accumulated);
