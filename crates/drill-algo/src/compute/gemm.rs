@@ -481,10 +481,8 @@ unsafe fn shallow(
     threads: usize,
 ) {
     // Blocks of whole 6-row tiles (AVX2's tile height; AVX-512's 4 divides 12).
-    let block = m.div_ceil(threads.max(1)).next_multiple_of(12).min(m);
     let dst = dst as usize;
-    let run = |i: usize| {
-        let rows = block.min(m - i);
+    per_thread_blocks(m, 12, threads, |i, rows| {
         // SAFETY: rows `i..i + rows` of the destination and of `a` lie inside the regions
         // the caller and `gemm_into`'s checks vouch for; blocks do not overlap.
         unsafe {
@@ -500,13 +498,29 @@ unsafe fn shallow(
                 epilogue,
             );
         }
-    };
-    let blocks = m.div_ceil(block);
+    });
+}
+
+/// `run(start, len)` over `0..total` split into one block per thread, each a whole number of
+/// `unit`s (the last one shorter); on the calling thread when one block covers it. The
+/// destinations of [`shallow`] and [`few_rows`] travel to the threads as addresses (raw
+/// pointers are not `Sync`).
+fn per_thread_blocks(total: usize, unit: usize, threads: usize, run: impl Fn(usize, usize) + Sync) {
+    if total == 0 {
+        return;
+    }
+    let block = total
+        .div_ceil(threads.max(1))
+        .next_multiple_of(unit)
+        .min(total);
+    let blocks = total.div_ceil(block);
     if blocks == 1 {
-        run(0);
+        run(0, total);
     } else {
         use rayon::prelude::*;
-        (0..blocks).into_par_iter().for_each(|t| run(t * block));
+        (0..blocks)
+            .into_par_iter()
+            .for_each(|t| run(t * block, block.min(total - t * block)));
     }
 }
 
@@ -546,19 +560,18 @@ unsafe fn few_rows(
     epilogue: Epilogue<'_>,
     threads: usize,
 ) {
-    // Blocks of whole 16-column groups, so that every thread's tiles stay full. The
-    // destination travels to the threads as an address: raw pointers are not `Sync`.
-    let block = n.div_ceil(threads.max(1)).next_multiple_of(16).min(n);
+    // Blocks of whole 16-column groups, so that every thread's tiles stay full.
     let dst = dst as usize;
-    let run = |j: usize| {
-        let cols = block.min(n - j);
+    per_thread_blocks(n, 16, threads, |j, cols| {
         // Depth in steps of `FEW_ROWS_DEPTH` rows of `b`, each step's block copied row by row
         // into a contiguous buffer that stays in L2 while every row tile passes over it. Read
         // in place, a tile's depth loop takes one cache line from each of its rows 2 KB apart
         // (the Nature CNN's 512 columns), which the hardware prefetchers do not follow: the
         // product waited on memory for every line.
         let mut stage = STAGE.take();
-        stage.resize(FEW_ROWS_DEPTH * block, 0.0);
+        if stage.len() < FEW_ROWS_DEPTH * cols {
+            stage.resize(FEW_ROWS_DEPTH * cols, 0.0);
+        }
         let mut d = 0;
         while d < k {
             let depth = FEW_ROWS_DEPTH.min(k - d);
@@ -598,14 +611,7 @@ unsafe fn few_rows(
             d += depth;
         }
         STAGE.set(stage);
-    };
-    let blocks = n.div_ceil(block);
-    if blocks == 1 {
-        run(0);
-    } else {
-        use rayon::prelude::*;
-        (0..blocks).into_par_iter().for_each(|t| run(t * block));
-    }
+    });
 }
 
 #[cfg(test)]

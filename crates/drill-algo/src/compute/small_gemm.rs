@@ -79,24 +79,22 @@ pub unsafe fn matmul(
     ldb: usize,
     epilogue: Epilogue<'_>,
 ) {
-    if let Some(bias) = epilogue.bias {
-        assert_eq!(bias.len(), n, "one bias per column");
-    }
-    pulp::Arch::new().dispatch(Product {
-        m,
-        n,
-        k,
-        c,
-        ldc,
-        accumulate,
-        a,
-        left: Strided { ars, acs },
-        b,
-        ldb,
-        bias: epilogue.bias.map_or(std::ptr::null(), <[f32]>::as_ptr),
-        relu: epilogue.relu,
-        prefetch: NoPrefetch,
-    });
+    let left = Strided { ars, acs };
+    // SAFETY: the caller's promise, passed on.
+    unsafe {
+        dispatch(
+            (m, n, k),
+            c,
+            ldc,
+            accumulate,
+            a,
+            left,
+            b,
+            ldb,
+            epilogue,
+            NoPrefetch,
+        )
+    };
 }
 
 /// [`matmul`] that also brings other data toward the cache while it computes: in its first
@@ -120,40 +118,19 @@ pub unsafe fn matmul_prefetching(
     epilogue: Epilogue<'_>,
     (next, stride): (*const f32, usize),
 ) {
+    let (shape, left) = ((m, n, k), Strided { ars, acs });
     if next.is_null() {
         // SAFETY: the caller's promise, passed on.
-        return unsafe {
-            matmul(
-                (m, n, k),
-                c,
-                ldc,
-                accumulate,
-                a,
-                (ars, acs),
-                b,
-                ldb,
-                epilogue,
+        unsafe {
+            dispatch(
+                shape, c, ldc, accumulate, a, left, b, ldb, epilogue, NoPrefetch,
             )
         };
+    } else {
+        let lines = Lines { at: next, stride };
+        // SAFETY: the caller's promise, passed on.
+        unsafe { dispatch(shape, c, ldc, accumulate, a, left, b, ldb, epilogue, lines) };
     }
-    if let Some(bias) = epilogue.bias {
-        assert_eq!(bias.len(), n, "one bias per column");
-    }
-    pulp::Arch::new().dispatch(Product {
-        m,
-        n,
-        k,
-        c,
-        ldc,
-        accumulate,
-        a,
-        left: Strided { ars, acs },
-        b,
-        ldb,
-        bias: epilogue.bias.map_or(std::ptr::null(), <[f32]>::as_ptr),
-        relu: epilogue.relu,
-        prefetch: Lines { at: next, stride },
-    });
 }
 
 /// `c (m x n) = [c +] a (m x k) * b (k x n)` where the left operand is gathered: its element
@@ -180,6 +157,46 @@ pub unsafe fn gathered(
         rows.len() >= m && offsets.len() >= k,
         "a gathered operand's tables"
     );
+    let left = Gathered {
+        rows: rows.as_ptr(),
+        offsets: offsets.as_ptr(),
+    };
+    // SAFETY: the caller's promise, passed on.
+    unsafe {
+        dispatch(
+            (m, n, k),
+            c,
+            ldc,
+            accumulate,
+            a,
+            left,
+            b,
+            ldb,
+            epilogue,
+            NoPrefetch,
+        )
+    };
+}
+
+/// The product of [`matmul`], [`matmul_prefetching`] and [`gathered`], at the machine's SIMD
+/// level, once the bias is checked.
+///
+/// # Safety
+/// As the caller's: every element `left` and the shapes reach must be valid.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn dispatch<L: Left, P: Prefetch>(
+    (m, n, k): (usize, usize, usize),
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+    a: *const f32,
+    left: L,
+    b: *const f32,
+    ldb: usize,
+    epilogue: Epilogue<'_>,
+    prefetch: P,
+) {
     if let Some(bias) = epilogue.bias {
         assert_eq!(bias.len(), n, "one bias per column");
     }
@@ -191,15 +208,12 @@ pub unsafe fn gathered(
         ldc,
         accumulate,
         a,
-        left: Gathered {
-            rows: rows.as_ptr(),
-            offsets: offsets.as_ptr(),
-        },
+        left,
         b,
         ldb,
         bias: epilogue.bias.map_or(std::ptr::null(), <[f32]>::as_ptr),
         relu: epilogue.relu,
-        prefetch: NoPrefetch,
+        prefetch,
     });
 }
 

@@ -61,28 +61,9 @@ impl Adam {
     /// are split into blocks over the pool's threads (each element's update is independent,
     /// so the values are the same).
     pub fn step_copy(&mut self, params: &mut [f32], grads: &[f32], lr: f32) -> Vec<f32> {
-        let k = self.begin(params.len(), grads.len(), lr);
-        let n = params.len();
-        let mut out = Vec::with_capacity(n);
-        let cells = &mut out.spare_capacity_mut()[..n];
-        let (m, v) = (&mut self.m[..], &mut self.v[..]);
-        if n >= PARALLEL_FROM && rayon::current_num_threads() > 1 {
-            use rayon::prelude::*;
-            params
-                .par_chunks_mut(BLOCK)
-                .zip(grads.par_chunks(BLOCK))
-                .zip(m.par_chunks_mut(BLOCK).zip(v.par_chunks_mut(BLOCK)))
-                .zip(cells.par_chunks_mut(BLOCK))
-                .for_each(|(((p, g), (m, v)), o)| {
-                    update_block(k, p, g, 1.0, m, v, o);
-                });
-        } else {
-            update_block(k, params, grads, 1.0, m, v, cells);
-        }
-        // SAFETY: every element of every block was written (all five slices have the same
-        // length, and the blocks cover them).
-        unsafe { out.set_len(n) };
-        out
+        assert_eq!(grads.len(), params.len());
+        let whole = [(0..params.len(), Some(grads))];
+        self.step_copy_parts(params, &whole, 1.0, lr).0
     }
 
     /// [`Self::step_copy`] with the gradients in parts where the backward pass left them:

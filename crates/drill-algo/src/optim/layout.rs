@@ -219,18 +219,8 @@ impl ParamLayout {
     /// Take every parameter's gradient out of `grads`, as the backward pass left it (none
     /// where a parameter got none), in slot order: no copy.
     pub fn take_grads(&self, grads: &mut GradientsParams) -> Vec<Option<TensorData>> {
-        self.slots
-            .iter()
-            .map(|slot| {
-                match slot.shape.len() {
-                    1 => grads.remove::<1>(slot.id).map(Tensor::into_data),
-                    2 => grads.remove::<2>(slot.id).map(Tensor::into_data),
-                    3 => grads.remove::<3>(slot.id).map(Tensor::into_data),
-                    4 => grads.remove::<4>(slot.id).map(Tensor::into_data),
-                    r => panic!("parameters of rank {r} are not supported"),
-                }
-                .map(|d| d.convert::<f32>())
-            })
+        (self.slots.iter())
+            .map(|slot| take_grad(slot, grads).map(|d| d.convert::<f32>()))
             .collect()
     }
 
@@ -239,14 +229,7 @@ impl ParamLayout {
     pub fn read_grad(&self, i: usize, grads: &mut GradientsParams, out: &mut [f32], add: bool) {
         let slot = &self.slots[i];
         let dst = &mut out[slot.offset..slot.offset + slot.len];
-        let data = match slot.shape.len() {
-            1 => grads.remove::<1>(slot.id).map(Tensor::into_data),
-            2 => grads.remove::<2>(slot.id).map(Tensor::into_data),
-            3 => grads.remove::<3>(slot.id).map(Tensor::into_data),
-            4 => grads.remove::<4>(slot.id).map(Tensor::into_data),
-            r => panic!("parameters of rank {r} are not supported"),
-        };
-        match (data, add) {
+        match (take_grad(slot, grads), add) {
             (Some(d), false) => {
                 dst.copy_from_slice(d.convert::<f32>().as_slice::<f32>().expect("f32 gradient"))
             }
@@ -258,5 +241,16 @@ impl ParamLayout {
             (None, false) => dst.fill(0.0),
             (None, true) => {}
         }
+    }
+}
+
+/// The gradient of `slot`'s parameter, taken out of `grads` as the backward pass left it.
+fn take_grad(slot: &ParamSlot, grads: &mut GradientsParams) -> Option<TensorData> {
+    match slot.shape.len() {
+        1 => grads.remove::<1>(slot.id).map(Tensor::into_data),
+        2 => grads.remove::<2>(slot.id).map(Tensor::into_data),
+        3 => grads.remove::<3>(slot.id).map(Tensor::into_data),
+        4 => grads.remove::<4>(slot.id).map(Tensor::into_data),
+        r => panic!("parameters of rank {r} are not supported"),
     }
 }

@@ -178,10 +178,7 @@ impl<M: Module> Trainer<M> {
                     .sum::<f32>()
                     .sqrt()
             });
-            let scale = match clip_norm {
-                Some(norm) if norm > max_norm as f32 => max_norm as f32 / (norm + 1e-6),
-                _ => 1.0,
-            };
+            let scale = clip_norm.map_or(1.0, |norm| clip_scale(norm, max_norm));
             let (fresh, sum) =
                 self.adam
                     .step_copy_parts(&mut self.params, &parts, scale, lr as f32);
@@ -191,8 +188,8 @@ impl<M: Module> Trainer<M> {
             return Ok(StepStats { grad_norm });
         }
         let norm = squares(&self.grads).sqrt();
-        if max_norm > 0.0 && norm > max_norm as f32 {
-            let scale = max_norm as f32 / (norm + 1e-6);
+        let scale = clip_scale(norm, max_norm);
+        if scale != 1.0 {
             self.grads.iter_mut().for_each(|g| *g *= scale);
         }
         let fresh = self
@@ -276,6 +273,16 @@ impl<M: Module> Trainer<M> {
     fn install(&mut self, values: Vec<f32>) {
         let model = self.model.take().expect("model present");
         self.model = Some(self.layout.write_owned(model, values));
+    }
+}
+
+/// What gradients of norm `norm` are multiplied by to clip them to `max_norm` (0: off): 1
+/// unless they are longer.
+fn clip_scale(norm: f32, max_norm: f64) -> f32 {
+    if max_norm > 0.0 && norm > max_norm as f32 {
+        max_norm as f32 / (norm + 1e-6)
+    } else {
+        1.0
     }
 }
 
