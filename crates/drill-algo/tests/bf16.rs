@@ -84,10 +84,10 @@ fn bf16_layers_match_f32_within_bf16_rounding_at_every_level() {
     let mut per_level = Vec::new();
     for level in Level::available() {
         bf16::set_enabled(true);
-        Level::force_portable(level == Level::Portable);
+        Level::force(Some(level));
         let out = layers();
         bf16::set_enabled(false);
-        Level::force_portable(false);
+        Level::force(None);
         for (i, (got, want)) in out.iter().zip(&f32_out).enumerate() {
             let e = rel_err(got, want);
             assert!(e < 1e-2, "{level:?}, output {i}: relative error {e}");

@@ -18,8 +18,9 @@
 //! products of a pair meet the accumulator (the CPU's rounding, or two f32 adds here).
 
 use rayon::prelude::*;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
+use super::amx;
 use super::view::View;
 
 /// Rows of the left operand per tile.
@@ -30,8 +31,8 @@ const NV: usize = 4;
 pub const NR: usize = NV * 16;
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
-/// Whether [`Level::Portable`] is forced (tests, comparisons).
-static FORCE_PORTABLE: AtomicBool = AtomicBool::new(false);
+/// A level forced for this process (tests, comparisons): 0 none, else `1 + ` its index.
+static FORCED: AtomicU8 = AtomicU8::new(0);
 
 /// Whether large products run in bf16 in this process (`policy.precision`; set by
 /// [`super::select_device`]).
@@ -57,27 +58,37 @@ pub fn slow_here() -> Option<&'static str> {
 /// Which kernel computes the tiles.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Level {
+    /// Intel AMX (`tdpbf16ps` on tiles, [`super::amx`]), with AVX-512 BF16 converting the
+    /// operands.
+    Amx,
     /// AVX-512 BF16 `vdpbf16ps`: two bf16 products per f32 lane and instruction.
     Avx512Bf16,
     /// Plain Rust on the same packed operands.
     Portable,
 }
 
+const LEVELS: [Level; 3] = [Level::Amx, Level::Avx512Bf16, Level::Portable];
+
 impl Level {
-    /// The level products run at: [`Level::detect`], unless [`Level::force_portable`] said
-    /// otherwise.
+    /// The level products run at: [`Level::detect`], unless [`Level::force`] said otherwise.
     pub fn current() -> Level {
-        if FORCE_PORTABLE.load(Ordering::Relaxed) {
-            Level::Portable
-        } else {
-            Level::detect()
+        match FORCED.load(Ordering::Relaxed) {
+            0 => Level::detect(),
+            i => LEVELS[usize::from(i) - 1],
         }
     }
 
-    /// Run the portable kernels even where the CPU has AVX-512 BF16 (`true`), or the fastest
-    /// again.
-    pub fn force_portable(on: bool) {
-        FORCE_PORTABLE.store(on, Ordering::Relaxed);
+    /// Run every product at `level` (one of [`Level::available`]) even where the CPU has a
+    /// faster one, or (`None`) at the fastest again.
+    pub fn force(level: Option<Level>) {
+        let i = level.map_or(0, |l| {
+            assert!(
+                Level::available().contains(&l),
+                "bf16 level {l:?} not on this CPU"
+            );
+            LEVELS.iter().position(|x| *x == l).expect("a level") as u8 + 1
+        });
+        FORCED.store(i, Ordering::Relaxed);
     }
 
     /// The fastest level this CPU has.
@@ -85,19 +96,31 @@ impl Level {
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx512bf16")
             && std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
         {
-            return Level::Avx512Bf16;
+            return if super::amx::available() {
+                Level::Amx
+            } else {
+                Level::Avx512Bf16
+            };
         }
         Level::Portable
     }
 
-    /// Every level this CPU can run (for tests).
+    /// Every level this CPU can run (for tests), the portable one first.
     pub fn available() -> Vec<Level> {
         let mut levels = vec![Level::Portable];
-        if Level::detect() == Level::Avx512Bf16 {
-            levels.push(Level::Avx512Bf16);
+        match Level::detect() {
+            Level::Amx => levels.extend([Level::Avx512Bf16, Level::Amx]),
+            Level::Avx512Bf16 => levels.push(Level::Avx512Bf16),
+            Level::Portable => {}
         }
         levels
+    }
+
+    /// Whether this level converts operands with AVX-512 BF16's `vcvtne2ps2bf16`.
+    fn avx512(self) -> bool {
+        self != Level::Portable
     }
 }
 
@@ -128,7 +151,7 @@ fn pair(lo: f32, hi: f32) -> u32 {
 fn pairs_along(level: Level, src: &[f32], dst: &mut [u32]) {
     debug_assert_eq!(dst.len(), src.len().div_ceil(2));
     #[cfg(target_arch = "x86_64")]
-    if level == Level::Avx512Bf16 {
+    if level.avx512() {
         // SAFETY: the level is chosen only where the CPU has these features.
         return unsafe { pairs_along_avx512(src, dst) };
     }
@@ -138,25 +161,40 @@ fn pairs_along(level: Level, src: &[f32], dst: &mut [u32]) {
     }
 }
 
-/// `dst[c] = pair(lo[c], hi[c])` (`hi` missing: 0): two runs at consecutive depths.
-pub fn pairs_across(level: Level, lo: &[f32], hi: Option<&[f32]>, dst: &mut [u32]) {
+/// `pair(lo[c], hi[c])` (`hi` missing: 0) for two runs at consecutive depths, lane `c` at
+/// `dst[(c / w) * stride + c % w]` (panels of `w` lanes, `stride` apart: one row of a packed
+/// operand's panels), the lanes past the run up to a whole panel zero. `w` is a multiple of
+/// 16 or the run fits in one panel.
+pub fn pairs_across(
+    level: Level,
+    lo: &[f32],
+    hi: Option<&[f32]>,
+    dst: &mut [u32],
+    (w, stride): (usize, usize),
+) {
+    let n = lo.len();
+    let end = n.next_multiple_of(w);
+    assert!(
+        (w % 16 == 0 || end == w) && hi.is_none_or(|h| h.len() >= n),
+        "bf16 pairs: {n} lanes in panels of {w}"
+    );
+    assert!(
+        end == 0 || (end / w - 1) * stride + w <= dst.len(),
+        "bf16 pairs: destination"
+    );
     #[cfg(target_arch = "x86_64")]
-    if level == Level::Avx512Bf16 {
-        // SAFETY: the level is chosen only where the CPU has these features.
-        return unsafe { pairs_across_avx512(lo, hi, dst) };
+    if level.avx512() {
+        // SAFETY: the level is chosen only where the CPU has these features; the asserts
+        // above are its contract.
+        return unsafe { pairs_across_avx512(lo, hi, dst, (w, stride)) };
     }
     let _ = level;
-    match hi {
-        Some(hi) => {
-            for ((d, x), y) in dst.iter_mut().zip(lo).zip(hi) {
-                *d = pair(*x, *y);
-            }
-        }
-        None => {
-            for (d, x) in dst.iter_mut().zip(lo) {
-                *d = pair(*x, 0.0);
-            }
-        }
+    for c in 0..end {
+        dst[(c / w) * stride + c % w] = if c < n {
+            pair(lo[c], hi.map_or(0.0, |h| h[c]))
+        } else {
+            0
+        };
     }
 }
 
@@ -189,25 +227,32 @@ unsafe fn pairs_along_avx512(src: &[f32], dst: &mut [u32]) {
     }
 }
 
-/// [`pairs_across`] with `vcvtne2ps2bf16` and a word interleave: 16 columns a step.
+/// [`pairs_across`] with `vcvtne2ps2bf16` and a word interleave: 16 lanes a step.
 ///
 /// # Safety
-/// The CPU must have AVX-512F, AVX-512BW and AVX-512 BF16.
+/// The CPU must have AVX-512F, AVX-512BW and AVX-512 BF16; [`pairs_across`]'s asserts hold.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-unsafe fn pairs_across_avx512(lo: &[f32], hi: Option<&[f32]>, dst: &mut [u32]) {
+unsafe fn pairs_across_avx512(
+    lo: &[f32],
+    hi: Option<&[f32]>,
+    dst: &mut [u32],
+    (w, stride): (usize, usize),
+) {
     use std::arch::x86_64::*;
-    let n = dst.len();
-    assert!(lo.len() >= n && hi.is_none_or(|h| h.len() >= n));
+    let n = lo.len();
+    let end = n.next_multiple_of(w);
     // Word 2j of the result is word j of the converted `lo` half, word 2j + 1 word j of `hi`.
     let idx = _mm512_set_epi16(
         31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20, 4,
         19, 3, 18, 2, 17, 1, 16, 0,
     );
     let mut c = 0;
-    while c < n {
-        let m = lanes(n - c);
-        // SAFETY: the mask keeps loads and the store inside the first n values.
+    while c < end {
+        let m = lanes(n.saturating_sub(c));
+        // SAFETY: the mask keeps the loads inside the first n values; the store writes
+        // lanes c.. of one panel (w is a multiple of 16, or one panel holds them all), inside
+        // `dst` by the caller's assert.
         unsafe {
             let x0 = _mm512_maskz_loadu_ps(m, lo.as_ptr().add(c));
             let x1 = match hi {
@@ -216,7 +261,8 @@ unsafe fn pairs_across_avx512(lo: &[f32], hi: Option<&[f32]>, dst: &mut [u32]) {
             };
             let v: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(x1, x0));
             let v = _mm512_permutexvar_epi16(idx, v);
-            _mm512_mask_storeu_epi32(dst.as_mut_ptr().add(c) as *mut i32, m, v);
+            let at = (c / w) * stride + c % w;
+            _mm512_mask_storeu_epi32(dst.as_mut_ptr().add(at) as *mut i32, lanes(end - c), v);
         }
         c += 16;
     }
@@ -235,30 +281,77 @@ fn at(v: &View<'_>, i: usize, j: usize) -> f32 {
     v.data[i * v.rs + j * v.cs]
 }
 
-/// An operand packed in panels of `W` rows (the left operand, `W` = `MR`) or columns (the
-/// right, `W` = [`NR`]): panel `t`, depth pair `p`, lane `r` at `(t * kp + p) * W + r`; lanes
-/// past the matrix and the depth past `k` are zero.
+/// An operand packed in panels of `w` rows (the left operand) or columns (the right), `kpp`
+/// depth pairs each: panel `t`, depth pair `p`, lane `r` at `(t * kpp + p) * w + r`; lanes
+/// past the matrix and pairs past the depth are zero. The shape follows the [`Level`]
+/// ([`Layout::of`]): `MR` rows or [`NR`] columns a panel with `kpp` the depth's pairs for the
+/// vector kernels; for AMX, one row a panel (so the left operand is row-major: a tile is 16
+/// rows `kpp` apart) or 16 columns, `kpp` a whole number of tile steps and the panels a
+/// whole number of 32-lane blocks.
 #[derive(Debug, Default)]
-pub struct Packed<const W: usize> {
+pub struct Packed<const LEFT: bool> {
     data: Vec<u32>,
     /// Rows (left) or columns (right).
     len: usize,
     /// Depth.
     k: usize,
+    layout: Layout,
 }
 
 /// A packed left operand.
-pub type PackedLeft = Packed<MR>;
+pub type PackedLeft = Packed<true>;
 /// A packed right operand.
-pub type PackedRight = Packed<NR>;
+pub type PackedRight = Packed<false>;
 
-impl<const W: usize> Packed<W> {
+/// The panel shape of a packed operand.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// Lanes (rows or columns) a panel.
+    pub w: usize,
+    /// Depth pairs a panel, padding included.
+    pub kpp: usize,
+    /// Panels, padding included.
+    pub panels: usize,
+}
+
+impl Layout {
+    /// The shape of a `len`-lane, `k`-deep left (`left`) or right operand at `level`.
+    pub fn of(level: Level, left: bool, len: usize, k: usize) -> Layout {
+        let kp = k.div_ceil(2);
+        match (level, left) {
+            (Level::Amx, _) => {
+                let w = if left { 1 } else { amx::TILE };
+                Layout {
+                    w,
+                    kpp: kp.next_multiple_of(amx::TILE),
+                    panels: len.next_multiple_of(amx::BLOCK) / w,
+                }
+            }
+            (_, true) => Layout {
+                w: MR,
+                kpp: kp,
+                panels: len.div_ceil(MR),
+            },
+            (_, false) => Layout {
+                w: NR,
+                kpp: kp,
+                panels: len.div_ceil(NR),
+            },
+        }
+    }
+
+    fn size(&self) -> usize {
+        self.panels * self.kpp * self.w
+    }
+}
+
+impl<const LEFT: bool> Packed<LEFT> {
     fn kp(&self) -> usize {
         self.k.div_ceil(2)
     }
 
     fn panel(&self, t: usize) -> &[u32] {
-        let size = self.kp() * W;
+        let size = self.layout.kpp * self.layout.w;
         &self.data[t * size..(t + 1) * size]
     }
 
@@ -267,47 +360,56 @@ impl<const W: usize> Packed<W> {
     fn pack(&mut self, level: Level, v: View<'_>, len: usize, k: usize, parallel: bool) {
         assert!(k > 0, "bf16 product: empty depth");
         let kp = k.div_ceil(2);
-        let panels = len.div_ceil(W);
+        let layout = Layout::of(level, LEFT, len, k);
+        let (w, kpp) = (layout.w, layout.kpp);
         self.len = len;
         self.k = k;
+        self.layout = layout;
         // Every element is written below (padding included), so a reused buffer needs no
         // zeroing.
-        self.data.resize(panels * kp * W, 0);
-        let pack = |(t, panel): (usize, &mut [u32])| {
-            let lanes = W.min(len - t * W);
-            if v.cs == 1 {
+        self.data.resize(layout.size(), 0);
+        if w == 1 {
+            return self.pack_rows(level, v);
+        }
+        let size = kpp * w;
+        let pack_panel = |(t, panel): (usize, &mut [u32])| {
+            let lanes = w.min(len.saturating_sub(t * w));
+            let (body, pad) = panel.split_at_mut(kp * w);
+            pad.fill(0);
+            if lanes == 0 {
+                body.fill(0);
+            } else if v.cs == 1 {
                 // Each lane is contiguous along the depth: convert up to 256 pairs of it at a
                 // time, then scatter them down the panel.
                 let mut run = [0u32; 256];
                 for r in 0..lanes {
-                    let i = t * W + r;
+                    let i = t * w + r;
                     for start in (0..kp).step_by(run.len()) {
                         let pairs = run.len().min(kp - start);
                         let d = 2 * start;
                         let src = &v.data[i * v.rs + d..i * v.rs + k.min(d + 2 * pairs)];
                         pairs_along(level, src, &mut run[..pairs]);
                         for (p, x) in run[..pairs].iter().enumerate() {
-                            panel[(start + p) * W + r] = *x;
+                            body[(start + p) * w + r] = *x;
                         }
                     }
                 }
-                if lanes < W {
-                    for row in panel.chunks_exact_mut(W) {
+                if lanes < w {
+                    for row in body.chunks_exact_mut(w) {
                         row[lanes..].fill(0);
                     }
                 }
             } else if v.rs == 1 {
                 // The lanes are contiguous at each depth: two depths make a row of pairs.
-                for (p, row) in panel.chunks_exact_mut(W).enumerate() {
-                    let at_depth = |d: usize| &v.data[d * v.cs + t * W..][..lanes];
+                for (p, row) in body.chunks_exact_mut(w).enumerate() {
+                    let at_depth = |d: usize| &v.data[d * v.cs + t * w..][..lanes];
                     let hi = (2 * p + 1 < k).then(|| at_depth(2 * p + 1));
-                    pairs_across(level, at_depth(2 * p), hi, &mut row[..lanes]);
-                    row[lanes..].fill(0);
+                    pairs_across(level, at_depth(2 * p), hi, row, (w, w));
                 }
             } else {
-                for (p, row) in panel.chunks_exact_mut(W).enumerate() {
+                for (p, row) in body.chunks_exact_mut(w).enumerate() {
                     for (r, x) in row.iter_mut().enumerate() {
-                        let i = t * W + r;
+                        let i = t * w + r;
                         *x = if r < lanes {
                             let hi = if 2 * p + 1 < k {
                                 at(&v, i, 2 * p + 1)
@@ -322,10 +424,90 @@ impl<const W: usize> Packed<W> {
                 }
             }
         };
-        if parallel && panels > 1 {
-            self.data.par_chunks_mut(kp * W).enumerate().for_each(pack);
+        // Panels in groups of at least 256 lanes: a job of the pool, and where the lanes are
+        // contiguous at each depth and panels are whole vectors wide, one conversion a depth
+        // pair for the whole group (AMX's panels are 16 lanes: a call per panel and pair cost
+        // more than the conversion).
+        let group = (256 / w).max(1);
+        let by_group = v.cs != 1 && v.rs == 1 && w % 16 == 0;
+        let pack = |(g, chunk): (usize, &mut [u32])| {
+            let first = g * group * w;
+            let lanes = (group * w).min(len.saturating_sub(first));
+            if !by_group || lanes == 0 {
+                for (t, panel) in chunk.chunks_exact_mut(size).enumerate() {
+                    pack_panel((g * group + t, panel));
+                }
+                return;
+            }
+            for p in 0..kp {
+                let at_depth = |d: usize| &v.data[d * v.cs + first..][..lanes];
+                let hi = (2 * p + 1 < k).then(|| at_depth(2 * p + 1));
+                pairs_across(level, at_depth(2 * p), hi, &mut chunk[p * w..], (w, size));
+            }
+            let used = lanes.div_ceil(w);
+            for panel in chunk.chunks_exact_mut(size).take(used) {
+                panel[kp * w..].fill(0);
+            }
+            chunk[used * size..].fill(0);
+        };
+        if parallel && layout.panels > group {
+            self.data
+                .par_chunks_mut(group * size)
+                .enumerate()
+                .for_each(pack);
         } else {
-            self.data.chunks_mut(kp * W).enumerate().for_each(pack);
+            self.data
+                .chunks_mut(group * size)
+                .enumerate()
+                .for_each(pack);
+        }
+    }
+
+    /// [`Packed::pack`] for one lane a panel (AMX's row-major left operand): each lane's
+    /// pairs in a row of `kpp`, the rows past `len` zero.
+    fn pack_rows(&mut self, level: Level, v: View<'_>) {
+        let (len, k, kpp) = (self.len, self.k, self.layout.kpp);
+        let kp = k.div_ceil(2);
+        let (body, pad_rows) = self.data.split_at_mut(len * kpp);
+        pad_rows.fill(0);
+        if v.cs == 1 {
+            for (i, row) in body.chunks_exact_mut(kpp).enumerate() {
+                pairs_along(level, &v.data[i * v.rs..i * v.rs + k], &mut row[..kp]);
+                row[kp..].fill(0);
+            }
+        } else if v.rs == 1 {
+            // Each depth is contiguous over the lanes: convert two depths' runs of up to 256
+            // lanes, then scatter the pairs down the rows.
+            let mut run = [0u32; 256];
+            for p in 0..kp {
+                let at_depth = |d: usize, i: usize, n: usize| &v.data[d * v.cs + i..][..n];
+                for i in (0..len).step_by(run.len()) {
+                    let n = run.len().min(len - i);
+                    let hi = (2 * p + 1 < k).then(|| at_depth(2 * p + 1, i, n));
+                    pairs_across(level, at_depth(2 * p, i, n), hi, &mut run[..n], (n, n));
+                    for (r, x) in run[..n].iter().enumerate() {
+                        body[(i + r) * kpp + p] = *x;
+                    }
+                }
+            }
+            for row in body.chunks_exact_mut(kpp) {
+                row[kp..].fill(0);
+            }
+        } else {
+            for (i, row) in body.chunks_exact_mut(kpp).enumerate() {
+                for (p, x) in row.iter_mut().enumerate() {
+                    *x = if p < kp {
+                        let hi = if 2 * p + 1 < k {
+                            at(&v, i, 2 * p + 1)
+                        } else {
+                            0.0
+                        };
+                        pair(at(&v, i, 2 * p), hi)
+                    } else {
+                        0
+                    };
+                }
+            }
         }
     }
 }
@@ -348,16 +530,25 @@ impl PackedRight {
         p
     }
 
-    /// Fill this buffer for a `k x n` right operand with `f(data)`, which must write every
-    /// element of `data` in the packed layout (panel `t`, depth pair `p`, column `c` at
-    /// `(t * k.div_ceil(2) + p) * NR + c`; zeros past `n` and past the depth): e.g. im2col
-    /// writing patches straight into it.
-    pub fn build(&mut self, k: usize, n: usize, f: impl FnOnce(&mut [u32])) {
+    /// Fill this buffer for a `k x n` right operand at `level` with `f(data, layout)`, which
+    /// must write the depth's pairs of every panel that holds columns (panel `t`, depth pair
+    /// `p < k.div_ceil(2)`, column `c` at `(t * layout.kpp + p) * layout.w + c`; zeros past
+    /// `n`): e.g. im2col writing patches straight into it. The padding (pairs past the depth,
+    /// panels past the columns) is zeroed here.
+    pub fn build(&mut self, level: Level, k: usize, n: usize, f: impl FnOnce(&mut [u32], Layout)) {
         assert!(k > 0, "bf16 product: empty depth");
+        let layout = Layout::of(level, false, n, k);
         self.len = n;
         self.k = k;
-        self.data.resize(n.div_ceil(NR) * k.div_ceil(2) * NR, 0);
-        f(&mut self.data);
+        self.layout = layout;
+        self.data.resize(layout.size(), 0);
+        f(&mut self.data, layout);
+        let (kp, size) = (k.div_ceil(2), layout.kpp * layout.w);
+        let used = n.div_ceil(layout.w);
+        for panel in self.data[..used * size].chunks_exact_mut(size) {
+            panel[kp * layout.w..].fill(0);
+        }
+        self.data[used * size..].fill(0);
     }
 
     /// Pack `b (k x n)` into this buffer (keeping its allocation).
@@ -382,14 +573,37 @@ unsafe impl Send for Dst {}
 unsafe impl Sync for Dst {}
 
 impl Dst {
-    /// Store the `rows x cols` corner of a tile's accumulators at `(i, j)`.
+    /// Store the `rows x cols` corner of a tile's accumulators (`acc`, rows `ld` apart) at
+    /// `(i, j)`.
     ///
     /// # Safety
     /// The cells must lie inside the destination the caller of [`gemm`] vouched for.
     #[inline(always)]
-    unsafe fn store(&self, acc: &[[f32; NR]; MR], i: usize, j: usize, rows: usize, cols: usize) {
-        for (r, row) in acc.iter().enumerate().take(rows) {
-            for (c, v) in row.iter().enumerate().take(cols) {
+    unsafe fn store(
+        &self,
+        acc: &[f32],
+        ld: usize,
+        (i, j): (usize, usize),
+        (rows, cols): (usize, usize),
+    ) {
+        for (r, row) in acc.chunks(ld).enumerate().take(rows) {
+            let row = &row[..cols];
+            if self.cs == 1 {
+                // SAFETY: row i + r, columns j.. j + cols are inside the destination, which
+                // no other tile writes.
+                let out = unsafe {
+                    std::slice::from_raw_parts_mut(self.ptr.add((i + r) * self.rs + j), cols)
+                };
+                if self.accumulate {
+                    for (o, v) in out.iter_mut().zip(row) {
+                        *o += v;
+                    }
+                } else {
+                    out.copy_from_slice(row);
+                }
+                continue;
+            }
+            for (c, v) in row.iter().enumerate() {
                 // SAFETY: (i + r, j + c) is inside the m x n destination.
                 unsafe {
                     let cell = self.ptr.add((i + r) * self.rs + (j + c) * self.cs);
@@ -424,7 +638,7 @@ fn tile_portable(
         }
     }
     // SAFETY: the tile lies inside the destination (the caller's contract).
-    unsafe { dst.store(&acc, i, j, rows, cols) };
+    unsafe { dst.store(acc.as_flattened(), NR, (i, j), (rows, cols)) };
 }
 
 /// One tile with `vdpbf16ps`: [`MR`] x [`NV`] accumulator vectors in registers over the whole
@@ -495,7 +709,7 @@ unsafe fn tile_avx512(
             }
         }
         // SAFETY: the tile lies inside the destination (the caller's contract).
-        unsafe { dst.store(&acc, i, j, rows, cols) };
+        unsafe { dst.store(acc.as_flattened(), NR, (i, j), (rows, cols)) };
     }
 }
 
@@ -515,6 +729,11 @@ pub unsafe fn gemm_packed(
     parallel: bool,
 ) {
     assert_eq!(a.k, b.k, "bf16 product: depths differ");
+    assert!(
+        a.layout == Layout::of(level, true, a.len, a.k)
+            && b.layout == Layout::of(level, false, b.len, b.k),
+        "bf16 product: operands packed for another level than {level:?}"
+    );
     let (m, n, kp) = (a.len, b.len, a.kp());
     let dst = Dst {
         ptr: dst,
@@ -522,6 +741,11 @@ pub unsafe fn gemm_packed(
         cs,
         accumulate,
     };
+    let parallel = parallel && rayon::current_num_threads() > 1;
+    #[cfg(target_arch = "x86_64")]
+    if level == Level::Amx {
+        return gemm_amx(&dst, a, b, parallel);
+    }
     let panel = |t: usize| {
         let (j, cols) = (t * NR, NR.min(n - t * NR));
         let bpanel = b.panel(t);
@@ -540,10 +764,54 @@ pub unsafe fn gemm_packed(
         }
     };
     let panels = n.div_ceil(NR);
-    if parallel && rayon::current_num_threads() > 1 && panels > 1 {
+    if parallel && panels > 1 {
         (0..panels).into_par_iter().for_each(panel);
     } else {
         (0..panels).for_each(panel);
+    }
+}
+
+/// [`gemm_packed`] on AMX tiles: a job per 32 columns (two right panels), which loads the
+/// tiles and walks the left operand's 32-row blocks, each stored from a 32 x 32 buffer.
+#[cfg(target_arch = "x86_64")]
+fn gemm_amx(dst: &Dst, a: &PackedLeft, b: &PackedRight, parallel: bool) {
+    const BLOCK: usize = amx::BLOCK;
+    let (m, n, kpp) = (a.len, b.len, a.layout.kpp);
+    let steps = kpp / amx::TILE;
+    let job = |u: usize| {
+        // SAFETY: Level::Amx is only detected where amx::available() said yes.
+        let tiles = unsafe { amx::Tiles::load() };
+        let mut c = [0f32; BLOCK * BLOCK];
+        let (j, cols) = (u * BLOCK, BLOCK.min(n - u * BLOCK));
+        let (b0, b1) = (b.panel(2 * u), b.panel(2 * u + 1));
+        for s in 0..m.div_ceil(BLOCK) {
+            let (i, rows) = (s * BLOCK, BLOCK.min(m - s * BLOCK));
+            let rows_at = &a.data[i * kpp..(i + BLOCK) * kpp];
+            let (left, right) = (rows_at.as_ptr(), (b0.as_ptr(), b1.as_ptr()));
+            // The left block holds 32 rows of kpp pairs (rows padded to 32), each right panel
+            // kpp pairs of 16 columns (panels padded to pairs); kpp = 16 * steps.
+            if dst.cs == 1 && rows == BLOCK && cols == BLOCK {
+                // SAFETY: as said above; a whole block of a row-major destination, read and
+                // written in place, inside it by the caller's contract.
+                unsafe {
+                    let at = dst.ptr.add(i * dst.rs + j);
+                    tiles.block(left, kpp, right, steps, at, dst.rs, dst.accumulate);
+                }
+            } else {
+                // SAFETY: as said above; `c` is 32 x 32, and the tile's corner is inside the
+                // destination by the caller's contract.
+                unsafe {
+                    tiles.block(left, kpp, right, steps, c.as_mut_ptr(), BLOCK, false);
+                    dst.store(&c, BLOCK, (i, j), (rows, cols));
+                }
+            }
+        }
+    };
+    let jobs = n.div_ceil(BLOCK);
+    if parallel && jobs > 1 {
+        (0..jobs).into_par_iter().for_each(job);
+    } else {
+        (0..jobs).for_each(job);
     }
 }
 
@@ -559,13 +827,13 @@ pub unsafe fn gemm_built(
     accumulate: bool,
     a: &PackedLeft,
     n: usize,
-    fill: impl FnOnce(&mut [u32]),
+    fill: impl FnOnce(&mut [u32], Layout),
 ) {
     if a.len == 0 || n == 0 {
         return;
     }
     with_right(|bp| {
-        bp.build(a.k, n, fill);
+        bp.build(level, a.k, n, fill);
         // SAFETY: forwarded from the caller.
         unsafe { gemm_packed(level, dst, strides, accumulate, a, bp, false) };
     });
@@ -778,11 +1046,12 @@ mod tests {
         }
     }
 
-    /// The AVX-512 BF16 kernel and the portable one give the same sums to f32 rounding.
+    /// The AMX and AVX-512 BF16 kernels and the portable one give the same sums to f32
+    /// rounding (a row-major destination, overwritten: whole 32 x 32 blocks and edges).
     #[test]
     fn the_levels_agree() {
         let levels = Level::available();
-        let (m, n, k) = (20, 100, 300);
+        let (m, n, k) = (40, 100, 300);
         let (av, bv) = (values(m * k, 3), values(k * n, 4));
         let (a, b) = (View::rows(&av, k), View::rows(&bv, n));
         let outs: Vec<Vec<f32>> = levels

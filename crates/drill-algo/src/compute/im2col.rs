@@ -420,12 +420,18 @@ fn row_step(g: &Geometry) -> usize {
 }
 
 /// The patch matrix of one batch element (given in the split layout) written straight into a
-/// bf16 right operand (`data`, [`bf16::PackedRight::build`]'s layout): taps `2p` and `2p + 1`
-/// make depth pair `p`, output positions the columns. The two taps' rows are gathered into
-/// `stage` (`2 * P` floats, in L1) and converted a panel's width at a time; no f32 patch
+/// bf16 right operand (`data`, [`bf16::PackedRight::build`]'s layout `lay`): taps `2p` and
+/// `2p + 1` make depth pair `p`, output positions the columns. The two taps' rows are gathered
+/// into `stage` (`2 * P` floats, in L1) and converted a panel's width at a time; no f32 patch
 /// matrix in between.
-fn im2col_bf16(level: bf16::Level, xs: &[f32], g: &Geometry, stage: &mut [f32], data: &mut [u32]) {
-    const NR: usize = bf16::NR;
+fn im2col_bf16(
+    level: bf16::Level,
+    xs: &[f32],
+    g: &Geometry,
+    stage: &mut [f32],
+    data: &mut [u32],
+    lay: bf16::Layout,
+) {
     let (k, p, ow) = (g.k(), g.p(), g.ow());
     let kp = k.div_ceil(2);
     let step = row_step(g);
@@ -441,12 +447,9 @@ fn im2col_bf16(level: bf16::Level, xs: &[f32], g: &Geometry, stage: &mut [f32], 
                 }
             }
         }
-        for (t, lo) in lo_row.chunks(NR).enumerate() {
-            let at = (t * kp + pair) * NR;
-            let hi = has_hi.then(|| &hi_row[t * NR..t * NR + lo.len()]);
-            bf16::pairs_across(level, lo, hi, &mut data[at..at + lo.len()]);
-            data[at + lo.len()..at + NR].fill(0);
-        }
+        let hi = has_hi.then_some(&*hi_row);
+        let panels = (lay.w, lay.kpp * lay.w);
+        bf16::pairs_across(level, lo_row, hi, &mut data[pair * lay.w..], panels);
     }
 }
 
@@ -596,9 +599,15 @@ pub fn forward(x: &[f32], weight: &[f32], bias: &[f32], g: &Geometry, relu: bool
                 };
                 // SAFETY: yg is this element's c_out x P output, row-major, borrowed mutably.
                 unsafe {
-                    bf16::gemm_built(*level, yg.as_mut_ptr(), (p, 1), true, packed, p, |data| {
-                        im2col_bf16(*level, xs, g, col, data)
-                    })
+                    bf16::gemm_built(
+                        *level,
+                        yg.as_mut_ptr(),
+                        (p, 1),
+                        true,
+                        packed,
+                        p,
+                        |data, lay| im2col_bf16(*level, xs, g, col, data, lay),
+                    )
                 };
             } else {
                 // The group's patches side by side (`K x nP`), one product added to the bias in

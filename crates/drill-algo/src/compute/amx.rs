@@ -1,0 +1,169 @@
+//! Intel AMX tiles for bf16 products ([`super::bf16::Level::Amx`]): the process asks Linux for
+//! the tile state once ([`available`]); a product job loads the tile configuration (eight
+//! tiles of 16 rows by 64 bytes), computes 32 x 32 blocks of f32 on 2 x 2 accumulator tiles
+//! with `tdpbf16ps` (16 x 16 x 32 bf16 multiply-adds each), and releases the tiles.
+//!
+//! The operands are pairs of bf16 along the depth in `u32`s ([`super::bf16`]'s packing): the
+//! left one row-major (a tile is 16 rows of 16 pairs, `lda` pairs apart), the right one in
+//! panels of 16 columns (a tile is 16 consecutive depth pairs of a panel: 1 KB, contiguous).
+//! Written as inline assembly because stable Rust has no AMX intrinsics; the instructions need
+//! no target feature (the assembler takes them), only the CPU check and Linux's permission.
+
+/// Rows and columns of a tile, and depth pairs per tile step.
+pub const TILE: usize = 16;
+/// Rows and columns of the block one job step computes (2 x 2 tiles).
+pub const BLOCK: usize = 2 * TILE;
+
+/// Whether this CPU has AMX-TILE and AMX-BF16 and Linux lets this process use them (asked once:
+/// `arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`; without that permission the first
+/// tile instruction faults).
+pub fn available() -> bool {
+    static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OK.get_or_init(|| {
+        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+        {
+            // CPUID leaf 7: EDX bit 22 AMX-BF16, bit 24 AMX-TILE.
+            let leaf = std::arch::x86_64::__cpuid_count(7, 0);
+            let amx = leaf.edx & (1 << 22) != 0 && leaf.edx & (1 << 24) != 0;
+            const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+            const XFEATURE_XTILEDATA: libc::c_long = 18;
+            // SAFETY: arch_prctl with this request only changes which state components the
+            // process may use; it reads and writes no memory of ours.
+            amx && unsafe {
+                libc::syscall(
+                    libc::SYS_arch_prctl,
+                    ARCH_REQ_XCOMP_PERM,
+                    XFEATURE_XTILEDATA,
+                )
+            } == 0
+        }
+        #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+        false
+    })
+}
+
+/// This thread's tiles configured for [`block`] for as long as the value lives (released when
+/// it is dropped, so the thread's AMX state is back to its initial, cheap-to-switch state).
+/// Not `Send`: the configuration belongs to the thread that loaded it.
+pub struct Tiles(std::marker::PhantomData<*const ()>);
+
+impl Tiles {
+    /// Load the configuration: palette 1, tiles 0 to 7 of 16 rows by 64 bytes.
+    ///
+    /// # Safety
+    /// [`available`] must have returned `true` in this process.
+    #[cfg(target_arch = "x86_64")]
+    pub unsafe fn load() -> Tiles {
+        #[repr(C, align(64))]
+        struct Config([u8; 64]);
+        let mut cfg = Config([0; 64]);
+        cfg.0[0] = 1;
+        for t in 0..8 {
+            // Bytes 16.. are each tile's row length in bytes (u16), bytes 48.. its rows.
+            cfg.0[16 + 2 * t] = (TILE * 4) as u8;
+            cfg.0[48 + t] = TILE as u8;
+        }
+        // SAFETY: the caller vouches for AMX and the permission; the 64-byte configuration is
+        // valid (palette 1, every used tile within 16 rows and 64 bytes).
+        unsafe { std::arch::asm!("ldtilecfg [{}]", in(reg) cfg.0.as_ptr(), options(nostack)) };
+        Tiles(std::marker::PhantomData)
+    }
+
+    /// `c (32 x 32, rows ldc floats apart) = [c +] a (32 rows) * b (two panels of 16
+    /// columns)` over `steps` depth steps of 16 pairs: `a` the first row of the left
+    /// operand's two row tiles (`lda` pairs a row), `b0` and `b1` the start of the two right
+    /// panels' first step (16 pairs by 16 columns, steps one after another). The accumulators
+    /// start from `c` when `accumulate`, else from zero.
+    ///
+    /// # Safety
+    /// `a` must be readable at `r * lda + p` for `r < 32`, `p < 16 * steps`; `b0` and `b1` at
+    /// `steps * 256` values each; `c` readable (when accumulating) and writable at
+    /// `r * ldc + j` for `r, j < 32`; `steps > 0`.
+    #[cfg(target_arch = "x86_64")]
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn block(
+        &self,
+        a: *const u32,
+        lda: usize,
+        (b0, b1): (*const u32, *const u32),
+        steps: usize,
+        c: *mut f32,
+        ldc: usize,
+        accumulate: bool,
+    ) {
+        debug_assert!(steps > 0);
+        // SAFETY: the caller vouches for the extent of `c` (32 rows of 32 floats, ldc apart;
+        // the right tiles 16 floats in, the lower ones 16 rows down).
+        let (c1, c2, c3) = unsafe { (c.add(TILE), c.add(TILE * ldc), c.add(TILE * ldc + TILE)) };
+        // SAFETY: as above; tiles 0 to 3 hold the accumulators between the two blocks (the
+        // compiler does not use tile registers).
+        unsafe {
+            if accumulate {
+                std::arch::asm!(
+                    "tileloadd tmm0, [{c0} + {sc}*1]",
+                    "tileloadd tmm1, [{c1} + {sc}*1]",
+                    "tileloadd tmm2, [{c2} + {sc}*1]",
+                    "tileloadd tmm3, [{c3} + {sc}*1]",
+                    c0 = in(reg) c, c1 = in(reg) c1, c2 = in(reg) c2, c3 = in(reg) c3,
+                    sc = in(reg) ldc * 4,
+                    options(nostack, readonly),
+                );
+            } else {
+                std::arch::asm!(
+                    "tilezero tmm0",
+                    "tilezero tmm1",
+                    "tilezero tmm2",
+                    "tilezero tmm3",
+                    options(nostack, nomem),
+                );
+            }
+        }
+        // SAFETY: the caller vouches for the operands' extent and for `c`, as above.
+        unsafe {
+            std::arch::asm!(
+                "2:",
+                "tileloadd tmm4, [{a0} + {sa}*1]",
+                "tileloadd tmm6, [{b0} + {sb}*1]",
+                "tileloadd tmm5, [{a1} + {sa}*1]",
+                "tileloadd tmm7, [{b1} + {sb}*1]",
+                "tdpbf16ps tmm0, tmm4, tmm6",
+                "tdpbf16ps tmm1, tmm4, tmm7",
+                "tdpbf16ps tmm2, tmm5, tmm6",
+                "tdpbf16ps tmm3, tmm5, tmm7",
+                "add {a0}, 64",
+                "add {a1}, 64",
+                "add {b0}, 1024",
+                "add {b1}, 1024",
+                "dec {n}",
+                "jnz 2b",
+                "tilestored [{c0} + {sc}*1], tmm0",
+                "tilestored [{c1} + {sc}*1], tmm1",
+                "tilestored [{c2} + {sc}*1], tmm2",
+                "tilestored [{c3} + {sc}*1], tmm3",
+                a0 = inout(reg) a => _,
+                a1 = inout(reg) a.add(TILE * lda) => _,
+                b0 = inout(reg) b0 => _,
+                b1 = inout(reg) b1 => _,
+                n = inout(reg) steps => _,
+                sa = in(reg) lda * 4,
+                sb = in(reg) TILE * 4,
+                sc = in(reg) ldc * 4,
+                c0 = in(reg) c,
+                c1 = in(reg) c1,
+                c2 = in(reg) c2,
+                c3 = in(reg) c3,
+                options(nostack),
+            );
+        }
+    }
+}
+
+impl Drop for Tiles {
+    fn drop(&mut self) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a `Tiles` exists only after `load` ran on this thread (AMX is there).
+        unsafe {
+            std::arch::asm!("tilerelease", options(nostack, nomem))
+        };
+    }
+}
