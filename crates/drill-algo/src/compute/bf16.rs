@@ -771,23 +771,30 @@ pub unsafe fn gemm_packed(
     }
 }
 
-/// [`gemm_packed`] on AMX tiles: a job per 32 columns (two right panels), which loads the
-/// tiles and walks the left operand's 32-row blocks, each stored from a 32 x 32 buffer.
+/// [`gemm_packed`] on AMX tiles, in 32 x 32 blocks, each computed on the tiles from the
+/// left operand's 32 rows and two right panels: a job per 32 columns walking the rows, or
+/// (more rows than columns, as a dense layer's weight gradient) per 32 rows walking the
+/// columns, so the destination is written in its own order. A job loads the tiles; a whole
+/// block of a row-major destination is read and written in place, any other goes through a
+/// 32 x 32 buffer.
 #[cfg(target_arch = "x86_64")]
 fn gemm_amx(dst: &Dst, a: &PackedLeft, b: &PackedRight, parallel: bool) {
     const BLOCK: usize = amx::BLOCK;
     let (m, n, kpp) = (a.len, b.len, a.layout.kpp);
     let steps = kpp / amx::TILE;
-    let job = |u: usize| {
+    let by_rows = m > n;
+    let (row_blocks, col_blocks) = (m.div_ceil(BLOCK), n.div_ceil(BLOCK));
+    let job = |outer: usize| {
         // SAFETY: Level::Amx is only detected where amx::available() said yes.
         let tiles = unsafe { amx::Tiles::load() };
         let mut c = [0f32; BLOCK * BLOCK];
-        let (j, cols) = (u * BLOCK, BLOCK.min(n - u * BLOCK));
-        let (b0, b1) = (b.panel(2 * u), b.panel(2 * u + 1));
-        for s in 0..m.div_ceil(BLOCK) {
+        let inner = if by_rows { col_blocks } else { row_blocks };
+        for x in 0..inner {
+            let (s, u) = if by_rows { (outer, x) } else { (x, outer) };
             let (i, rows) = (s * BLOCK, BLOCK.min(m - s * BLOCK));
-            let rows_at = &a.data[i * kpp..(i + BLOCK) * kpp];
-            let (left, right) = (rows_at.as_ptr(), (b0.as_ptr(), b1.as_ptr()));
+            let (j, cols) = (u * BLOCK, BLOCK.min(n - u * BLOCK));
+            let left = a.data[i * kpp..(i + BLOCK) * kpp].as_ptr();
+            let right = (b.panel(2 * u).as_ptr(), b.panel(2 * u + 1).as_ptr());
             // The left block holds 32 rows of kpp pairs (rows padded to 32), each right panel
             // kpp pairs of 16 columns (panels padded to pairs); kpp = 16 * steps.
             if dst.cs == 1 && rows == BLOCK && cols == BLOCK {
@@ -807,7 +814,7 @@ fn gemm_amx(dst: &Dst, a: &PackedLeft, b: &PackedRight, parallel: bool) {
             }
         }
     };
-    let jobs = n.div_ceil(BLOCK);
+    let jobs = if by_rows { row_blocks } else { col_blocks };
     if parallel && jobs > 1 {
         (0..jobs).into_par_iter().for_each(job);
     } else {
