@@ -344,8 +344,8 @@ pub enum Precision {
     #[default]
     F32,
     /// Operands rounded to bfloat16 (round to nearest even), products accumulated in f32:
-    /// AVX-512 BF16 dot products where the CPU has them, the same arithmetic in portable code
-    /// elsewhere. Weights, gradients and Adam state stay f32.
+    /// Intel AMX tiles or AVX-512 BF16 dot products where the CPU has them, the same
+    /// arithmetic in portable code elsewhere. Weights, gradients and Adam state stay f32.
     Bf16,
 }
 

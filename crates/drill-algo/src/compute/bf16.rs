@@ -6,16 +6,19 @@
 //! once per product in [`gemm()`]; a layer's weight once per layer call ([`PackedLeft`],
 //! [`gemm_left_packed`]), and im2col's patches straight into the packed layout
 //! ([`PackedRight::build`], [`gemm_built`]). It is the layout of AVX-512 BF16's `vdpbf16ps`,
-//! which adds two products per
-//! f32 lane, twice the f32 FMA rate on CPUs that have it (AMD Zen 4, Intel Cooper Lake and
-//! Sapphire Rapids). The [`Level`] is chosen at run time; CPUs without it run
-//! [`Level::Portable`], the same arithmetic on the same packed operands in plain Rust (no
-//! speed-up there, the same results to f32 rounding). Why hand-written: the `gemm` crate
-//! (under burn-flex) has f32 and f16 kernels but no bf16 dot products, and no other crate
-//! found offers them on stable Rust.
+//! which adds two products per f32 lane, twice the f32 FMA rate on CPUs that have it (AMD Zen
+//! 4, Intel Cooper Lake and Sapphire Rapids), and of Intel AMX's `tdpbf16ps` (a 16 x 16 x 32
+//! block of products an instruction, [`super::amx`]), whose panels are shaped for its tiles
+//! ([`Layout`]). The [`Level`] is chosen at run time: AMX where the CPU has it and Linux lets
+//! the process use it, else AVX-512 BF16, else [`Level::Portable`], the same arithmetic on
+//! the same packed operands in plain Rust (no speed-up there, the same results to f32
+//! rounding). Why hand-written: the `gemm` crate (under burn-flex) has f32 and f16 kernels but
+//! no bf16 dot products, and no other crate found offers them on stable Rust.
 //!
-//! A product of two bf16 values is exact in f32, so both levels differ only in how the two
-//! products of a pair meet the accumulator (the CPU's rounding, or two f32 adds here).
+//! A product of two bf16 values is exact in f32, so the levels differ only in how the
+//! products meet the accumulator (the CPU's rounding, or two f32 adds a pair here), and in
+//! subnormals: the CPUs' instructions take subnormal operands as zero (a difference of less
+//! than 2^-126 a product).
 
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};

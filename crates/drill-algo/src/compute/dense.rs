@@ -52,7 +52,7 @@ pub fn backward_params(x: &[f32], dy: &[f32], d: Dims) -> (Vec<f32>, Vec<f32>) {
 /// Input gradient for output gradient `dy`: `dx [n, d_in] = dy W^T`.
 pub fn backward_input(weight: &[f32], dy: &[f32], d: Dims) -> Vec<f32> {
     assert_eq!(dy.len(), d.n * d.d_out, "linear output gradient size");
-    if d.n * d.d_in * d.d_out <= MAX_MACS || super::bf16::enabled() {
+    if d.n * d.d_in * d.d_out <= MAX_MACS {
         return product(
             (d.n, d.d_in, d.d_out),
             View::rows(dy, d.d_out),

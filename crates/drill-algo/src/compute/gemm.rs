@@ -345,27 +345,6 @@ unsafe fn dispatch(
         }
         return "small";
     }
-    if super::bf16::enabled() {
-        // SAFETY: as for `gemm` below: the operands were checked, the caller vouches for
-        // the destination.
-        unsafe {
-            super::bf16::gemm(
-                super::bf16::Level::current(),
-                dst,
-                (m, n, k),
-                dst_strides,
-                accumulate,
-                a,
-                b,
-                parallel,
-            );
-        }
-        if epilogue.bias.is_some() || epilogue.relu {
-            // SAFETY: as below.
-            epilogue.apply(unsafe { std::slice::from_raw_parts_mut(dst, m * n) }, n);
-        }
-        return "bf16";
-    }
     let threads = if parallel {
         rayon::current_num_threads()
     } else {
@@ -387,6 +366,30 @@ unsafe fn dispatch(
             )
         };
         return "few-rows";
+    }
+    // In bf16 precision, all but the few-row products above: those read the right operand
+    // once either way, and converting it would cost what bf16 saves (an acting batch through
+    // a wide dense layer).
+    if super::bf16::enabled() {
+        // SAFETY: as for `gemm` below: the operands were checked, the caller vouches for
+        // the destination.
+        unsafe {
+            super::bf16::gemm(
+                super::bf16::Level::current(),
+                dst,
+                (m, n, k),
+                dst_strides,
+                accumulate,
+                a,
+                b,
+                parallel,
+            );
+        }
+        if epilogue.bias.is_some() || epilogue.relu {
+            // SAFETY: as below.
+            epilogue.apply(unsafe { std::slice::from_raw_parts_mut(dst, m * n) }, n);
+        }
+        return "bf16";
     }
     if k <= SHALLOW && m >= SHALLOW_ROWS && dst_strides.1 == 1 && b.cs == 1 {
         // SAFETY: as below; the caller vouches for the destination.

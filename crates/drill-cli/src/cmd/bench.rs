@@ -637,21 +637,34 @@ fn learner_bench(
     }
     if want("nature-cnn-inference") {
         // The collector's forward pass: a batch of one frame stack per env copy (8 in
-        // `pong_ppo`, 4 for half of them), frames to actions.
+        // `pong_ppo`, 4 for half of them), frames to actions; on the CPU in bf16 too
+        // (`policy.precision = "bf16"`).
         let (fwd, _) = nature_cnn_macs(6);
-        for bs in [4, 8] {
-            let n = iters.unwrap_or(400);
-            let us = nature_cnn_inference_us(&device, bs, n);
-            report.row(
-                &format!("nature-cnn-inference-b{bs}"),
-                "us",
-                us,
-                n,
-                &format!(
-                    "4x84x84 frames to greedy actions, {:.1} GFLOP/s, {threads} thread(s)",
-                    2.0 * bs as f64 * fwd / (us * 1e3)
-                ),
-            );
+        let on_cpu = device == Device::flex();
+        for bf16 in [false, true] {
+            if bf16 && !on_cpu {
+                continue;
+            }
+            for bs in [4, 8] {
+                let n = iters.unwrap_or(400);
+                drill_algo::compute::bf16::set_enabled(bf16);
+                let us = nature_cnn_inference_us(&device, bs, n);
+                drill_algo::compute::bf16::set_enabled(false);
+                report.row(
+                    &format!(
+                        "nature-cnn-inference-b{bs}{}",
+                        if bf16 { "-bf16" } else { "" }
+                    ),
+                    "us",
+                    us,
+                    n,
+                    &format!(
+                        "4x84x84 frames to greedy actions, {:.1} GFLOP/s, {threads} thread(s){}",
+                        2.0 * bs as f64 * fwd / (us * 1e3),
+                        if bf16 { ", bf16 products" } else { "" }
+                    ),
+                );
+            }
         }
     }
     if want("nature-cnn-update")
