@@ -1056,6 +1056,62 @@ mod tests {
         }
     }
 
+    /// A run of pairs lands lane by lane in panels of `w` lanes `stride` apart, the rest of the
+    /// last panel zero and nothing else written, at every level (`hi` given or not).
+    #[test]
+    fn pairs_across_fills_whole_panel_rows() {
+        const SENTINEL: u32 = 0xdead_beef;
+        let (lo, hi) = (values(37, 5), values(37, 6));
+        for level in Level::available() {
+            for (w, stride) in [(16, 40), (64, 70), (37, 37)] {
+                for hi in [None, Some(&hi[..])] {
+                    let mut dst = vec![SENTINEL; 3 * stride];
+                    pairs_across(level, &lo, hi, &mut dst, (w, stride));
+                    let end = lo.len().next_multiple_of(w);
+                    for (at, &x) in dst.iter().enumerate() {
+                        let (t, r) = (at / stride, at % stride);
+                        let c = t * w + r;
+                        let want = if r >= w || c >= end {
+                            SENTINEL
+                        } else if c < lo.len() {
+                            pair(lo[c], hi.map_or(0.0, |h| h[c]))
+                        } else {
+                            0
+                        };
+                        assert_eq!(x, want, "{level:?} w {w} stride {stride} at {at}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// A right operand built by a callback gets its padding zeroed: pairs past the depth and,
+    /// for AMX, the panel that completes a 32-column block.
+    #[test]
+    fn a_built_right_operand_is_padded_with_zeros() {
+        for level in Level::available() {
+            let (k, n) = (5, 20);
+            let mut b = PackedRight::default();
+            b.build(level, k, n, |data, lay| {
+                data.fill(u32::MAX);
+                for t in 0..n.div_ceil(lay.w) {
+                    for p in 0..k.div_ceil(2) {
+                        for c in 0..lay.w {
+                            data[(t * lay.kpp + p) * lay.w + c] = 7;
+                        }
+                    }
+                }
+            });
+            let lay = Layout::of(level, false, n, k);
+            assert_eq!(b.data.len(), lay.panels * lay.kpp * lay.w);
+            for (at, &x) in b.data.iter().enumerate() {
+                let (t, p) = (at / (lay.kpp * lay.w), at / lay.w % lay.kpp);
+                let inside = t < n.div_ceil(lay.w) && p < k.div_ceil(2);
+                assert_eq!(x, if inside { 7 } else { 0 }, "{level:?} at {at}");
+            }
+        }
+    }
+
     /// The AMX and AVX-512 BF16 kernels and the portable one give the same sums to f32
     /// rounding (a row-major destination, overwritten: whole 32 x 32 blocks and edges).
     #[test]
