@@ -422,8 +422,8 @@ fn row_step(g: &Geometry) -> usize {
 /// The patch matrix of one batch element (given in the split layout) written straight into a
 /// bf16 right operand (`data`, [`bf16::PackedRight::build`]'s layout `lay`): taps `2p` and
 /// `2p + 1` make depth pair `p`, output positions the columns. The two taps' rows are gathered
-/// into `stage` (`2 * P` floats, in L1) and converted a panel's width at a time; no f32 patch
-/// matrix in between.
+/// into `stage` (`2 * P` floats, in L1), then converted into that pair's row of every panel in
+/// one call; no f32 patch matrix in between.
 fn im2col_bf16(
     level: bf16::Level,
     xs: &[f32],
