@@ -2,8 +2,9 @@
 //! products (dense layers of small nets), products of few rows (a batch of 4 or 8 frames
 //! through a wide dense layer) and shallow ones (a wide dense layer's weight gradient over a
 //! batch of 32) go to [`super::small_gemm`], the rest to the `gemm`
-//! crate (burn-flex's own GEMM; drill enables its AVX-512 kernels, picked at run time), or
-//! with `policy.precision = "bf16"` to [`super::bf16`]. [`gathered`] is the entry for the
+//! crate (burn-flex's own GEMM; drill enables its AVX-512 kernels, picked at run time); with
+//! `policy.precision = "bf16"` all but the small and few-row ones go to [`super::bf16`]
+//! instead. [`gathered`] is the entry for the
 //! products of [`super::implicit`]'s convolutions, whose left operand is no strided matrix.
 
 use super::small_gemm;
