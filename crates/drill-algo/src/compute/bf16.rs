@@ -777,9 +777,9 @@ pub unsafe fn gemm_packed(
 /// [`gemm_packed`] on AMX tiles, in 32 x 32 blocks, each computed on the tiles from the
 /// left operand's 32 rows and two right panels: a job per 32 columns walking the rows, or
 /// (more rows than columns, as a dense layer's weight gradient) per 32 rows walking the
-/// columns, so the destination is written in its own order. A job loads the tiles; a whole
-/// block of a row-major destination is read and written in place, any other goes through a
-/// 32 x 32 buffer.
+/// columns, so the destination is written in its own order. The tiles are loaded once per
+/// thread's run of jobs; a whole block of a row-major destination is read and written in
+/// place, any other goes through a 32 x 32 buffer.
 #[cfg(target_arch = "x86_64")]
 fn gemm_amx(dst: &Dst, a: &PackedLeft, b: &PackedRight, parallel: bool) {
     const BLOCK: usize = amx::BLOCK;
@@ -787,10 +787,13 @@ fn gemm_amx(dst: &Dst, a: &PackedLeft, b: &PackedRight, parallel: bool) {
     let steps = kpp / amx::TILE;
     let by_rows = m > n;
     let (row_blocks, col_blocks) = (m.div_ceil(BLOCK), n.div_ceil(BLOCK));
-    let job = |outer: usize| {
+    // The tiles and a 32 x 32 buffer, set up once per run of jobs on a thread (once for a
+    // product on one thread: a convolution's per-element products are 13 jobs each).
+    let init = || {
         // SAFETY: Level::Amx is only detected where amx::available() said yes.
-        let tiles = unsafe { amx::Tiles::load() };
-        let mut c = [0f32; BLOCK * BLOCK];
+        (unsafe { amx::Tiles::load() }, [0f32; BLOCK * BLOCK])
+    };
+    let job = |(tiles, c): &mut (amx::Tiles, [f32; BLOCK * BLOCK]), outer: usize| {
         let inner = if by_rows { col_blocks } else { row_blocks };
         for x in 0..inner {
             let (s, u) = if by_rows { (outer, x) } else { (x, outer) };
@@ -812,16 +815,17 @@ fn gemm_amx(dst: &Dst, a: &PackedLeft, b: &PackedRight, parallel: bool) {
                 // destination by the caller's contract.
                 unsafe {
                     tiles.block(left, kpp, right, steps, c.as_mut_ptr(), BLOCK, false);
-                    dst.store(&c, BLOCK, (i, j), (rows, cols));
+                    dst.store(&c[..], BLOCK, (i, j), (rows, cols));
                 }
             }
         }
     };
     let jobs = if by_rows { row_blocks } else { col_blocks };
     if parallel && jobs > 1 {
-        (0..jobs).into_par_iter().for_each(job);
+        (0..jobs).into_par_iter().for_each_init(init, job);
     } else {
-        (0..jobs).for_each(job);
+        let mut state = init();
+        (0..jobs).for_each(|outer| job(&mut state, outer));
     }
 }
 
