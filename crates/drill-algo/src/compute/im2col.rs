@@ -180,29 +180,28 @@ fn split_level() -> u8 {
     0
 }
 
-/// [`split_rows`] at SIMD level `level` (at most [`split_level`]'s; the tests run each).
+/// [`split_rows`] at SIMD level `level` (at most [`split_level`]'s; the tests run each). The
+/// SIMD levels take every row of the element in one call: one call per row, with its
+/// permutation indices made again each time, cost the Nature CNN's update at batch 256 about
+/// 10 % of its time (Intel Xeon with AVX-512).
 fn split_rows_at<const S: usize>(x: &[f32], g: &Geometry, xs: &mut [f32], level: u8) {
     assert!(level <= split_level(), "SIMD level {level} on this CPU");
     let pw = phase_width(g);
     let full = g.w / S;
     #[cfg(target_arch = "x86_64")]
-    let level = if S == 2 || S == 4 { level } else { 0 };
+    let done = match (S == 2 || S == 4).then_some(level) {
+        // SAFETY: AVX-512F was detected (the level is at most `split_level`'s).
+        Some(2) => unsafe { deinterleave_avx512::<S>(x, xs, g.w, pw, full) },
+        // SAFETY: AVX2 was detected (the level is at most `split_level`'s).
+        Some(1) => unsafe { deinterleave_avx2::<S>(x, xs, g.w, pw, full) },
+        _ => 0,
+    };
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = level;
+    let done = {
+        let _ = level;
+        0
+    };
     for (row, out) in x.chunks_exact(g.w).zip(xs.chunks_exact_mut(S * pw)) {
-        #[cfg(target_arch = "x86_64")]
-        let done = match level {
-            2 => {
-                // SAFETY: AVX-512F was detected (the level is at most `split_level`'s).
-                unsafe { deinterleave_avx512::<S>(row, out, pw, full) };
-                full
-            }
-            // SAFETY: AVX2 was detected (the level is at most `split_level`'s).
-            1 => unsafe { deinterleave_avx2::<S>(row, out, pw, full) },
-            _ => 0,
-        };
-        #[cfg(not(target_arch = "x86_64"))]
-        let done = 0;
         for (j, group) in row.chunks_exact(S).enumerate().take(full).skip(done) {
             for r in 0..S {
                 out[r * pw + j] = group[r];
@@ -217,68 +216,75 @@ fn split_rows_at<const S: usize>(x: &[f32], g: &Geometry, xs: &mut [f32], level:
     }
 }
 
-/// `out[r * pw + j] = row[j * S + r]` for the first `full` groups of `row`, 8 groups a step
-/// (the last step overlapping the one before); returns how many groups it did (the caller
-/// does the rest): all of them, or none when `full` is under 8. Stride 2: `vshufps` picks
-/// the even and odd values of two registers per 128-bit lane, `vpermpd` puts the lanes'
-/// halves in order. Stride 4: a 4x4 transpose per lane
-/// (`vunpcklps`/`vunpckhps`, then `vshufps`) and `vpermps` joins the lanes. `S` is 2 or 4.
+/// `out[r * pw + j] = row[j * S + r]` for the first `full` groups of every row of `x` (rows
+/// `w` long; `out` the row's `S pw` values of `xs`), 8 groups a step (the last step
+/// overlapping the one before); returns how many groups of each row it did (the caller does
+/// the rest): all of them, or none when `full` is under 8. Stride 2: `vshufps` picks the even
+/// and odd values of two registers per 128-bit lane, `vpermpd` puts the lanes' halves in
+/// order. Stride 4: a 4x4 transpose per lane (`vunpcklps`/`vunpckhps`, then `vshufps`) and
+/// `vpermps` joins the lanes. `S` is 2 or 4.
 ///
 /// # Safety
 /// The CPU must have AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn deinterleave_avx2<const S: usize>(
-    row: &[f32],
-    out: &mut [f32],
+    x: &[f32],
+    xs: &mut [f32],
+    w: usize,
     pw: usize,
     full: usize,
 ) -> usize {
     use std::arch::x86_64::*;
     assert!(S == 2 || S == 4, "stride {S}");
-    assert!(row.len() >= full * S && full <= pw && out.len() >= (S - 1) * pw + full);
+    assert!(
+        w >= full * S && full <= pw,
+        "row {w}, phase {pw}, groups {full}"
+    );
     if full < 8 {
         return 0;
     }
-    let at = row.as_ptr();
-    let to = out.as_mut_ptr();
-    // Whole steps of 8 groups, then, where `full` is not a multiple of 8, one step over the
-    // last 8 groups, overlapping the step before (it stores the same values again).
-    let starts = (0..full - 7)
-        .step_by(8)
-        .chain((!full.is_multiple_of(8)).then_some(full - 8));
-    for j in starts {
-        // SAFETY: this step's `8 S` values lie inside the `full S` values of `row` (j + 8 is
-        // at most `full`), and its stores inside lanes `j..j + 8` of each phase (inside
-        // `out`: phase r's first `full` values start at r pw), both checked above.
-        unsafe {
-            let load = |k: usize| _mm256_loadu_ps(at.add(j * S + 8 * k));
-            if S == 2 {
-                let (a, b) = (load(0), load(1));
-                let even = _mm256_shuffle_ps::<0x88>(a, b);
-                let odd = _mm256_shuffle_ps::<0xDD>(a, b);
-                let order = |v: __m256| {
-                    _mm256_castpd_ps(_mm256_permute4x64_pd::<0xD8>(_mm256_castps_pd(v)))
-                };
-                _mm256_storeu_ps(to.add(j), order(even));
-                _mm256_storeu_ps(to.add(pw + j), order(odd));
-            } else {
-                let (a0, a1, a2, a3) = (load(0), load(1), load(2), load(3));
-                let t0 = _mm256_unpacklo_ps(a0, a1);
-                let t1 = _mm256_unpackhi_ps(a0, a1);
-                let t2 = _mm256_unpacklo_ps(a2, a3);
-                let t3 = _mm256_unpackhi_ps(a2, a3);
-                let phases = [
-                    _mm256_shuffle_ps::<0x44>(t0, t2),
-                    _mm256_shuffle_ps::<0xEE>(t0, t2),
-                    _mm256_shuffle_ps::<0x44>(t1, t3),
-                    _mm256_shuffle_ps::<0xEE>(t1, t3),
-                ];
-                // Each phase holds groups 0, 2, 4, 6 in its low lane and 1, 3, 5, 7 in its
-                // high one.
-                let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-                for (r, v) in phases.into_iter().enumerate() {
-                    _mm256_storeu_ps(to.add(r * pw + j), _mm256_permutevar8x32_ps(v, order));
+    let order4 = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (row, out) in x.chunks_exact(w).zip(xs.chunks_exact_mut(S * pw)) {
+        let at = row.as_ptr();
+        let to = out.as_mut_ptr();
+        // Whole steps of 8 groups, then, where `full` is not a multiple of 8, one step over
+        // the last 8 groups, overlapping the step before (it stores the same values again).
+        let starts = (0..full - 7)
+            .step_by(8)
+            .chain((!full.is_multiple_of(8)).then_some(full - 8));
+        for j in starts {
+            // SAFETY: this step's `8 S` values lie inside the `full S <= w` values of `row` (j
+            // + 8 is at most `full`), and its stores inside lanes `j..j + 8` of each phase
+            // (inside `out`, `S pw` long: phase r's first `full` values start at r pw).
+            unsafe {
+                let load = |k: usize| _mm256_loadu_ps(at.add(j * S + 8 * k));
+                if S == 2 {
+                    let (a, b) = (load(0), load(1));
+                    let even = _mm256_shuffle_ps::<0x88>(a, b);
+                    let odd = _mm256_shuffle_ps::<0xDD>(a, b);
+                    let order = |v: __m256| {
+                        _mm256_castpd_ps(_mm256_permute4x64_pd::<0xD8>(_mm256_castps_pd(v)))
+                    };
+                    _mm256_storeu_ps(to.add(j), order(even));
+                    _mm256_storeu_ps(to.add(pw + j), order(odd));
+                } else {
+                    let (a0, a1, a2, a3) = (load(0), load(1), load(2), load(3));
+                    let t0 = _mm256_unpacklo_ps(a0, a1);
+                    let t1 = _mm256_unpackhi_ps(a0, a1);
+                    let t2 = _mm256_unpacklo_ps(a2, a3);
+                    let t3 = _mm256_unpackhi_ps(a2, a3);
+                    let phases = [
+                        _mm256_shuffle_ps::<0x44>(t0, t2),
+                        _mm256_shuffle_ps::<0xEE>(t0, t2),
+                        _mm256_shuffle_ps::<0x44>(t1, t3),
+                        _mm256_shuffle_ps::<0xEE>(t1, t3),
+                    ];
+                    // Each phase holds groups 0, 2, 4, 6 in its low lane and 1, 3, 5, 7 in
+                    // its high one.
+                    for (r, v) in phases.into_iter().enumerate() {
+                        _mm256_storeu_ps(to.add(r * pw + j), _mm256_permutevar8x32_ps(v, order4));
+                    }
                 }
             }
         }
@@ -286,65 +292,83 @@ unsafe fn deinterleave_avx2<const S: usize>(
     full
 }
 
-/// `out[r * pw + j] = row[j * S + r]` for the first `full` groups of `row`, 16 groups a step
-/// (the last step masked): the step's `16 S` values in `S` registers, each phase gathered by
-/// `vpermt2ps` (and, for `S = 4`, two halves joined by `vshuff32x4`). `S` is 2 or 4.
+/// Lane `i` of phase `r`'s permutation index: value `r + S i` of two registers (32 values);
+/// all 16 lanes are used for `S = 2`, the first 8 for `S = 4` (the others pick value 0).
+#[cfg(target_arch = "x86_64")]
+const fn phase_index<const S: usize>(r: usize) -> [i32; 16] {
+    let mut lanes = [0; 16];
+    let mut i = 0;
+    while i < 16 {
+        if S * i + r < 32 {
+            lanes[i] = (S * i + r) as i32;
+        }
+        i += 1;
+    }
+    lanes
+}
+
+/// `out[r * pw + j] = row[j * S + r]` for the first `full` groups of every row of `x` (rows
+/// `w` long; `out` the row's `S pw` values of `xs`), 16 groups a step (the last step masked):
+/// the step's `16 S` values in `S` registers, each phase gathered by `vpermt2ps` (and, for
+/// `S = 4`, two halves joined by `vshuff32x4`); returns `full`. `S` is 2 or 4.
 ///
 /// # Safety
 /// The CPU must have AVX-512F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn deinterleave_avx512<const S: usize>(
-    row: &[f32],
-    out: &mut [f32],
+    x: &[f32],
+    xs: &mut [f32],
+    w: usize,
     pw: usize,
     full: usize,
-) {
+) -> usize {
     use std::arch::x86_64::*;
     assert!(S == 2 || S == 4, "stride {S}");
-    assert!(row.len() >= full * S && full <= pw && out.len() >= (S - 1) * pw + full);
-    // Lane i of phase r's index picks value `r + S i` of two registers (32 values): all 16
-    // lanes for S = 2, the first 8 for S = 4 (the other 8 are not used).
-    let index = |r: usize| -> __m512i {
-        let lanes: [i32; 16] = std::array::from_fn(|i| {
-            if S * i + r < 32 {
-                (S * i + r) as i32
-            } else {
-                0
+    assert!(
+        w >= full * S && full <= pw,
+        "row {w}, phase {pw}, groups {full}"
+    );
+    let tables = [
+        phase_index::<S>(0),
+        phase_index::<S>(1),
+        phase_index::<S>(2),
+        phase_index::<S>(3),
+    ];
+    // SAFETY: 16 i32 are 64 bytes, what an unaligned 512-bit load reads.
+    let idx: [__m512i; S] =
+        std::array::from_fn(|r| unsafe { _mm512_loadu_si512(tables[r].as_ptr().cast()) });
+    for (row, out) in x.chunks_exact(w).zip(xs.chunks_exact_mut(S * pw)) {
+        let mut j = 0;
+        while j < full {
+            let n = (full - j).min(16);
+            let at = row.as_ptr().wrapping_add(j * S);
+            // SAFETY: the masks keep every load inside the `n S` values of these groups
+            // (inside `row`: `full S <= w` values) and every store inside lanes `j..j + n` of
+            // a phase (inside `out`, `S pw` long: phase r's first `full` values start at r
+            // pw). A register past the groups (mask 0) reads nothing; its address is only
+            // computed (wrapping), never dereferenced.
+            unsafe {
+                let mut a = [_mm512_setzero_ps(); S];
+                for (k, reg) in a.iter_mut().enumerate() {
+                    let mask = lanes((n * S).saturating_sub(16 * k));
+                    *reg = _mm512_maskz_loadu_ps(mask, at.wrapping_add(16 * k));
+                }
+                for (r, idx) in idx.iter().enumerate() {
+                    let v = if S == 2 {
+                        _mm512_permutex2var_ps(a[0], *idx, a[1])
+                    } else {
+                        let lo = _mm512_permutex2var_ps(a[0], *idx, a[1]);
+                        let hi = _mm512_permutex2var_ps(a[2], *idx, a[3]);
+                        _mm512_shuffle_f32x4::<0x44>(lo, hi)
+                    };
+                    _mm512_mask_storeu_ps(out.as_mut_ptr().add(r * pw + j), lanes(n), v);
+                }
             }
-        });
-        // SAFETY: 16 i32 are 64 bytes, what an unaligned 512-bit load reads.
-        unsafe { _mm512_loadu_si512(lanes.as_ptr().cast()) }
-    };
-    let idx: [__m512i; S] = std::array::from_fn(index);
-    let mut j = 0;
-    while j < full {
-        let n = (full - j).min(16);
-        let at = row.as_ptr().wrapping_add(j * S);
-        // SAFETY: the masks keep every load inside the `n S` values of these groups (inside
-        // `row`: `full S` values) and every store inside lanes `j..j + n` of a phase (inside
-        // `out`: phase r's first `full` values start at r pw).
-        unsafe {
-            let load = |k: usize| {
-                // A register past the groups (mask 0) reads nothing; its address is only
-                // computed (wrapping), never dereferenced.
-                let mask = lanes((n * S).saturating_sub(16 * k));
-                _mm512_maskz_loadu_ps(mask, at.wrapping_add(16 * k))
-            };
-            let a: [__m512; S] = std::array::from_fn(load);
-            for (r, idx) in idx.iter().enumerate() {
-                let v = if S == 2 {
-                    _mm512_permutex2var_ps(a[0], *idx, a[1])
-                } else {
-                    let lo = _mm512_permutex2var_ps(a[0], *idx, a[1]);
-                    let hi = _mm512_permutex2var_ps(a[2], *idx, a[3]);
-                    _mm512_shuffle_f32x4::<0x44>(lo, hi)
-                };
-                _mm512_mask_storeu_ps(out.as_mut_ptr().add(r * pw + j), lanes(n), v);
-            }
+            j += 16;
         }
-        j += 16;
     }
+    full
 }
 
 /// A mask of the first `min(n, 16)` lanes.
@@ -543,6 +567,40 @@ pub(super) fn per_group<T: Send>(
     }
 }
 
+/// [`per_group`] over a new buffer of `n` floats, each group's chunk set to zeros by its own
+/// thread just before `f` gets it, in cache: a `memset` of the whole buffer first (13 MB for
+/// the first Nature-CNN layer's output at batch 256) was a pass over memory of its own, about
+/// 3 % of the minibatch-256 update (Intel Xeon with AVX-512, 1 thread).
+fn per_group_zeroed(
+    n: usize,
+    chunk_len: usize,
+    group: usize,
+    scratch_len: usize,
+    f: impl Fn(usize, &mut [f32], &mut [f32]) + Sync + Send,
+) -> Vec<f32> {
+    use std::mem::MaybeUninit;
+    let mut out: Vec<MaybeUninit<f32>> = Vec::with_capacity(n);
+    // SAFETY: `MaybeUninit` values need no initialisation; the capacity is `n`.
+    unsafe { out.set_len(n) };
+    per_group(
+        &mut out,
+        chunk_len,
+        group,
+        scratch_len,
+        |b0, chunk, scratch| {
+            chunk.fill(MaybeUninit::new(0.0));
+            // SAFETY: every value of `chunk` was written on the line above, and `MaybeUninit<f32>`
+            // has the layout of `f32`.
+            let chunk = unsafe { &mut *(chunk as *mut [MaybeUninit<f32>] as *mut [f32]) };
+            f(b0, chunk, scratch);
+        },
+    );
+    let mut out = std::mem::ManuallyDrop::new(out);
+    // SAFETY: `per_group` handed every chunk of `out` to the closure, which zeroed it first:
+    // all `n` values are initialised. Same allocation, same layout, length and capacity.
+    unsafe { Vec::from_raw_parts(out.as_mut_ptr().cast::<f32>(), out.len(), out.capacity()) }
+}
+
 thread_local! {
     /// This thread's scratch for the kernels, kept from call to call (see [`with_scratch`]).
     static SCRATCH: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
@@ -571,14 +629,13 @@ pub fn forward(x: &[f32], weight: &[f32], bias: &[f32], g: &Geometry, relu: bool
     assert_eq!(x.len(), g.batch * g.in_len(), "conv input size");
     assert_eq!(weight.len(), co * k, "conv weight size");
     assert_eq!(bias.len(), co, "conv bias size");
-    let mut y = super::zeros(g.batch * g.out_len());
     let w = Left::new(View::rows(weight, k), co, k);
     let group = match w {
         Left::F32(_) => group_size(g),
         Left::Bf16(..) => 1,
     };
-    per_group(
-        &mut y,
+    per_group_zeroed(
+        g.batch * g.out_len(),
         g.out_len(),
         group,
         scratch_len(g, group),
@@ -636,8 +693,7 @@ pub fn forward(x: &[f32], weight: &[f32], bias: &[f32], g: &Geometry, relu: bool
                 super::relu_in_place(yg);
             }
         },
-    );
-    y
+    )
 }
 
 /// Weight and bias gradients for output gradient `dy`: `(dW [c_out, K], db [c_out])`.
@@ -713,11 +769,10 @@ pub(super) fn summed_over_threads(
 pub fn backward_input(weight: &[f32], dy: &[f32], g: &Geometry) -> Vec<f32> {
     let (k, p, co) = (g.k(), g.p(), g.c_out);
     assert_eq!(dy.len(), g.batch * g.out_len(), "conv output gradient size");
-    let mut dx = super::zeros(g.batch * g.in_len());
     let wt = Left::new(View::transposed(weight, k), k, co);
     let group = group_size(g);
-    per_group(
-        &mut dx,
+    per_group_zeroed(
+        g.batch * g.in_len(),
         g.in_len(),
         group,
         scratch_len(g, group),
@@ -750,8 +805,7 @@ pub fn backward_input(weight: &[f32], dy: &[f32], g: &Geometry) -> Vec<f32> {
                 }
             }
         },
-    );
-    dx
+    )
 }
 
 #[cfg(test)]

@@ -85,26 +85,12 @@ fn relu_in_place(v: &mut [f32]) {
     }
 }
 
-/// Buffers of at least this many floats (1 MiB) are zeroed, or masked, over the rayon pool's
-/// threads ([`zeros`], [`par_zip`]).
+/// Buffers of at least this many floats (1 MiB) are masked over the rayon pool's threads
+/// ([`par_zip`]).
 const PARALLEL_FROM: usize = 1 << 18;
 
-/// Floats one thread takes at a time in [`zeros`] and [`par_zip`].
+/// Floats one thread takes at a time in [`par_zip`].
 const BLOCK: usize = 1 << 15;
-
-/// `n` zeros: a large buffer written over the rayon pool's threads. With
-/// [`keep_freed_memory`], `vec![0.0; n]` is a `memset` on the calling thread, and the
-/// minibatch-256 update's convolution outputs and input gradients (13 MB each for the Nature
-/// CNN's first two layers) left the other thread waiting for it.
-fn zeros(n: usize) -> Vec<f32> {
-    use rayon::prelude::*;
-    if n < PARALLEL_FROM || rayon::current_num_threads() == 1 {
-        return vec![0.0; n];
-    }
-    let mut v = Vec::with_capacity(n);
-    v.par_extend(rayon::iter::repeat_n(0.0f32, n));
-    v
-}
 
 /// `f(a[i], b[i])` for every `i`, over the rayon pool's threads when `a` is large (each
 /// element on its own, so the values are those of one pass).
@@ -140,10 +126,10 @@ mod tests {
     use super::*;
     use burn::tensor::{Distribution, TensorData};
 
-    /// The split passes give one pass's values, on one thread and on three (blocks and a
-    /// short last one), below and above the size from which they split.
+    /// The split pass gives one pass's values, on one thread and on three (blocks and a
+    /// short last one), below and above the size from which it splits.
     #[test]
-    fn zeros_and_par_zip_split_over_threads_give_one_pass_values() {
+    fn par_zip_split_over_threads_gives_one_pass_values() {
         for threads in [1, 3] {
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
@@ -154,12 +140,8 @@ mod tests {
                 let mut want: Vec<f32> = (0..n).map(|i| (i as f32 * 0.11).cos()).collect();
                 let mut got = want.clone();
                 want.iter_mut().zip(&b).for_each(|(a, b)| *a = *a * 2.0 + b);
-                let z = pool.install(|| {
-                    par_zip(&mut got, &b, |a, b| *a = *a * 2.0 + b);
-                    zeros(n)
-                });
+                pool.install(|| par_zip(&mut got, &b, |a, b| *a = *a * 2.0 + b));
                 assert!(got == want, "{threads} threads, {n} values");
-                assert!(z.len() == n && z.iter().all(|&x| x == 0.0));
             }
         }
     }
