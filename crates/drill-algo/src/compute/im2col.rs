@@ -182,8 +182,8 @@ fn split_level() -> u8 {
 
 /// [`split_rows`] at SIMD level `level` (at most [`split_level`]'s; the tests run each). The
 /// SIMD levels take every row of the element in one call: one call per row, with its
-/// permutation indices made again each time, cost the Nature CNN's update at batch 256 about
-/// 10 % of its time (Intel Xeon with AVX-512).
+/// permutation indices made again each time, made the Nature CNN's update at batch 256 about
+/// 3 % slower (Intel Xeon with AVX-512, 1 thread).
 fn split_rows_at<const S: usize>(x: &[f32], g: &Geometry, xs: &mut [f32], level: u8) {
     assert!(level <= split_level(), "SIMD level {level} on this CPU");
     let pw = phase_width(g);
