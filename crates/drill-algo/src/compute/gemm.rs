@@ -4,8 +4,8 @@
 //! batch of 32) go to [`super::small_gemm`], the rest to the `gemm`
 //! crate (burn-flex's own GEMM; drill enables its AVX-512 kernels, picked at run time); with
 //! `policy.precision = "bf16"` all but the small and few-row ones go to [`super::bf16`]
-//! instead. [`gathered`] is the entry for the
-//! products of [`super::implicit`]'s convolutions, whose left operand is no strided matrix.
+//! instead. [`gathered`] is the entry for the products of [`super::implicit`]'s
+//! convolutions, whose left operand is no strided matrix.
 
 use super::small_gemm;
 pub use super::small_gemm::Epilogue;

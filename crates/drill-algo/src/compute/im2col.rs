@@ -329,15 +329,11 @@ unsafe fn deinterleave_avx512<const S: usize>(
         w >= full * S && full <= pw,
         "row {w}, phase {pw}, groups {full}"
     );
-    let tables = [
-        phase_index::<S>(0),
-        phase_index::<S>(1),
-        phase_index::<S>(2),
-        phase_index::<S>(3),
-    ];
-    // SAFETY: 16 i32 are 64 bytes, what an unaligned 512-bit load reads.
-    let idx: [__m512i; S] =
-        std::array::from_fn(|r| unsafe { _mm512_loadu_si512(tables[r].as_ptr().cast()) });
+    let idx: [__m512i; S] = std::array::from_fn(|r| {
+        let lanes = phase_index::<S>(r);
+        // SAFETY: 16 i32 are 64 bytes, what an unaligned 512-bit load reads.
+        unsafe { _mm512_loadu_si512(lanes.as_ptr().cast()) }
+    });
     for (row, out) in x.chunks_exact(w).zip(xs.chunks_exact_mut(S * pw)) {
         let mut j = 0;
         while j < full {
@@ -579,27 +575,24 @@ fn per_group_zeroed(
     scratch_len: usize,
     f: impl Fn(usize, &mut [f32], &mut [f32]) + Sync + Send,
 ) -> Vec<f32> {
-    use std::mem::MaybeUninit;
-    let mut out: Vec<MaybeUninit<f32>> = Vec::with_capacity(n);
-    // SAFETY: `MaybeUninit` values need no initialisation; the capacity is `n`.
-    unsafe { out.set_len(n) };
+    let mut out: Vec<f32> = Vec::with_capacity(n);
     per_group(
-        &mut out,
+        &mut out.spare_capacity_mut()[..n],
         chunk_len,
         group,
         scratch_len,
         |b0, chunk, scratch| {
-            chunk.fill(MaybeUninit::new(0.0));
-            // SAFETY: every value of `chunk` was written on the line above, and `MaybeUninit<f32>`
-            // has the layout of `f32`.
-            let chunk = unsafe { &mut *(chunk as *mut [MaybeUninit<f32>] as *mut [f32]) };
+            chunk.fill(std::mem::MaybeUninit::new(0.0));
+            // SAFETY: every value of `chunk` was written on the line above, and
+            // `MaybeUninit<f32>` has the layout of `f32`.
+            let chunk = unsafe { &mut *(chunk as *mut [std::mem::MaybeUninit<f32>] as *mut [f32]) };
             f(b0, chunk, scratch);
         },
     );
-    let mut out = std::mem::ManuallyDrop::new(out);
-    // SAFETY: `per_group` handed every chunk of `out` to the closure, which zeroed it first:
-    // all `n` values are initialised. Same allocation, same layout, length and capacity.
-    unsafe { Vec::from_raw_parts(out.as_mut_ptr().cast::<f32>(), out.len(), out.capacity()) }
+    // SAFETY: `per_group` handed every chunk of the `n` values to the closure, which zeroed
+    // it first (as `implicit::forward` sets its output's length after `per_group`).
+    unsafe { out.set_len(n) };
+    out
 }
 
 thread_local! {
