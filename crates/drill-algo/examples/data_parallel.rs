@@ -12,7 +12,7 @@ use std::ops::Range;
 
 use burn::tensor::{Device, Tensor, TensorData};
 use drill_algo::ddp::DataParallel;
-use drill_algo::nets::QNet;
+use drill_algo::nets::{Input, QNet};
 use drill_algo::optim::Trainer;
 
 /// Mean squared error of the net's two outputs against `(sum(x), -sum(x))` over `rows`.
@@ -28,7 +28,7 @@ fn loss(net: &QNet, rows: Range<usize>, x: &[f32], device: &Device) -> Tensor<1>
         .collect();
     let input = Tensor::<2>::from_data(TensorData::new(xs.to_vec(), [n, 4]), device);
     let target = Tensor::<2>::from_data(TensorData::new(target, [n, 2]), device);
-    let d = net.forward(input) - target;
+    let d = net.forward(Input::Float(input)) - target;
     (d.clone() * d).mean()
 }
 

@@ -197,7 +197,7 @@ impl Sac {
     /// The actor's mean and log-std for a batch, as host vectors.
     fn gaussian(&mut self, obs: Obs<'_>) -> (Vec<f32>, Vec<f32>) {
         let actor = self.acting.get(&self.actor);
-        let (mean, log_std) = actor.forward(input(obs, self.obs_dim, &self.device));
+        let (mean, log_std) = actor.forward(input(obs, self.obs_dim, &self.device).float());
         (
             mean.into_data().try_into_vec().expect("f32 mean"),
             log_std.into_data().try_into_vec().expect("f32 log-std"),
@@ -254,7 +254,7 @@ impl Policy for Sac {
         };
         // ALGO: soft target y = r + gamma^m (1 - done) (min_i Q'_i(s', a') - alpha log pi(a'|s')),
         // a' sampled from the current actor.
-        let next = input(batch.next_obs.as_obs(), d, &plain);
+        let next = input(batch.next_obs.as_obs(), d, &plain).float();
         let (mean, log_std) = self.actor.inference().forward(next.clone());
         let (next_a, next_logp) = squash(mean, log_std, noise(rng, bs, dim, &plain), &self.sq);
         let (q1t, q2t) = self.target.forward(next, next_a);
@@ -272,7 +272,7 @@ impl Policy for Sac {
             .collect();
         let y = Tensor::<1>::from_data(TensorData::new(y, [bs]), &ad);
         // ALGO: critics: mean squared error of both to y.
-        let obs = input(batch.obs.as_obs(), d, &ad);
+        let obs = input(batch.obs.as_obs(), d, &ad).float();
         let taken = Tensor::<2>::from_data(TensorData::new(values.clone(), [bs, dim]), &ad);
         let (q1, q2) = self.critic.model().forward(obs.clone(), taken);
         let q1_mean = q1.clone().mean().into_scalar::<f32>();

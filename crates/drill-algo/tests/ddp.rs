@@ -15,7 +15,7 @@ use drill_algo::data::Rollout;
 use drill_algo::ddp::Ranks;
 use drill_algo::ddp::{DdpOptions, SyncBatchNorm};
 use drill_algo::dqn::Dqn;
-use drill_algo::nets::{ActorCritic, QNet};
+use drill_algo::nets::{ActorCritic, Input, QNet};
 use drill_algo::optim::Trainer;
 use drill_algo::ppo::minibatch_update;
 use drill_algo::session;
@@ -297,7 +297,9 @@ fn q_loss(trainer: &Trainer<QNet>, k: usize, rows: std::ops::Range<usize>) -> Te
         ),
         &ad,
     );
-    (trainer.model().forward(x) - y).square().mean()
+    (trainer.model().forward(Input::Float(x)) - y)
+        .square()
+        .mean()
 }
 
 fn q_trainer() -> Trainer<QNet> {

@@ -9,7 +9,7 @@ use drill_algo::compute::{conv2d, linear, select_device};
 use drill_algo::data::{Batch, Rollout};
 use drill_algo::ddp::DataParallel;
 use drill_algo::dqn::Dqn;
-use drill_algo::nets::QNet;
+use drill_algo::nets::{Input, QNet};
 use drill_algo::optim::Trainer;
 use drill_algo::policy::{LearnOutput, Policy};
 use drill_algo::ppo::Ppo;
@@ -189,7 +189,7 @@ fn data_parallel_over_the_gpu_gives_the_whole_batch_gradient() {
             TensorData::new(data[rows.start * 4..rows.end * 4].to_vec(), [rows.len(), 4]),
             device,
         );
-        let y = net.forward(x);
+        let y = net.forward(Input::Float(x));
         (y.clone() * y).mean()
     };
     let mut one = Trainer::new(

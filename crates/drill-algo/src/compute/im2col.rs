@@ -17,8 +17,8 @@
 //! use. Where the CPU has AVX2 but not AVX-512, f32 forward passes and weight gradients run in
 //! [`super::implicit`] instead (no patch matrix); the input gradient and bf16 stay here.
 
-use super::bf16;
 use super::gemm::{View, matmul};
+use super::{bf16, frames};
 use rayon::prelude::*;
 
 /// A layer's weight as the left operand of every batch element's product: in bf16 precision
@@ -113,6 +113,67 @@ impl Geometry {
     }
 }
 
+/// A convolution's input batch, contiguous `[batch, c_in, h, w]`: `f32` values, or `u8`
+/// frames read as [`frames::value`] (a network's first layer over Atari frames: the
+/// minibatch's bytes, a quarter of its floats, are all that is read from memory).
+#[derive(Debug, Clone, Copy)]
+pub enum Source<'a> {
+    /// Values as they are.
+    F32(&'a [f32]),
+    /// Frame bytes, each `b / 255`.
+    Frames(&'a [u8]),
+}
+
+impl<'a> Source<'a> {
+    /// Values in the batch.
+    pub fn len(&self) -> usize {
+        match self {
+            Source::F32(x) => x.len(),
+            Source::Frames(x) => x.len(),
+        }
+    }
+
+    /// Whether the batch is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The whole batch as `f32` values: borrowed, or the frames converted.
+    pub fn to_f32(&self) -> std::borrow::Cow<'a, [f32]> {
+        match *self {
+            Source::F32(x) => std::borrow::Cow::Borrowed(x),
+            Source::Frames(x) => {
+                let mut v = vec![0f32; x.len()];
+                frames::to_f32(x, &mut v);
+                std::borrow::Cow::Owned(v)
+            }
+        }
+    }
+
+    /// Batch element `b` in the split layout ([`split_columns`]; as it lies when the
+    /// horizontal stride is 1): `f32` values at stride 1 as they are, else written into `xs`
+    /// (`split_len`), frames converted first into `raw` (`in_len`), both in cache.
+    fn element<'s>(self, b: usize, g: &Geometry, xs: &'s mut [f32], raw: &'s mut [f32]) -> &'s [f32]
+    where
+        'a: 's,
+    {
+        let at = b * g.in_len()..(b + 1) * g.in_len();
+        let values: &[f32] = match self {
+            Source::F32(x) => &x[at],
+            Source::Frames(x) => {
+                let raw = &mut raw[..g.in_len()];
+                frames::to_f32(&x[at], raw);
+                raw
+            }
+        };
+        if g.sw == 1 {
+            return values;
+        }
+        split_columns(values, g, xs);
+        xs
+    }
+}
+
 /// Width of one phase of a row split by horizontal stride (see [`split_columns`]).
 fn phase_width(g: &Geometry) -> usize {
     g.w.div_ceil(g.sw)
@@ -125,9 +186,10 @@ fn split_len(g: &Geometry) -> usize {
 
 /// Per-worker scratch for groups of `group` batch elements: their patch matrix (`K x group P`,
 /// and at least the two rows [`im2col_bf16`] stages), their output (or output gradient)
-/// side by side (`c_out x group P`), then one element's split input.
+/// side by side (`c_out x group P`), then one element's split input, then one element's
+/// input converted from frames ([`Source::element`]).
 fn scratch_len(g: &Geometry, group: usize) -> usize {
-    (g.k().max(2) + g.c_out) * g.p() * group + split_len(g)
+    (g.k().max(2) + g.c_out) * g.p() * group + split_len(g) + g.in_len()
 }
 
 /// Output positions a grouped product aims at: enough that `gemm` packs the weight once for
@@ -526,16 +588,11 @@ fn col2im_add(dcol: &[f32], g: &Geometry, dxs: &mut [f32], ld: usize) {
     });
 }
 
-/// `col` (`K x P`, rows `ld` apart) for batch element `b` of `x`, through `xs` (the split
-/// layout's scratch).
-fn patches(x: &[f32], b: usize, g: &Geometry, xs: &mut [f32], col: &mut [f32], ld: usize) {
-    let xb = &x[b * g.in_len()..(b + 1) * g.in_len()];
-    if g.sw == 1 {
-        im2col(xb, g, col, ld);
-    } else {
-        split_columns(xb, g, xs);
-        im2col(xs, g, col, ld);
-    }
+/// `col` (`K x P`, rows `ld` apart) for batch element `b` of `x`, through `stage` (the
+/// split layout's scratch, then the converted frames': [`Source::element`]).
+fn patches(x: Source<'_>, b: usize, g: &Geometry, stage: &mut [f32], col: &mut [f32], ld: usize) {
+    let (xs, raw) = stage.split_at_mut(split_len(g));
+    im2col(x.element(b, g, xs, raw), g, col, ld);
 }
 
 /// Run `f(b, chunk, scratch)` for every group of `group` batch elements (fewer in the last):
@@ -618,7 +675,7 @@ pub(super) fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R 
 /// contiguous. In f32, one product per group of batch elements (`group_size`), their
 /// patches side by side; in bf16, one per element, its patches written straight into the
 /// packed operand.
-pub fn forward(x: &[f32], weight: &[f32], bias: &[f32], g: &Geometry, relu: bool) -> Vec<f32> {
+pub fn forward(x: Source<'_>, weight: &[f32], bias: &[f32], g: &Geometry, relu: bool) -> Vec<f32> {
     let (k, p, co) = (g.k(), g.p(), g.c_out);
     assert_eq!(x.len(), g.batch * g.in_len(), "conv input size");
     assert_eq!(weight.len(), co * k, "conv weight size");
@@ -641,13 +698,8 @@ pub fn forward(x: &[f32], weight: &[f32], bias: &[f32], g: &Geometry, relu: bool
                 for (row, &bv) in yg.chunks_exact_mut(p).zip(bias) {
                     row.fill(bv);
                 }
-                let xb = &x[b0 * g.in_len()..(b0 + 1) * g.in_len()];
-                let xs: &[f32] = if g.sw == 1 {
-                    xb
-                } else {
-                    split_columns(xb, g, xs);
-                    xs
-                };
+                let (xs, raw) = xs.split_at_mut(split_len(g));
+                let xs = x.element(b0, g, xs, raw);
                 // SAFETY: yg is this element's c_out x P output, row-major, borrowed mutably.
                 unsafe {
                     bf16::gemm_built(
@@ -691,8 +743,9 @@ pub fn forward(x: &[f32], weight: &[f32], bias: &[f32], g: &Geometry, relu: bool
 }
 
 /// Weight and bias gradients for output gradient `dy`: `(dW [c_out, K], db [c_out])`.
-pub fn backward_params(x: &[f32], dy: &[f32], g: &Geometry) -> (Vec<f32>, Vec<f32>) {
+pub fn backward_params(x: Source<'_>, dy: &[f32], g: &Geometry) -> (Vec<f32>, Vec<f32>) {
     let (k, p, co) = (g.k(), g.p(), g.c_out);
+    assert_eq!(x.len(), g.batch * g.in_len(), "conv input size");
     assert_eq!(dy.len(), g.batch * g.out_len(), "conv output gradient size");
     // Each share of the batch accumulates its own dW^T and db ([`summed_over_threads`]).
     // dW^T is accumulated row-major (`K x c_out`): `gemm` ran the Nature CNN's weight
@@ -985,7 +1038,7 @@ mod tests {
                 let w = values(g.c_out * g.k(), 2);
                 let bias = values(g.c_out, 3);
                 close(
-                    &forward(&x, &w, &bias, &g, false),
+                    &forward(Source::F32(&x), &w, &bias, &g, false),
                     &reference(&x, &w, &bias, &g),
                     "y",
                 );
@@ -993,7 +1046,37 @@ mod tests {
                     .iter()
                     .map(|v| v.max(0.0))
                     .collect();
-                close(&forward(&x, &w, &bias, &g, true), &relu, "relu(y)");
+                close(
+                    &forward(Source::F32(&x), &w, &bias, &g, true),
+                    &relu,
+                    "relu(y)",
+                );
+            }
+        });
+    }
+
+    /// Frames give the bits their values give: the forward pass and the weight gradient, at
+    /// every stride of the test shapes, on one thread and on three.
+    #[test]
+    fn frames_give_what_their_values_give() {
+        on_pools(|| {
+            for g in SHAPES {
+                let bytes: Vec<u8> = (0..g.batch * g.in_len())
+                    .map(|i| (i * 37 % 256) as u8)
+                    .collect();
+                let x: Vec<f32> = bytes.iter().map(|&b| frames::value(b)).collect();
+                let w = values(g.c_out * g.k(), 8);
+                let bias = values(g.c_out, 9);
+                let dy = values(g.batch * g.out_len(), 10);
+                let (frames, floats) = (Source::Frames(&bytes), Source::F32(&x));
+                assert!(
+                    forward(frames, &w, &bias, &g, true) == forward(floats, &w, &bias, &g, true),
+                    "{g:?}"
+                );
+                assert!(
+                    backward_params(frames, &dy, &g) == backward_params(floats, &dy, &g),
+                    "{g:?}"
+                );
             }
         });
     }
@@ -1028,7 +1111,7 @@ mod tests {
                         })
                         .collect()
                 };
-                let (dw, db) = backward_params(&x, &r, &g);
+                let (dw, db) = backward_params(Source::F32(&x), &r, &g);
                 let dx = backward_input(&w, &r, &g);
                 close(&dw, &numeric(&w, &|w| objective(&x, w, &bias)), "dW");
                 close(&db, &numeric(&bias, &|b| objective(&x, &w, b)), "db");

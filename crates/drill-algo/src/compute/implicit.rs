@@ -231,12 +231,13 @@ mod tests {
                     for relu in [false, true] {
                         close(
                             &forward(&x, &w, &bias, &g, relu),
-                            &im2col::forward(&x, &w, &bias, &g, relu),
+                            &im2col::forward(im2col::Source::F32(&x), &w, &bias, &g, relu),
                             &format!("y of {g:?}, relu {relu}"),
                         );
                     }
                     let (dw, db) = backward_params(&x, &dy, &g);
-                    let (want_dw, want_db) = im2col::backward_params(&x, &dy, &g);
+                    let (want_dw, want_db) =
+                        im2col::backward_params(im2col::Source::F32(&x), &dy, &g);
                     close(&dw, &want_dw, &format!("dW of {g:?}"));
                     close(&db, &want_db, &format!("db of {g:?}"));
                 }

@@ -1,6 +1,6 @@
 //! Where the tensor work runs, and fast: [`select_device`] (CPU, or a GPU for `policy.cuda`),
 //! and [`conv2d`] and [`linear`], each a whole layer (bias and ReLU included) as one
-//! operation.
+//! operation ([`conv2d_frames`]: a first layer reading `u8` frames, [`frames`]).
 //!
 //! On the CPU (flex) device with `f32` tensors they run drill's own kernels and backward
 //! pass ([`ops`]: the burn backend extension; [`im2col`], [`implicit`], [`dense`]: the
@@ -17,6 +17,7 @@ pub mod amx;
 pub mod bf16;
 pub mod dense;
 pub mod device;
+pub mod frames;
 pub mod gemm;
 pub mod im2col;
 pub mod implicit;
@@ -28,7 +29,7 @@ pub mod view;
 use burn::backend::Dispatch;
 use burn::tensor::activation::relu as relu_op;
 use burn::tensor::ops::ConvOptions;
-use burn::tensor::{DType, Device, Tensor};
+use burn::tensor::{DType, Device, Int, Tensor};
 pub use device::select_device;
 use ops::FastOps;
 
@@ -60,6 +61,31 @@ pub fn conv2d(
     let options = ConvOptions::new(stride, [0, 0], [1, 1], 1);
     let y = burn::tensor::module::conv2d(x, weight, Some(bias), options);
     if relu { relu_op(y) } else { y }
+}
+
+/// [`conv2d`] over `u8` frames `x [batch, c_in, h, w]` (an int tensor of dtype `U8`), each
+/// byte read as `b / 255` ([`frames::value`]): a network's first layer. On the CPU device
+/// the kernels read the bytes themselves (no float copy of the batch: a quarter of the
+/// memory traffic), with the same results as [`conv2d`] over the converted batch; anywhere
+/// else the batch is converted first.
+pub fn conv2d_frames(
+    x: Tensor<4, Int>,
+    weight: Tensor<4>,
+    bias: Tensor<1>,
+    stride: [usize; 2],
+    relu: bool,
+) -> Tensor<4> {
+    if x.dtype() == DType::U8 && native(&weight) {
+        return Tensor::from_dispatch(<Dispatch as FastOps>::fast_conv2d_frames(
+            x.into_dispatch(),
+            weight.into_dispatch(),
+            bias.into_dispatch(),
+            stride[0],
+            stride[1],
+            relu,
+        ));
+    }
+    conv2d(x.float().div_scalar(255.0), weight, bias, stride, relu)
 }
 
 /// `x [n, in] weight [in, out] + bias [out]`, then ReLU when `relu`: `[n, out]`.
@@ -203,6 +229,43 @@ mod tests {
             b2.unwrap().into_data(),
             &format!("{what} db"),
         );
+    }
+
+    /// A first layer over frames gives the bits of the layer over their values, `b / 255`:
+    /// the output and the weight and bias gradients, with and without the fused ReLU.
+    #[test]
+    fn frames_layer_matches_the_layer_over_their_values() {
+        let device = Device::flex().autodiff();
+        device.seed(4);
+        let bytes: Vec<u8> = (0..2 * 4 * 21 * 17).map(|i| (i * 73 % 256) as u8).collect();
+        let floats: Vec<f32> = bytes.iter().map(|&b| frames::value(b)).collect();
+        let shape = [2, 4, 21, 17];
+        let wd = Tensor::<1>::random([5 * 4 * 8 * 8], Distribution::Uniform(-1.0, 1.0), &device)
+            .into_data();
+        let bd = Tensor::<1>::random([5], Distribution::Uniform(-1.0, 1.0), &device).into_data();
+        for relu in [false, true] {
+            let (w1, b1) = (leaf(&wd, [5, 4, 8, 8], &device), leaf(&bd, [5], &device));
+            let (w2, b2) = (leaf(&wd, [5, 4, 8, 8], &device), leaf(&bd, [5], &device));
+            let x = Tensor::<4, Int>::from_data(
+                TensorData::new(bytes.clone(), shape),
+                (&device, DType::U8),
+            );
+            let y1 = conv2d_frames(x, w1.clone(), b1.clone(), [4, 3], relu);
+            let x = Tensor::<4>::from_data(TensorData::new(floats.clone(), shape), &device);
+            let y2 = conv2d(x, w2.clone(), b2.clone(), [4, 3], relu);
+            assert_eq!(
+                y1.clone().into_data(),
+                y2.clone().into_data(),
+                "relu {relu}"
+            );
+            let r = Tensor::<4>::random(y1.dims(), Distribution::Uniform(-1.0, 1.0), &device);
+            let g1 = (y1 * r.clone()).sum().backward();
+            let g2 = (y2 * r).sum().backward();
+            let grad = |t: &Tensor<4>, g| t.grad(g).unwrap().into_data();
+            assert_eq!(grad(&w1, &g1), grad(&w2, &g2), "dW, relu {relu}");
+            let grad = |t: &Tensor<1>, g| t.grad(g).unwrap().into_data();
+            assert_eq!(grad(&b1, &g1), grad(&b2, &g2), "db, relu {relu}");
+        }
     }
 
     /// drill's layers and burn's own ops, on the same autodiff flex device: the same outputs

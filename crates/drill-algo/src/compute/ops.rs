@@ -2,11 +2,12 @@
 //! `Flex` (forward) and `Autodiff<Flex>` (forward plus a hand-written backward pass, one
 //! autodiff node per layer with its ReLU fused in).
 //!
-//! Only `f32` tensors on the flex device come here; [`super::conv2d`] and [`super::linear`]
-//! send everything else to burn's own operations.
+//! Only `f32` tensors on the flex device come here (and, for a first layer, `u8` frames:
+//! [`FastOps::fast_conv2d_frames`]); [`super::conv2d`] and [`super::linear`] send everything
+//! else to burn's own operations.
 
 use super::dense::{self, Dims};
-use super::im2col::{self, Geometry};
+use super::im2col::{self, Geometry, Source};
 use super::implicit;
 use burn::backend::TensorMetadata;
 use burn::backend::autodiff::NodeId;
@@ -15,7 +16,7 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::flex::{FlexTensor, Layout};
-use burn::backend::tensor::FloatTensor;
+use burn::backend::tensor::{FloatTensor, IntTensor};
 use burn::backend::{Autodiff, Backend, Flex, backend_extension};
 use burn::tensor::{Bytes, DType, Shape};
 use std::borrow::Cow;
@@ -27,6 +28,18 @@ pub trait FastOps: Backend {
     /// one group), then ReLU when `relu`.
     fn fast_conv2d(
         x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        stride_h: usize,
+        stride_w: usize,
+        relu: bool,
+    ) -> FloatTensor<Self>;
+
+    /// [`FastOps::fast_conv2d`] over `u8` frames `x` (an int tensor of dtype `U8`), each
+    /// byte read as `b / 255` ([`super::frames::value`]): a network's first layer without a
+    /// float copy of its input. No gradient flows to `x`.
+    fn fast_conv2d_frames(
+        x: IntTensor<Self>,
         weight: FloatTensor<Self>,
         bias: FloatTensor<Self>,
         stride_h: usize,
@@ -51,8 +64,12 @@ fn implicit_conv() -> bool {
 }
 
 fn geometry(x: &FlexTensor, weight: &FlexTensor, stride: [usize; 2]) -> Geometry {
-    let [batch, c_in, h, w] = x.shape().dims();
-    let [c_out, wc_in, kh, kw] = weight.shape().dims();
+    geometry_of(&x.shape(), &weight.shape(), stride)
+}
+
+fn geometry_of(x: &Shape, weight: &Shape, stride: [usize; 2]) -> Geometry {
+    let [batch, c_in, h, w] = x.dims();
+    let [c_out, wc_in, kh, kw] = weight.dims();
     assert_eq!(
         c_in, wc_in,
         "conv2d: input has {c_in} channels, the weight {wc_in}"
@@ -102,6 +119,44 @@ fn values(t: &FlexTensor) -> Cow<'_, [f32]> {
     }
 }
 
+/// The frame bytes of a `U8` tensor in row-major order (copied only when not contiguous
+/// already).
+fn frame_bytes(t: &FlexTensor) -> Cow<'_, [u8]> {
+    assert_eq!(
+        t.dtype(),
+        DType::U8,
+        "a convolution over frames takes a u8 tensor"
+    );
+    match t.as_slice::<u8>() {
+        Some(s) if t.is_contiguous() => Cow::Borrowed(s),
+        _ => Cow::Owned(
+            t.to_contiguous()
+                .as_slice::<u8>()
+                .expect("a contiguous u8 tensor")
+                .to_vec(),
+        ),
+    }
+}
+
+/// A convolution's forward pass on the kernels this CPU runs it with ([`implicit_conv`]:
+/// those take `f32` values, so frames are converted for them first).
+fn conv_forward(x: Source<'_>, weight: &[f32], bias: &[f32], g: &Geometry, relu: bool) -> Vec<f32> {
+    if implicit_conv() {
+        implicit::forward(&x.to_f32(), weight, bias, g, relu)
+    } else {
+        im2col::forward(x, weight, bias, g, relu)
+    }
+}
+
+/// A convolution's weight and bias gradients, as [`conv_forward`] chooses its kernels.
+fn conv_params(x: Source<'_>, dz: &[f32], g: &Geometry) -> (Vec<f32>, Vec<f32>) {
+    if implicit_conv() {
+        implicit::backward_params(&x.to_f32(), dz, g)
+    } else {
+        im2col::backward_params(x, dz, g)
+    }
+}
+
 fn tensor(v: Vec<f32>, shape: impl Into<Shape>) -> FlexTensor {
     FlexTensor::new(
         Bytes::from_elems(v),
@@ -144,11 +199,21 @@ impl FastOps for Flex {
     ) -> FlexTensor {
         let g = geometry(&x, &weight, [stride_h, stride_w]);
         let (x, weight, bias) = (values(&x), values(&weight), values(&bias));
-        let y = if implicit_conv() {
-            implicit::forward(&x, &weight, &bias, &g, relu)
-        } else {
-            im2col::forward(&x, &weight, &bias, &g, relu)
-        };
+        let y = conv_forward(Source::F32(&x), &weight, &bias, &g, relu);
+        tensor(y, [g.batch, g.c_out, g.oh(), g.ow()])
+    }
+
+    fn fast_conv2d_frames(
+        x: FlexTensor,
+        weight: FlexTensor,
+        bias: FlexTensor,
+        stride_h: usize,
+        stride_w: usize,
+        relu: bool,
+    ) -> FlexTensor {
+        let g = geometry(&x, &weight, [stride_h, stride_w]);
+        let (x, weight, bias) = (frame_bytes(&x), values(&weight), values(&bias));
+        let y = conv_forward(Source::Frames(&x), &weight, &bias, &g, relu);
         tensor(y, [g.batch, g.c_out, g.oh(), g.ow()])
     }
 
@@ -187,13 +252,8 @@ impl Backward<Flex, 3> for LayerBackward {
         let (params, dx) = match layer {
             Layer::Conv { stride } => {
                 let g = geometry(&x, &weight, stride);
-                let params = (node_w.is_some() || node_b.is_some()).then(|| {
-                    if implicit_conv() {
-                        implicit::backward_params(&values(&x), &dz, &g)
-                    } else {
-                        im2col::backward_params(&values(&x), &dz, &g)
-                    }
-                });
+                let params = (node_w.is_some() || node_b.is_some())
+                    .then(|| conv_params(Source::F32(&values(&x)), &dz, &g));
                 let dx = node_x
                     .is_some()
                     .then(|| im2col::backward_input(&values(&weight), &dz, &g));
@@ -220,6 +280,33 @@ impl Backward<Flex, 3> for LayerBackward {
         }
         if let (Some(node), Some(dx)) = (node_x, dx) {
             grads.register::<Flex>(node.id, tensor(dx, x.shape()));
+        }
+    }
+}
+
+/// The backward pass of a convolution over frames ([`FastOps::fast_conv2d_frames`]): weight
+/// and bias gradients from the saved frames, through the fused ReLU's saved output; the
+/// frames take none.
+#[derive(Debug)]
+struct FramesBackward;
+
+impl Backward<Flex, 2> for FramesBackward {
+    /// The frames, the weight's shape, the stride, and the output when a ReLU was fused in.
+    type State = (FlexTensor, Shape, [usize; 2], Option<FlexTensor>);
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_w, node_b] = ops.parents;
+        let dy: FlexTensor = grads.consume::<Flex>(&ops.node);
+        let (x, w_shape, stride, relu_out) = ops.state;
+        let g = geometry_of(&x.shape(), &w_shape, stride);
+        let dz = through_relu(dy, relu_out.as_ref());
+        let (dw, db) = conv_params(Source::Frames(&frame_bytes(&x)), &values(&dz), &g);
+        if let Some(node) = node_w {
+            grads.register::<Flex>(node.id, tensor(dw, w_shape));
+        }
+        if let Some(node) = node_b {
+            let n = db.len();
+            grads.register::<Flex>(node.id, tensor(db, [n]));
         }
     }
 }
@@ -279,6 +366,32 @@ impl<C: CheckpointStrategy> FastOps for Autodiff<Flex, C> {
             relu,
             |x, w, b| Flex::fast_conv2d(x, w, b, stride_h, stride_w, relu),
         )
+    }
+
+    fn fast_conv2d_frames(
+        x: IntTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        stride_h: usize,
+        stride_w: usize,
+        relu: bool,
+    ) -> FloatTensor<Self> {
+        let forward = |x, w, b| Flex::fast_conv2d_frames(x, w, b, stride_h, stride_w, relu);
+        let prep = FramesBackward
+            .prepare::<C>([weight.node(), bias.node()])
+            .compute_bound()
+            .stateful();
+        match prep {
+            OpsKind::Tracked(prep) => {
+                let w_shape = weight.shape();
+                let y = forward(x.clone(), weight.into_primitive(), bias.into_primitive());
+                let saved = relu.then(|| y.clone());
+                prep.finish((x, w_shape, [stride_h, stride_w], saved), y)
+            }
+            OpsKind::UnTracked(prep) => {
+                prep.finish(forward(x, weight.into_primitive(), bias.into_primitive()))
+            }
+        }
     }
 
     fn fast_linear(

@@ -94,7 +94,7 @@ impl DataParallel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nets::QNet;
+    use crate::nets::{Input, QNet};
     use burn::tensor::TensorData;
 
     fn loss(net: &QNet, rows: Range<usize>, data: &[f32], device: &Device) -> Tensor<1> {
@@ -103,7 +103,7 @@ mod tests {
             TensorData::new(data[rows.start * 4..rows.end * 4].to_vec(), [n, 4]),
             device,
         );
-        let y = net.forward(x);
+        let y = net.forward(Input::Float(x));
         (y.clone() * y).mean()
     }
 

@@ -1,7 +1,7 @@
 //! [`Actor`] and [`Critic`]: CleanRL's PPO networks (separate MLPs, orthogonal init), with
 //! ReLU (DI-engine's default) or tanh (CleanRL's) hidden activations.
 
-use super::Dense;
+use super::{Dense, Input};
 use burn::module::{Module, Param};
 use burn::nn::{Initializer, LinearConfig};
 use burn::tensor::activation::tanh;
@@ -130,10 +130,10 @@ pub struct ActorCritic {
 
 impl ActorCritic {
     /// What the actor and the critic read: the trunk's features, or the observations.
-    pub fn features(&self, obs: Tensor<2>) -> Tensor<2> {
+    pub fn features(&self, obs: Input) -> Tensor<2> {
         match &self.trunk {
             Some(t) => t.forward(obs),
-            None => obs,
+            None => obs.float(),
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use burn::module::{Module, Param};
 use burn::nn::conv::Conv2dConfig;
-use burn::tensor::{Device, Tensor};
+use burn::tensor::{Device, Int, Tensor};
 
 /// Weight `[c_out, c_in, k, k]` and bias `[c_out]`, applied at a stride; parameters in
 /// burn's `Conv2d` order (weight, bias), so checkpoints keep their layout.
@@ -32,6 +32,12 @@ impl Conv {
     /// `[batch, c_out, oh, ow]` for `x` `[batch, c_in, h, w]`.
     pub fn forward(&self, x: Tensor<4>) -> Tensor<4> {
         crate::compute::conv2d(x, self.weight.val(), self.bias.val(), self.stride, false)
+    }
+
+    /// `relu(self.forward(x / 255))` for `u8` frames `x` (a first layer), as one operation
+    /// ([`crate::compute::conv2d_frames`]).
+    pub fn forward_frames_relu(&self, x: Tensor<4, Int>) -> Tensor<4> {
+        crate::compute::conv2d_frames(x, self.weight.val(), self.bias.val(), self.stride, true)
     }
 
     /// `relu(self.forward(x))`, as one operation.

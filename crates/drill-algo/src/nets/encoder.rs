@@ -7,7 +7,7 @@
 //! - [`ConvEncoder::nature`]: the Nature-DQN / CleanRL `ppo_atari` trunk: convs 32, 64, 64
 //!   (same kernels), then `Linear(flat, 512)` and ReLU.
 
-use super::{Conv, Dense};
+use super::{Conv, Dense, Input};
 use burn::module::{Module, Param};
 use burn::nn::LinearConfig;
 use burn::tensor::{Device, Distribution, Tensor, TensorData};
@@ -106,11 +106,16 @@ impl ConvEncoder {
         })
     }
 
-    /// Features `[batch, out]` for flat frames `[batch, c*h*w]` scaled to `[0, 1]`.
-    pub fn forward(&self, x: Tensor<2>) -> Tensor<2> {
-        let batch = x.dims()[0];
-        let mut x: Tensor<4> = x.reshape([batch, self.channels, self.height, self.width]);
-        for conv in &self.convs {
+    /// Features `[batch, out]` for flat frames `[batch, c*h*w]`: bytes, or floats scaled to
+    /// `[0, 1]`.
+    pub fn forward(&self, x: Input) -> Tensor<2> {
+        let shape = [x.dims()[0], self.channels, self.height, self.width];
+        let (first, rest) = self.convs.split_first().expect("three convolutions");
+        let mut x = match x {
+            Input::Frames(x) => first.forward_frames_relu(x.reshape(shape)),
+            Input::Float(x) => first.forward_relu(x.reshape(shape)),
+        };
+        for conv in rest {
             x = conv.forward_relu(x);
         }
         let x = x.flatten(1, 3);
@@ -227,7 +232,7 @@ mod tests {
             + (128 * 512 * 9 + 512)
             + (512 * 7 * 7 * 512 + 512);
         assert_eq!(e.num_params(), want);
-        let y = e.forward(Tensor::zeros([2, 4 * 84 * 84], &device));
+        let y = e.forward(Input::Float(Tensor::zeros([2, 4 * 84 * 84], &device)));
         assert_eq!(y.dims(), [2, 512]);
         // DI-engine's DQN on Pong: this encoder, then the dueling head (512 -> 512 -> 6 and
         // 512 -> 512 -> 1).

@@ -2,7 +2,7 @@
 //! and [`TwinQ`] for SAC, [`ConvEncoder`] (their image trunk: DI-engine's and Nature's) built of [`Conv`] layers ([`Dense`] is the fully connected one: both run
 //! [`crate::compute`]'s kernels), and the
 //! Nature-DQN [`NatureCnn`] used by the learner benchmark;
-//! [`input`] turns any observation batch into a network's float input.
+//! [`input`] turns any observation batch into a network's [`Input`].
 
 mod actor_critic;
 mod cnn;
@@ -20,79 +20,139 @@ pub use encoder::ConvEncoder;
 pub use q::QNet;
 pub use sac::{SquashedGaussian, TwinQ};
 
+use crate::compute::frames;
 use burn::nn::{Initializer, LinearConfig};
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use drill_env::Obs;
 
-/// A batch of observations as a network's float input `[n, dim]`: `f32` as they are, `u8`
-/// frames scaled to `[0, 1]` (on the batch, as DI-engine's and CleanRL's Atari nets do).
-pub fn input(obs: Obs<'_>, dim: usize, device: &Device) -> Tensor<2> {
-    let n = obs.len() / dim;
-    match obs {
-        Obs::F32(x) => Tensor::from_data(TensorData::new(x.to_vec(), [n, dim]), device),
-        Obs::U8(x) => {
-            // One pass that converts and divides (the values of a division of the float
-            // tensor, without its second pass), split over the pool's threads for a large
-            // batch.
-            let scale = |&b: &u8| frame_value(b);
-            let v: Vec<f32> = if split(x.len()) {
-                use rayon::prelude::*;
-                x.par_iter().map(scale).collect()
-            } else {
-                x.iter().map(scale).collect()
-            };
-            Tensor::from_data(TensorData::new(v, [n, dim]), device)
+/// A network's input batch `[n, dim]`: float features, or `u8` frames, which a
+/// convolutional trunk's first layer reads as they are ([`crate::compute::conv2d_frames`]),
+/// each byte as `b / 255` (as DI-engine's and CleanRL's Atari nets scale them).
+#[derive(Debug, Clone)]
+pub enum Input {
+    /// Float features.
+    Float(Tensor<2>),
+    /// Frame bytes (an int tensor of dtype `U8`).
+    Frames(Tensor<2, Int>),
+}
+
+impl Input {
+    /// The batch as floats: frames scaled to `[0, 1]` (for layers that read floats only).
+    pub fn float(self) -> Tensor<2> {
+        match self {
+            Input::Float(x) => x,
+            Input::Frames(x) => x.float().div_scalar(255.0),
+        }
+    }
+
+    /// `[n, dim]`.
+    pub fn dims(&self) -> [usize; 2] {
+        match self {
+            Input::Float(x) => x.dims(),
+            Input::Frames(x) => x.dims(),
         }
     }
 }
 
-/// A `u8` frame value as the network reads it, in `[0, 1]`.
-#[inline(always)]
-fn frame_value(b: u8) -> f32 {
-    f32::from(b) / 255.0
+/// A batch of observations as a network's input `[n, dim]`: `f32` as they are; `u8` frames
+/// as bytes on the CPU device (a quarter of the floats' memory), elsewhere converted to
+/// floats in `[0, 1]` on the host.
+pub fn input(obs: Obs<'_>, dim: usize, device: &Device) -> Input {
+    let n = obs.len() / dim;
+    match obs {
+        Obs::F32(x) => Input::Float(Tensor::from_data(
+            TensorData::new(x.to_vec(), [n, dim]),
+            device,
+        )),
+        Obs::U8(x) if bytes_on(device) => frames(x.to_vec(), [n, dim], device),
+        Obs::U8(x) => {
+            // One pass that converts and divides (the values of a division of the float
+            // tensor, without its second pass), split over the pool's threads for a large
+            // batch.
+            let v: Vec<f32> = if split(x.len()) {
+                use rayon::prelude::*;
+                x.par_iter().map(|&b| frames::value(b)).collect()
+            } else {
+                x.iter().map(|&b| frames::value(b)).collect()
+            };
+            Input::Float(Tensor::from_data(TensorData::new(v, [n, dim]), device))
+        }
+    }
 }
 
-/// Whether converting `values` frame values is split over the pool's threads: from 1 M (a
-/// learner's minibatch of 256 Atari frames holds 7.2 M), when the pool has threads.
+/// Whether frames go to `device` as bytes: the CPU device, whose kernels read them.
+fn bytes_on(device: &Device) -> bool {
+    *device == Device::flex()
+}
+
+/// Frame bytes `[n, dim]` as an [`Input::Frames`] on `device`.
+fn frames(v: Vec<u8>, shape: [usize; 2], device: &Device) -> Input {
+    Input::Frames(Tensor::from_data(
+        TensorData::new(v, shape),
+        (device, DType::U8),
+    ))
+}
+
+/// Whether gathering or converting `values` frame values is split over the pool's threads:
+/// from 1 M (a learner's minibatch of 256 Atari frames holds 7.2 M), when the pool has
+/// threads.
 fn split(values: usize) -> bool {
     values >= 1 << 20 && rayon::current_num_threads() > 1
 }
 
-/// [`input`] of rows `rows` of `obs` (`dim` values each), in that order: a learner's
-/// minibatch gathered and converted in one pass, split over the pool's threads for Atari
-/// frames (a separate gather was a 7 MB copy on one thread while the other waited).
-pub fn input_rows(obs: Obs<'_>, rows: &[usize], dim: usize, device: &Device) -> Tensor<2> {
+/// `out`'s chunks of `dim` cells set to rows `rows` of `x` (each through `cell`), in order,
+/// split over the pool's threads for a large batch; returns `out` with its length set.
+fn gathered<T: Copy + Send + Sync, U: Send>(
+    x: &[T],
+    rows: &[usize],
+    dim: usize,
+    cell: impl Fn(T) -> U + Sync,
+) -> Vec<U> {
     let n = rows.len();
-    let row = |k: usize| k * dim..(k + 1) * dim;
+    let fill = |out: &mut [std::mem::MaybeUninit<U>], k: usize| {
+        for (o, &b) in out.iter_mut().zip(&x[k * dim..(k + 1) * dim]) {
+            o.write(cell(b));
+        }
+    };
+    let mut v: Vec<U> = Vec::with_capacity(n * dim);
+    let cells = &mut v.spare_capacity_mut()[..n * dim];
+    if split(n * dim) {
+        use rayon::prelude::*;
+        cells
+            .par_chunks_mut(dim)
+            .zip(rows.par_iter())
+            .for_each(|(out, &k)| fill(out, k));
+    } else {
+        cells
+            .chunks_mut(dim)
+            .zip(rows)
+            .for_each(|(out, &k)| fill(out, k));
+    }
+    // SAFETY: each of the n chunks of `dim` cells was written whole: `x[k * dim..(k + 1) *
+    // dim]` is `dim` values long (or the slicing panicked, and this line is not reached).
+    unsafe { v.set_len(n * dim) };
+    v
+}
+
+/// [`input`] of rows `rows` of `obs` (`dim` values each), in that order: a learner's
+/// minibatch gathered (and, where [`input`] converts, converted) in one pass, split over the
+/// pool's threads for Atari frames (a separate gather was a 7 MB copy on one thread while
+/// the other waited).
+pub fn input_rows(obs: Obs<'_>, rows: &[usize], dim: usize, device: &Device) -> Input {
+    let shape = [rows.len(), dim];
     match obs {
         Obs::F32(x) => {
-            let v: Vec<f32> = rows.iter().flat_map(|&k| &x[row(k)]).copied().collect();
-            Tensor::from_data(TensorData::new(v, [n, dim]), device)
+            let v: Vec<f32> = rows
+                .iter()
+                .flat_map(|&k| &x[k * dim..(k + 1) * dim])
+                .copied()
+                .collect();
+            Input::Float(Tensor::from_data(TensorData::new(v, shape), device))
         }
+        Obs::U8(x) if bytes_on(device) => frames(gathered(x, rows, dim, |b| b), shape, device),
         Obs::U8(x) => {
-            let fill = |out: &mut [std::mem::MaybeUninit<f32>], k: usize| {
-                for (o, &b) in out.iter_mut().zip(&x[row(k)]) {
-                    o.write(frame_value(b));
-                }
-            };
-            let mut v: Vec<f32> = Vec::with_capacity(n * dim);
-            let cells = &mut v.spare_capacity_mut()[..n * dim];
-            if split(n * dim) {
-                use rayon::prelude::*;
-                cells
-                    .par_chunks_mut(dim)
-                    .zip(rows.par_iter())
-                    .for_each(|(out, &k)| fill(out, k));
-            } else {
-                cells
-                    .chunks_mut(dim)
-                    .zip(rows)
-                    .for_each(|(out, &k)| fill(out, k));
-            }
-            // SAFETY: each of the n chunks of `dim` cells was written whole: `x[row(k)]` is
-            // `dim` values long (or the slicing panicked, and this line is not reached).
-            unsafe { v.set_len(n * dim) };
-            Tensor::from_data(TensorData::new(v, [n, dim]), device)
+            let v = gathered(x, rows, dim, frames::value);
+            Input::Float(Tensor::from_data(TensorData::new(v, shape), device))
         }
     }
 }
@@ -157,9 +217,15 @@ mod tests {
                     .expect("a thread pool");
                 let (got, want, fgot) = pool.install(|| {
                     (
-                        input_rows(Obs::U8(&x), &rows, dim, &device).into_data(),
-                        input(Obs::U8(&gather(&x)), dim, &device).into_data(),
-                        input_rows(Obs::F32(&f), &rows, dim, &device).into_data(),
+                        input_rows(Obs::U8(&x), &rows, dim, &device)
+                            .float()
+                            .into_data(),
+                        input(Obs::U8(&gather(&x)), dim, &device)
+                            .float()
+                            .into_data(),
+                        input_rows(Obs::F32(&f), &rows, dim, &device)
+                            .float()
+                            .into_data(),
                     )
                 });
                 assert_eq!(got, want, "{threads} threads, {n} x {dim}");

@@ -3,7 +3,7 @@
 
 use super::ConvEncoder;
 
-use super::Dense;
+use super::{Dense, Input};
 use burn::module::Module;
 use burn::nn::{Initializer, LinearConfig};
 use burn::tensor::{Device, Tensor};
@@ -59,10 +59,10 @@ impl QNet {
     }
 
     /// Q-values `[batch, actions]` for observations `[batch, obs_dim]`.
-    pub fn forward(&self, obs: Tensor<2>) -> Tensor<2> {
+    pub fn forward(&self, obs: Input) -> Tensor<2> {
         let mut x = match &self.trunk {
             Some(t) => t.forward(obs),
-            None => obs,
+            None => obs.float(),
         };
         for layer in &self.encoder {
             x = layer.forward_relu(x);

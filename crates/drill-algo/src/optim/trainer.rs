@@ -311,7 +311,7 @@ mod tests {
             .map(|i| ((i + 7 * k) as f32 * 0.3).sin())
             .collect();
         let x = Tensor::<2>::from_data(TensorData::new(values, [8, 4]), &ad);
-        let q = t.model().forward(x);
+        let q = t.model().forward(crate::nets::Input::Float(x));
         (q.clone() * q).mean()
     }
 
