@@ -88,6 +88,14 @@ pub fn conv2d_frames(
     conv2d(x.float().div_scalar(255.0), weight, bias, stride, relu)
 }
 
+/// Whether the CPU kernels read a first layer's `u8` frames as they are ([`conv2d_frames`]
+/// converts each element in cache): where the convolutions run through [`im2col`]. The
+/// [`implicit`] kernels (f32 on AVX2 machines) take `f32` values, so there a batch of frames
+/// is converted once, on the host, as a float input.
+pub fn reads_frames() -> bool {
+    !ops::implicit_conv()
+}
+
 /// `x [n, in] weight [in, out] + bias [out]`, then ReLU when `relu`: `[n, out]`.
 pub fn linear(x: Tensor<2>, weight: Tensor<2>, bias: Tensor<1>, relu: bool) -> Tensor<2> {
     if native(&x) {

@@ -59,7 +59,7 @@ pub trait FastOps: Backend {
 
 /// Whether this f32 convolution runs without a patch matrix ([`implicit`]): where the CPU
 /// suits it, and not in bf16 precision (whose products im2col packs).
-fn implicit_conv() -> bool {
+pub(super) fn implicit_conv() -> bool {
     implicit::chosen() && !super::bf16::enabled()
 }
 

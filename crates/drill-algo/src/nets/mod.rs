@@ -55,8 +55,8 @@ impl Input {
 }
 
 /// A batch of observations as a network's input `[n, dim]`: `f32` as they are; `u8` frames
-/// as bytes on the CPU device (a quarter of the floats' memory), elsewhere converted to
-/// floats in `[0, 1]` on the host.
+/// as bytes on the CPU device where its kernels read them ([`crate::compute::reads_frames`];
+/// a quarter of the floats' memory), elsewhere converted to floats in `[0, 1]` on the host.
 pub fn input(obs: Obs<'_>, dim: usize, device: &Device) -> Input {
     let n = obs.len() / dim;
     match obs {
@@ -80,9 +80,9 @@ pub fn input(obs: Obs<'_>, dim: usize, device: &Device) -> Input {
     }
 }
 
-/// Whether frames go to `device` as bytes: the CPU device, whose kernels read them.
+/// Whether frames go to `device` as bytes: the CPU device, where its kernels read them.
 fn bytes_on(device: &Device) -> bool {
-    *device == Device::flex()
+    *device == Device::flex() && crate::compute::reads_frames()
 }
 
 /// Frame bytes `[n, dim]` as an [`Input::Frames`] on `device`.
@@ -191,7 +191,7 @@ mod tests {
 
     /// A gathered minibatch is the same tensor as the rows copied out first and then
     /// converted, for u8 frames (one thread and split over three, below and above the size
-    /// from which it splits) and for f32 rows.
+    /// from which it splits; as bytes and converted on the host) and for f32 rows.
     #[test]
     fn input_rows_is_input_of_the_gathered_rows() {
         let device = Device::default();
@@ -229,6 +229,11 @@ mod tests {
                     )
                 });
                 assert_eq!(got, want, "{threads} threads, {n} x {dim}");
+                // Frames kept as bytes or converted on the host: the same values.
+                let scaled: Vec<f32> = gather(&x).iter().map(|&b| frames::value(b)).collect();
+                let host = pool.install(|| gathered(&x, &rows, dim, frames::value));
+                assert_eq!(host, scaled);
+                assert_eq!(got.as_slice::<f32>().unwrap(), &scaled[..]);
                 assert_eq!(fgot.as_slice::<f32>().unwrap(), &fgather[..]);
                 assert_eq!(got.num_elements(), rows.len() * dim);
             }
