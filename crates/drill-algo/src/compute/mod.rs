@@ -65,9 +65,10 @@ pub fn conv2d(
 
 /// [`conv2d`] over `u8` frames `x [batch, c_in, h, w]` (an int tensor of dtype `U8`), each
 /// byte read as `b / 255` ([`frames::value`]): a network's first layer. On the CPU device
-/// the kernels read the bytes themselves (no float copy of the batch: a quarter of the
-/// memory traffic), with the same results as [`conv2d`] over the converted batch; anywhere
-/// else the batch is converted first.
+/// drill's kernels take the bytes, with the same results as [`conv2d`] over the converted
+/// batch: im2col converts each element in cache (no float copy of the batch, a quarter of
+/// the memory traffic), the [`implicit`] kernels the whole batch first ([`reads_frames`]
+/// says which). Anywhere else the batch is converted first.
 pub fn conv2d_frames(
     x: Tensor<4, Int>,
     weight: Tensor<4>,
