@@ -42,7 +42,7 @@ pub fn available() -> bool {
     })
 }
 
-/// This thread's tiles configured for [`block`] for as long as the value lives (released when
+/// This thread's tiles configured for [`Tiles::block`] for as long as the value lives (released when
 /// it is dropped, so the thread's AMX state is back to its initial, cheap-to-switch state).
 /// Not `Send`: the configuration belongs to the thread that loaded it.
 pub struct Tiles(std::marker::PhantomData<*const ()>);
