@@ -103,36 +103,29 @@ fn dims(x: &FlexTensor, weight: &FlexTensor) -> Dims {
 
 /// The tensor's `f32` values in row-major order (copied only when not contiguous already).
 fn values(t: &FlexTensor) -> Cow<'_, [f32]> {
-    assert_eq!(
-        t.dtype(),
-        DType::F32,
-        "drill's CPU kernels take f32 tensors"
-    );
-    match t.as_slice::<f32>() {
-        Some(s) if t.is_contiguous() => Cow::Borrowed(s),
-        _ => Cow::Owned(
-            t.to_contiguous()
-                .as_slice::<f32>()
-                .expect("a contiguous f32 tensor")
-                .to_vec(),
-        ),
-    }
+    elements(t, DType::F32, "drill's CPU kernels take f32 tensors")
 }
 
 /// The frame bytes of a `U8` tensor in row-major order (copied only when not contiguous
 /// already).
 fn frame_bytes(t: &FlexTensor) -> Cow<'_, [u8]> {
-    assert_eq!(
-        t.dtype(),
-        DType::U8,
-        "a convolution over frames takes a u8 tensor"
-    );
-    match t.as_slice::<u8>() {
+    elements(t, DType::U8, "a convolution over frames takes a u8 tensor")
+}
+
+/// The tensor's elements of type `E` (its dtype `dtype`, else panic with `what`) in
+/// row-major order, copied only when not contiguous already.
+fn elements<'t, E: burn::tensor::Element + bytemuck::Pod>(
+    t: &'t FlexTensor,
+    dtype: DType,
+    what: &str,
+) -> Cow<'t, [E]> {
+    assert_eq!(t.dtype(), dtype, "{what}");
+    match t.as_slice::<E>() {
         Some(s) if t.is_contiguous() => Cow::Borrowed(s),
         _ => Cow::Owned(
             t.to_contiguous()
-                .as_slice::<u8>()
-                .expect("a contiguous u8 tensor")
+                .as_slice::<E>()
+                .expect("a contiguous tensor of its own dtype")
                 .to_vec(),
         ),
     }
@@ -269,14 +262,13 @@ impl Backward<Flex, 3> for LayerBackward {
                 (params, dx)
             }
         };
-        if let Some((dw, db)) = params {
-            if let Some(node) = node_w {
-                grads.register::<Flex>(node.id, tensor(dw, weight.shape()));
-            }
-            if let Some(node) = node_b {
-                let n = db.len();
-                grads.register::<Flex>(node.id, tensor(db, [n]));
-            }
+        if let Some(params) = params {
+            register_params(
+                grads,
+                [node_w, node_b].map(|n| n.map(|n| n.id)),
+                params,
+                weight.shape(),
+            );
         }
         if let (Some(node), Some(dx)) = (node_x, dx) {
             grads.register::<Flex>(node.id, tensor(dx, x.shape()));
@@ -300,14 +292,30 @@ impl Backward<Flex, 2> for FramesBackward {
         let (x, w_shape, stride, relu_out) = ops.state;
         let g = geometry_of(&x.shape(), &w_shape, stride);
         let dz = through_relu(dy, relu_out.as_ref());
-        let (dw, db) = conv_params(Source::Frames(&frame_bytes(&x)), &values(&dz), &g);
-        if let Some(node) = node_w {
-            grads.register::<Flex>(node.id, tensor(dw, w_shape));
-        }
-        if let Some(node) = node_b {
-            let n = db.len();
-            grads.register::<Flex>(node.id, tensor(db, [n]));
-        }
+        let params = conv_params(Source::Frames(&frame_bytes(&x)), &values(&dz), &g);
+        register_params(
+            grads,
+            [node_w, node_b].map(|n| n.map(|n| n.id)),
+            params,
+            w_shape,
+        );
+    }
+}
+
+/// Register a layer's weight gradient `dw` (of shape `w_shape`) and bias gradient `db` for
+/// the weight and bias nodes that want them.
+fn register_params(
+    grads: &mut Gradients,
+    [node_w, node_b]: [Option<NodeId>; 2],
+    (dw, db): (Vec<f32>, Vec<f32>),
+    w_shape: Shape,
+) {
+    if let Some(id) = node_w {
+        grads.register::<Flex>(id, tensor(dw, w_shape));
+    }
+    if let Some(id) = node_b {
+        let n = db.len();
+        grads.register::<Flex>(id, tensor(db, [n]));
     }
 }
 
