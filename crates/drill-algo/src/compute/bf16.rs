@@ -878,6 +878,33 @@ pub unsafe fn gemm_left_packed(
     });
 }
 
+/// `dst (m x n) = [dst +] a (m x k) * b` in bf16 at `b`'s level with `b` packed already (a
+/// dense layer's weight, kept packed by [`super::packed_weights`]) and `a` packed into this
+/// thread's buffer, on the rayon pool when `parallel`.
+///
+/// # Safety
+/// As for [`gemm()`].
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gemm_right_packed(
+    level: Level,
+    dst: *mut f32,
+    strides: (usize, usize),
+    accumulate: bool,
+    a: View<'_>,
+    m: usize,
+    b: &PackedRight,
+    parallel: bool,
+) {
+    if m == 0 || b.len == 0 {
+        return;
+    }
+    let mut ap = LEFT.with_borrow_mut(std::mem::take);
+    ap.pack(level, a, m, b.k, false);
+    // SAFETY: forwarded from the caller.
+    unsafe { gemm_packed(level, dst, strides, accumulate, &ap, b, parallel) };
+    LEFT.with_borrow_mut(|cache| *cache = ap);
+}
+
 /// `f` with this thread's right-operand buffer, taken out of the cache for the call (so a
 /// rayon worker that steals another product meanwhile packs into a buffer of its own).
 fn with_right(f: impl FnOnce(&mut PackedRight)) {

@@ -1,6 +1,7 @@
 //! The CPU kernels of [`super::linear`]: `y = x W + b` (burn's `Linear` layout: `W` is
 //! `[in, out]`) and its gradients, each one GEMM on the batch, threaded by `gemm` itself.
 
+use super::bf16::{Level, PackedRight};
 use super::gemm::{Epilogue, View, product, product_then};
 use super::small_gemm::MAX_MACS;
 
@@ -31,6 +32,40 @@ pub fn forward(x: &[f32], weight: &[f32], bias: &[f32], d: Dims, relu: bool) -> 
         },
         true,
     )
+}
+
+/// [`forward`] through a weight packed for bf16 products already ([`super::packed_weights`]),
+/// at the level it was packed for.
+pub fn forward_packed(
+    x: &[f32],
+    weight: &PackedRight,
+    level: Level,
+    bias: &[f32],
+    d: Dims,
+    relu: bool,
+) -> Vec<f32> {
+    assert_eq!(x.len(), d.n * d.d_in, "linear input size");
+    assert_eq!(bias.len(), d.d_out, "linear bias size");
+    let mut y = vec![0f32; d.n * d.d_out];
+    // SAFETY: `y` is a row-major n x d_out buffer of its own, aliasing neither operand.
+    unsafe {
+        super::bf16::gemm_right_packed(
+            level,
+            y.as_mut_ptr(),
+            (d.d_out, 1),
+            false,
+            View::rows(x, d.d_in),
+            d.n,
+            weight,
+            true,
+        );
+    }
+    Epilogue {
+        bias: Some(bias),
+        relu,
+    }
+    .apply(&mut y, d.d_out);
+    y
 }
 
 /// Weight and bias gradients for output gradient `dy`: `(dW [d_in, d_out], db [d_out])`.

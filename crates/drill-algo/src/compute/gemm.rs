@@ -351,7 +351,7 @@ unsafe fn dispatch(
     } else {
         1
     };
-    let few = m <= small_gemm::FEW_ROWS || (m <= SOME_ROWS && k * n >= LARGE_RIGHT);
+    let few = m <= small_gemm::FEW_ROWS || reads_right_once(m, n, k);
     if few && dst_strides.1 == 1 && b.cs == 1 {
         // SAFETY: as below; the caller vouches for the destination.
         unsafe {
@@ -444,6 +444,13 @@ unsafe fn dispatch(
         epilogue.apply(unsafe { std::slice::from_raw_parts_mut(dst, m * n) }, n);
     }
     "gemm"
+}
+
+/// Whether an `m x n x k` product has so few rows for its right operand, one larger than L2,
+/// that it reads it once from memory whatever the kernel: [`few_rows`]'s second case, and
+/// the weights [`super::packed_weights`] keeps packed.
+pub(super) fn reads_right_once(m: usize, n: usize, k: usize) -> bool {
+    m <= SOME_ROWS && k * n >= LARGE_RIGHT
 }
 
 /// Products of at most this many rows also go to [`few_rows`] when their right operand

@@ -22,6 +22,7 @@ pub mod gemm;
 pub mod im2col;
 pub mod implicit;
 pub mod ops;
+pub mod packed_weights;
 pub mod peak;
 pub mod small_gemm;
 pub mod view;

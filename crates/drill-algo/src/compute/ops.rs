@@ -212,7 +212,13 @@ impl FastOps for Flex {
 
     fn fast_linear(x: FlexTensor, weight: FlexTensor, bias: FlexTensor, relu: bool) -> FlexTensor {
         let d = dims(&x, &weight);
-        let y = dense::forward(&values(&x), &values(&weight), &values(&bias), d, relu);
+        let w = values(&weight);
+        let y = match super::packed_weights::packed(&weight, &w, d) {
+            Some(p) => {
+                dense::forward_packed(&values(&x), &p.weight, p.level, &values(&bias), d, relu)
+            }
+            None => dense::forward(&values(&x), &w, &values(&bias), d, relu),
+        };
         tensor(y, [d.n, d.d_out])
     }
 }
