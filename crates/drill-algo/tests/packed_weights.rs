@@ -1,11 +1,13 @@
-//! `policy.precision = "bf16"` keeps a dense layer's large weight packed when few rows at a
-//! time read it (`compute::packed_weights`: an acting batch through the Nature CNN's 3136 x
-//! 512 weight): from its third sight the layer gives the bf16 product, bit for bit what
-//! packing the weight for the call gives, and a new weight is never read through an old
-//! packing. Its own test binary: the precision is process-wide.
+//! A dense layer's large weight read by few rows at a time is kept packed from its third
+//! sight (`compute::packed_weights`: an acting batch through the Nature CNN's 3136 x 512
+//! weight). In f32 the layer gives the same bits throughout; with `policy.precision =
+//! "bf16"` it gives the bf16 product from then on, bit for bit what packing the weight for
+//! the call gives; a weight is never read through another's packing. Its own test binary:
+//! the precision is process-wide.
 
 use burn::tensor::{Device, Tensor, TensorData};
 use drill_algo::compute::bf16::{self, Level};
+use drill_algo::compute::dense::{self, Dims};
 use drill_algo::compute::gemm::{Epilogue, View};
 use drill_algo::compute::linear;
 
@@ -30,7 +32,7 @@ fn rel_err(got: &[f32], want: &[f32]) -> f64 {
 }
 
 #[test]
-fn a_kept_packing_gives_the_bf16_product_and_only_for_its_own_weight() {
+fn a_kept_packing_gives_its_own_weight_s_product() {
     let device = Device::flex();
     let (n, k, d) = (8, 3136, 512);
     let x = values(n * k, 1);
@@ -53,48 +55,61 @@ fn a_kept_packing_gives_the_bf16_product_and_only_for_its_own_weight() {
         bias: Some(&bias),
         relu: true,
     };
-    for level in Level::available() {
-        Level::force(Some(level));
+    let dims = Dims {
+        n,
+        d_in: k,
+        d_out: d,
+    };
+    let f32_y: Vec<Vec<f32>> = (weights.iter())
+        .map(|w| dense::forward(&x, w, &bias, dims, true))
+        .collect();
+    // f32 first (`None`), then every bf16 level this CPU has.
+    let precisions = std::iter::once(None).chain(Level::available().into_iter().map(Some));
+    for precision in precisions {
+        if let Some(level) = precision {
+            Level::force(Some(level));
+        }
         let held: Vec<Tensor<2>> = weights.iter().map(|w| tensor(w, [k, d])).collect();
-        let f32_y: Vec<Vec<f32>> = held.iter().map(&layer).collect();
-        bf16::set_enabled(true);
+        bf16::set_enabled(precision.is_some());
         let sights: Vec<Vec<Vec<f32>>> =
             (0..5).map(|_| held.iter().map(&layer).collect()).collect();
         bf16::set_enabled(false);
         for (j, w) in weights.iter().enumerate() {
-            let mut want = vec![0f32; n * d];
-            // SAFETY: `want` is a row-major n x d buffer of its own.
-            unsafe {
-                bf16::gemm(
-                    level,
-                    want.as_mut_ptr(),
-                    (n, d, k),
-                    (d, 1),
-                    false,
-                    View::rows(&x, k),
-                    View::rows(w, d),
-                    false,
+            let bf16_y = precision.map(|level| {
+                let mut y = vec![0f32; n * d];
+                // SAFETY: `y` is a row-major n x d buffer of its own.
+                unsafe {
+                    bf16::gemm(
+                        level,
+                        y.as_mut_ptr(),
+                        (n, d, k),
+                        (d, 1),
+                        false,
+                        View::rows(&x, k),
+                        View::rows(w, d),
+                        false,
+                    );
+                }
+                epilogue.apply(&mut y, d);
+                let e = rel_err(&y, &f32_y[j]);
+                assert!(
+                    e > 0.0 && e < 1e-2,
+                    "{level:?}: bf16 against f32, relative error {e}"
                 );
-            }
-            epilogue.apply(&mut want, d);
+                y
+            });
             for (i, sight) in sights.iter().enumerate() {
-                let (y, expected) = if i < 2 {
-                    (&sight[j], &f32_y[j])
-                } else {
-                    (&sight[j], &want)
+                let want = match &bf16_y {
+                    Some(y) if i >= 2 => y,
+                    _ => &f32_y[j],
                 };
                 assert!(
-                    y == expected,
-                    "{level:?}, weight {j}, sight {}: not the {} product",
+                    sight[j] == *want,
+                    "{precision:?}, weight {j}, sight {}: not the {} product",
                     i + 1,
-                    if i < 2 { "f32" } else { "bf16" }
+                    if want == &f32_y[j] { "f32" } else { "bf16" }
                 );
             }
-            let e = rel_err(&want, &f32_y[j]);
-            assert!(
-                e > 0.0 && e < 1e-2,
-                "{level:?}: bf16 against f32, relative error {e}"
-            );
         }
     }
     Level::force(None);

@@ -1,8 +1,8 @@
 //! The CPU kernels of [`super::linear`]: `y = x W + b` (burn's `Linear` layout: `W` is
 //! `[in, out]`) and its gradients, each one GEMM on the batch, threaded by `gemm` itself.
 
-use super::bf16::{Level, PackedRight};
 use super::gemm::{Epilogue, View, product, product_then};
+use super::packed_weights::Packing;
 use super::small_gemm::MAX_MACS;
 
 /// Shapes of one dense layer.
@@ -34,37 +34,47 @@ pub fn forward(x: &[f32], weight: &[f32], bias: &[f32], d: Dims, relu: bool) -> 
     )
 }
 
-/// [`forward`] through a weight packed for bf16 products already ([`super::packed_weights`]),
-/// at the level it was packed for.
-pub fn forward_packed(
-    x: &[f32],
-    weight: &PackedRight,
-    level: Level,
-    bias: &[f32],
-    d: Dims,
-    relu: bool,
-) -> Vec<f32> {
+/// [`forward`] through a weight kept packed ([`super::packed_weights`]): f32 panels (the same
+/// bits as [`forward`]) or bf16 (at the level it was packed for).
+pub fn forward_packed(x: &[f32], weight: &Packing, bias: &[f32], d: Dims, relu: bool) -> Vec<f32> {
     assert_eq!(x.len(), d.n * d.d_in, "linear input size");
     assert_eq!(bias.len(), d.d_out, "linear bias size");
     let mut y = vec![0f32; d.n * d.d_out];
-    // SAFETY: `y` is a row-major n x d_out buffer of its own, aliasing neither operand.
-    unsafe {
-        super::bf16::gemm_right_packed(
-            level,
-            y.as_mut_ptr(),
-            (d.d_out, 1),
-            false,
-            View::rows(x, d.d_in),
-            d.n,
-            weight,
-            true,
-        );
-    }
-    Epilogue {
+    let epilogue = Epilogue {
         bias: Some(bias),
         relu,
+    };
+    let a = View::rows(x, d.d_in);
+    match weight {
+        // SAFETY: `y` is a row-major n x d_out buffer of its own; the panels are a kept
+        // d_in x d_out weight's.
+        Packing::F32(panels) => unsafe {
+            super::gemm::few_rows_panels(
+                y.as_mut_ptr(),
+                (d.n, d.d_out, d.d_in),
+                d.d_out,
+                a,
+                panels,
+                epilogue,
+            );
+        },
+        Packing::Bf16 { weight, level } => {
+            // SAFETY: `y` is a row-major n x d_out buffer of its own, aliasing neither operand.
+            unsafe {
+                super::bf16::gemm_right_packed(
+                    *level,
+                    y.as_mut_ptr(),
+                    (d.d_out, 1),
+                    false,
+                    a,
+                    d.n,
+                    weight,
+                    true,
+                );
+            }
+            epilogue.apply(&mut y, d.d_out);
+        }
     }
-    .apply(&mut y, d.d_out);
     y
 }
 

@@ -625,6 +625,81 @@ unsafe fn few_rows(
     });
 }
 
+/// Columns of one panel of a weight kept by [`super::packed_weights`] for [`few_rows_panels`].
+pub(super) const PANEL: usize = 64;
+
+/// `b (k x n)`, row-major with row stride `ldb`, as contiguous panels of [`PANEL`] columns
+/// (panel `t`, row `d` at `(t * k + d) * PANEL`; the last panel's missing columns zero).
+pub(super) fn panels(b: &[f32], ldb: usize, (k, n): (usize, usize)) -> Vec<f32> {
+    let mut out = vec![0f32; n.div_ceil(PANEL) * k * PANEL];
+    for (t, panel) in out.chunks_exact_mut(k * PANEL).enumerate() {
+        let (j, cols) = (t * PANEL, PANEL.min(n - t * PANEL));
+        for (d, row) in panel.chunks_exact_mut(PANEL).enumerate() {
+            row[..cols].copy_from_slice(&b[d * ldb + j..d * ldb + j + cols]);
+        }
+    }
+    out
+}
+
+/// [`few_rows`] with its right operand already laid out as [`panels`] (a weight read again
+/// unchanged: [`super::packed_weights`]), into a row-major `m x n` `dst` (row stride `ldc`):
+/// no copy of the weight, which streams from memory once, a whole panel contiguous. The same
+/// depth steps of [`FEW_ROWS_DEPTH`] rows, added in the same order, so the same bits as
+/// [`few_rows`] from the weight itself. Whole panels per thread.
+///
+/// # Safety
+/// As [`gemm_into`]'s, with `dst` row-major (row stride `ldc`, column stride 1); `panels`
+/// must be [`panels`] of a `k x n` operand.
+pub(super) unsafe fn few_rows_panels(
+    dst: *mut f32,
+    (m, n, k): (usize, usize, usize),
+    ldc: usize,
+    a: View<'_>,
+    panels: &[f32],
+    epilogue: Epilogue<'_>,
+) {
+    a.check(m, k, "the left operand");
+    assert_eq!(
+        panels.len(),
+        n.div_ceil(PANEL) * k * PANEL,
+        "panels of a k x n operand"
+    );
+    let dst = dst as usize;
+    per_thread_blocks(n, PANEL, rayon::current_num_threads(), |j0, width| {
+        for j in (j0..j0 + width).step_by(PANEL) {
+            let cols = PANEL.min(n - j);
+            let panel = &panels[j / PANEL * k * PANEL..][..k * PANEL];
+            for d in (0..k).step_by(FEW_ROWS_DEPTH) {
+                let depth = FEW_ROWS_DEPTH.min(k - d);
+                let epilogue = if d + depth == k {
+                    Epilogue {
+                        bias: epilogue.bias.map(|bias| &bias[j..j + cols]),
+                        relu: epilogue.relu,
+                    }
+                } else {
+                    Epilogue::default()
+                };
+                // SAFETY: columns `j..j + cols` of the destination (the caller's) and rows
+                // `d..d + depth` of the panel, which holds k rows of PANEL; blocks of
+                // threads do not overlap; `a`'s columns d.. were checked above.
+                unsafe {
+                    small_gemm::matmul(
+                        (m, cols, depth),
+                        (dst as *mut f32).add(j),
+                        ldc,
+                        d > 0,
+                        a.data.as_ptr().add(d * a.cs),
+                        (a.rs, a.cs),
+                        panel[d * PANEL..].as_ptr(),
+                        PANEL,
+                        epilogue,
+                    );
+                }
+            }
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -757,6 +832,63 @@ mod tests {
                             assert!((sum - (want + old[i * n + j])).abs() < 1e-4, "{what}");
                         }
                     }
+                });
+            }
+        }
+    }
+
+    /// A weight kept as panels gives the few-row product's bits exactly: a ragged last panel
+    /// and depth step, 1 to 32 rows, bias and ReLU, on 1 and 3 threads.
+    #[test]
+    fn few_rows_from_panels_give_the_few_row_product_bit_for_bit() {
+        let v = |n: usize, s: f32| -> Vec<f32> {
+            (0..n).map(|i| ((i as f32) * 0.37 + s).sin()).collect()
+        };
+        for threads in [1, 3] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .expect("a thread pool");
+            for (m, n, k) in [
+                (8, 512, 3136),
+                (1, 1100, 1000),
+                (32, 1030, 1100),
+                (5, 70, 300),
+            ] {
+                let (a, b, bias) = (v(m * k, 0.1), v(k * n, 0.2), v(n, 0.3));
+                let epilogue = Epilogue {
+                    bias: Some(&bias),
+                    relu: true,
+                };
+                let kept = panels(&b, n, (k, n));
+                pool.install(|| {
+                    let mut want = vec![0f32; m * n];
+                    // SAFETY: `want` is a row-major m x n buffer of its own.
+                    unsafe {
+                        few_rows(
+                            want.as_mut_ptr(),
+                            (m, n, k),
+                            n,
+                            false,
+                            View::rows(&a, k),
+                            View::rows(&b, n),
+                            epilogue,
+                            threads,
+                        );
+                    }
+                    let mut got = vec![f32::NAN; m * n];
+                    // SAFETY: as above; `kept` is `panels` of b.
+                    unsafe {
+                        few_rows_panels(
+                            got.as_mut_ptr(),
+                            (m, n, k),
+                            n,
+                            View::rows(&a, k),
+                            &kept,
+                            epilogue,
+                        );
+                    }
+                    assert!(got == want, "{m}x{n}x{k}, {threads} threads");
                 });
             }
         }

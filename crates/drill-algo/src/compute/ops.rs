@@ -214,9 +214,7 @@ impl FastOps for Flex {
         let d = dims(&x, &weight);
         let w = values(&weight);
         let y = match super::packed_weights::packed(&weight, &w, d) {
-            Some(p) => {
-                dense::forward_packed(&values(&x), &p.weight, p.level, &values(&bias), d, relu)
-            }
+            Some(p) => dense::forward_packed(&values(&x), &p, &values(&bias), d, relu),
             None => dense::forward(&values(&x), &w, &values(&bias), d, relu),
         };
         tensor(y, [d.n, d.d_out])

@@ -1,9 +1,12 @@
-//! bf16 packings of large dense-layer weights that are read again unchanged: the acting
-//! copy's (a `pong_ppo` rollout runs 128 forward passes of a batch of 8 through the same
-//! 3136 x 512 weight), a DQN target net's. In bf16 precision a product of a few rows through
-//! such a weight ([`super::gemm`]'s few-row case) stays in f32, because packing the weight
-//! for every call costs what bf16 saves; packed once and kept, each call streams half the
-//! bytes and runs in bf16.
+//! Packings of large dense-layer weights that are read again unchanged: the acting copy's (a
+//! `pong_ppo` rollout runs 128 forward passes of a batch of 8 through the same 3136 x 512
+//! weight), a DQN target net's. A product of a few rows through such a weight reads all of
+//! it from memory on every call ([`super::gemm`]'s few-row case):
+//! - in f32 it copies each depth step of the weight into a buffer first (rows 2 KB apart,
+//!   read in place, fall into a few cache sets); kept as contiguous panels
+//!   ([`super::gemm::panels`]), the weight streams straight into the product, same bits;
+//! - in bf16 precision the product stays in f32, because packing the weight for every call
+//!   costs what bf16 saves; packed once and kept, each call streams half the bytes in bf16.
 //!
 //! A weight is known by its storage: burn-flex tensors share an `Arc` of bytes and copy it
 //! before any write while it is shared, so bytes this cache holds a reference to can neither
@@ -26,20 +29,26 @@ pub const ENTRIES: usize = 4;
 /// Sights of a weight after which it is packed.
 const PACK_AT: u32 = 3;
 
-/// A weight packed for bf16 products at `level`.
+/// A kept weight, `k x n`.
 #[derive(Debug)]
-pub struct Packing {
-    /// The packed `k x n` weight.
-    pub weight: PackedRight,
-    /// The kernel level it was packed for.
-    pub level: Level,
+pub enum Packing {
+    /// f32 values as [`super::gemm::panels`].
+    F32(Vec<f32>),
+    /// Packed for bf16 products at `level`.
+    Bf16 {
+        /// The packed weight.
+        weight: PackedRight,
+        /// The kernel level it was packed for.
+        level: Level,
+    },
 }
 
-/// One weight seen: its storage and view, its sights, and its packing once it has one.
+/// One weight seen: its storage and view, the precision it was seen in (`None`: f32), its
+/// sights, and its packing once it has one.
 struct Entry {
     data: Arc<Bytes>,
     layout: Layout,
-    level: Level,
+    precision: Option<Level>,
     seen: u32,
     packed: Option<Arc<Packing>>,
     used: u64,
@@ -48,21 +57,22 @@ struct Entry {
 /// The remembered weights and a clock for their last use.
 static CACHE: Mutex<(Vec<Entry>, u64)> = Mutex::new((Vec::new(), 0));
 
-/// For a dense layer `d` in bf16 precision whose product reads its weight once a call (a
-/// few rows through a weight larger than L2: [`super::gemm::reads_right_once`]), the bf16
-/// packing of `weight` (its `values`, `d_in x d_out`) at the current [`Level`]: the kept one,
-/// or a new one at the weight's [`PACK_AT`]th sight. `None` for other layers and before that.
-/// The packing runs outside the lock, on the rayon pool (a caller outside the pool that held
-/// the lock could otherwise wait on workers waiting on the lock).
+/// For a dense layer `d` whose product reads its weight once a call (a few rows through a
+/// weight larger than L2: [`super::gemm::reads_right_once`]), the kept packing of `weight`
+/// (its `values`, `d_in x d_out`) for this process's precision: the kept one, or a new one
+/// at the weight's [`PACK_AT`]th sight. `None` for other layers and before that. The packing
+/// runs outside the lock, on the rayon pool (a caller outside the pool that held the lock
+/// could otherwise wait on workers waiting on the lock).
 pub fn packed(weight: &FlexTensor, values: &[f32], d: Dims) -> Option<Arc<Packing>> {
     let (k, n) = (d.d_in, d.d_out);
-    if !super::bf16::enabled() || !super::gemm::reads_right_once(d.n, n, k) {
+    if !super::gemm::reads_right_once(d.n, n, k) {
         return None;
     }
-    let level = Level::current();
+    let precision = super::bf16::enabled().then(Level::current);
     let data = weight.data_arc();
-    let same =
-        |e: &Entry| Arc::ptr_eq(&e.data, &data) && e.layout == *weight.layout() && e.level == level;
+    let same = |e: &Entry| {
+        Arc::ptr_eq(&e.data, &data) && e.layout == *weight.layout() && e.precision == precision
+    };
     {
         let mut guard = CACHE.lock().unwrap_or_else(|e| e.into_inner());
         let (entries, clock) = &mut *guard;
@@ -90,7 +100,7 @@ pub fn packed(weight: &FlexTensor, values: &[f32], d: Dims) -> Option<Arc<Packin
                 entries.push(Entry {
                     data: data.clone(),
                     layout: weight.layout().clone(),
-                    level,
+                    precision,
                     seen: 1,
                     packed: None,
                     used: now,
@@ -99,9 +109,12 @@ pub fn packed(weight: &FlexTensor, values: &[f32], d: Dims) -> Option<Arc<Packin
             }
         }
     }
-    let packed = Arc::new(Packing {
-        weight: PackedRight::new(level, View::rows(values, n), k, n, true),
-        level,
+    let packed = Arc::new(match precision {
+        None => Packing::F32(super::gemm::panels(values, n, (k, n))),
+        Some(level) => Packing::Bf16 {
+            weight: PackedRight::new(level, View::rows(values, n), k, n, true),
+            level,
+        },
     });
     let mut guard = CACHE.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(e) = guard.0.iter_mut().find(|e| same(e)) {
