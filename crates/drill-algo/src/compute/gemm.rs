@@ -5,7 +5,9 @@
 //! crate (burn-flex's own GEMM; drill enables its AVX-512 kernels, picked at run time); with
 //! `policy.precision = "bf16"` all but the small and few-row ones go to [`super::bf16`]
 //! instead. [`gathered`] is the entry for the products of [`super::implicit`]'s
-//! convolutions, whose left operand is no strided matrix.
+//! convolutions, whose left operand is no strided matrix. A dense layer's weight that few-row
+//! products read again unchanged (the acting copy's) is kept packed by
+//! [`super::packed_weights`] and multiplied by [`few_rows_panels`] or in bf16.
 
 use super::small_gemm;
 pub use super::small_gemm::Epilogue;
@@ -370,7 +372,8 @@ unsafe fn dispatch(
     }
     // In bf16 precision, all but the few-row products above: those read the right operand
     // once either way, and converting it would cost what bf16 saves (an acting batch through
-    // a wide dense layer).
+    // a wide dense layer; one whose weight is read again unchanged is kept packed in bf16 by
+    // `super::packed_weights`, and does not come here).
     if super::bf16::enabled() {
         // SAFETY: as for `gemm` below: the operands were checked, the caller vouches for
         // the destination.
