@@ -213,7 +213,7 @@ impl FastOps for Flex {
     fn fast_linear(x: FlexTensor, weight: FlexTensor, bias: FlexTensor, relu: bool) -> FlexTensor {
         let d = dims(&x, &weight);
         let w = values(&weight);
-        let y = match super::packed_weights::packed(&weight, &w, d) {
+        let y = match super::packed_weights::packed(&weight, &w, (d.n, d.d_in, d.d_out)) {
             Some(p) => dense::forward_packed(&values(&x), &p, &values(&bias), d, relu),
             None => dense::forward(&values(&x), &w, &values(&bias), d, relu),
         };

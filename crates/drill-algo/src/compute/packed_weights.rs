@@ -16,7 +16,6 @@
 //! least recently used of [`ENTRIES`] for a new one.
 
 use super::bf16::{Level, PackedRight};
-use super::dense::Dims;
 use super::view::View;
 use burn::backend::flex::{FlexTensor, Layout};
 use burn::tensor::Bytes;
@@ -57,15 +56,18 @@ struct Entry {
 /// The remembered weights and a clock for their last use.
 static CACHE: Mutex<(Vec<Entry>, u64)> = Mutex::new((Vec::new(), 0));
 
-/// For a dense layer `d` whose product reads its weight once a call (a few rows through a
-/// weight larger than L2: [`super::gemm::reads_right_once`]), the kept packing of `weight`
-/// (its `values`, `d_in x d_out`) for this process's precision: the kept one, or a new one
+/// For a dense layer over `m` rows whose product reads its weight once a call (a few rows
+/// through a weight larger than L2: [`super::gemm::reads_right_once`]), the kept packing of
+/// `weight` (its `values`, `k x n`) for this process's precision: the kept one, or a new one
 /// at the weight's [`PACK_AT`]th sight. `None` for other layers and before that. The packing
 /// runs outside the lock, on the rayon pool (a caller outside the pool that held the lock
 /// could otherwise wait on workers waiting on the lock).
-pub fn packed(weight: &FlexTensor, values: &[f32], d: Dims) -> Option<Arc<Packing>> {
-    let (k, n) = (d.d_in, d.d_out);
-    if !super::gemm::reads_right_once(d.n, n, k) {
+pub fn packed(
+    weight: &FlexTensor,
+    values: &[f32],
+    (m, k, n): (usize, usize, usize),
+) -> Option<Arc<Packing>> {
+    if !super::gemm::reads_right_once(m, n, k) {
         return None;
     }
     let precision = super::bf16::enabled().then(Level::current);
