@@ -7,7 +7,7 @@
 //! instead. [`gathered`] is the entry for the products of [`super::implicit`]'s
 //! convolutions, whose left operand is no strided matrix. A dense layer's weight that few-row
 //! products read again unchanged (the acting copy's) is kept packed by
-//! [`super::packed_weights`] and multiplied by [`few_rows_panels`] or in bf16.
+//! [`super::packed_weights`] and multiplied by `few_rows_panels` or in bf16.
 
 use super::small_gemm;
 pub use super::small_gemm::Epilogue;
@@ -628,7 +628,7 @@ unsafe fn few_rows(
     });
 }
 
-/// Columns of one panel of a weight kept by [`super::packed_weights`] for [`few_rows_panels`].
+/// Columns of one panel of a weight kept by [`super::packed_weights`] for `few_rows_panels`.
 pub(super) const PANEL: usize = 64;
 
 /// `b (k x n)`, row-major with row stride `ldb`, as contiguous panels of [`PANEL`] columns

@@ -4,7 +4,7 @@
 //! it from memory on every call ([`super::gemm`]'s few-row case):
 //! - in f32 it copies each depth step of the weight into a buffer first (rows 2 KB apart,
 //!   read in place, fall into a few cache sets); kept as contiguous panels
-//!   ([`super::gemm::panels`]), the weight streams straight into the product, same bits;
+//!   (`gemm::panels`), the weight streams straight into the product, same bits;
 //! - in bf16 precision the product stays in f32, because packing the weight for every call
 //!   costs what bf16 saves; packed once and kept, each call streams half the bytes in bf16.
 //!
@@ -31,7 +31,7 @@ const PACK_AT: u32 = 3;
 /// A kept weight, `k x n`.
 #[derive(Debug)]
 pub enum Packing {
-    /// f32 values as [`super::gemm::panels`].
+    /// f32 values as `gemm::panels`.
     F32(Vec<f32>),
     /// Packed for bf16 products at `level`.
     Bf16 {
@@ -57,9 +57,9 @@ struct Entry {
 static CACHE: Mutex<(Vec<Entry>, u64)> = Mutex::new((Vec::new(), 0));
 
 /// For a dense layer over `m` rows whose product reads its weight once a call (a few rows
-/// through a weight larger than L2: [`super::gemm::reads_right_once`]), the kept packing of
+/// through a weight larger than L2: `gemm::reads_right_once`), the kept packing of
 /// `weight` (its `values`, `k x n`) for this process's precision: the kept one, or a new one
-/// at the weight's [`PACK_AT`]th sight. `None` for other layers and before that. The packing
+/// at the weight's third sight (`PACK_AT`). `None` for other layers and before that. The packing
 /// runs outside the lock, on the rayon pool (a caller outside the pool that held the lock
 /// could otherwise wait on workers waiting on the lock).
 pub fn packed(
