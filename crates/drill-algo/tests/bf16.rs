@@ -7,29 +7,8 @@ use drill_algo::compute::bf16::{self, Level};
 use drill_algo::compute::gemm::{View, product};
 use drill_algo::compute::im2col::{Geometry, Source, backward_input, backward_params, forward};
 
-fn values(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2654435761).wrapping_add(7);
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s % 20001) as f32 / 10000.0 - 1.0
-        })
-        .collect()
-}
-
-/// Relative error of `got` against `want` in the 2-norm.
-fn rel_err(got: &[f32], want: &[f32]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    let num: f64 = got
-        .iter()
-        .zip(want)
-        .map(|(g, w)| (f64::from(*g) - f64::from(*w)).powi(2))
-        .sum();
-    let den: f64 = want.iter().map(|w| f64::from(*w).powi(2)).sum();
-    (num / den.max(1e-30)).sqrt()
-}
+mod common;
+use common::{rel_err, values};
 
 /// What each layer computes, in the process's current precision.
 fn layers() -> Vec<Vec<f32>> {

@@ -11,25 +11,8 @@ use drill_algo::compute::dense::{self, Dims};
 use drill_algo::compute::gemm::{Epilogue, View};
 use drill_algo::compute::linear;
 
-fn values(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2654435761).wrapping_add(7);
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s % 20001) as f32 / 10000.0 - 1.0
-        })
-        .collect()
-}
-
-fn rel_err(got: &[f32], want: &[f32]) -> f64 {
-    let num: f64 = (got.iter().zip(want))
-        .map(|(g, w)| (f64::from(*g) - f64::from(*w)).powi(2))
-        .sum();
-    let den: f64 = want.iter().map(|w| f64::from(*w).powi(2)).sum();
-    (num / den).sqrt()
-}
+mod common;
+use common::{rel_err, values};
 
 #[test]
 fn a_kept_packing_gives_its_own_weight_s_product() {

@@ -586,46 +586,79 @@ unsafe fn few_rows(
         if stage.len() < FEW_ROWS_DEPTH * cols {
             stage.resize(FEW_ROWS_DEPTH * cols, 0.0);
         }
-        let mut d = 0;
-        while d < k {
-            let depth = FEW_ROWS_DEPTH.min(k - d);
-            let last = d + depth == k;
-            for (r, row) in stage.chunks_exact_mut(cols).take(depth).enumerate() {
-                let at = (d + r) * b.rs + j;
-                row.copy_from_slice(&b.data[at..at + cols]);
-            }
-            // The next step's rows, prefetched while this one computes, so that its copy
-            // does not wait on memory.
-            let next = b.data.as_ptr().wrapping_add((d + depth) * b.rs + j);
-            // SAFETY: columns `j..j + cols` of the destination and the matching columns of
-            // `a` lie inside the regions the caller and `gemm_into`'s checks vouch for; the
-            // stage holds `depth` rows of `cols`; blocks do not overlap; `next` is only
-            // prefetched.
-            unsafe {
-                small_gemm::matmul_prefetching(
-                    (m, cols, depth),
-                    (dst as *mut f32).add(j),
-                    ldc,
-                    accumulate || d > 0,
-                    a.data.as_ptr().add(d * a.cs),
-                    (a.rs, a.cs),
-                    stage.as_ptr(),
-                    cols,
-                    if last {
-                        Epilogue {
-                            bias: epilogue.bias.map(|bias| &bias[j..j + cols]),
-                            relu: epilogue.relu,
-                        }
-                    } else {
-                        Epilogue::default()
-                    },
-                    (if last { std::ptr::null() } else { next }, b.rs),
-                );
-            }
-            d += depth;
+        let block = (dst as *mut f32, j, cols);
+        // SAFETY: columns `j..j + cols` of the destination and the matching columns of `a` lie
+        // inside the regions the caller and `gemm_into`'s checks vouch for; blocks do not
+        // overlap; each step's rows are in the stage, `cols` apart; `next` is only prefetched.
+        unsafe {
+            depth_steps(block, (m, k), ldc, accumulate, a, epilogue, |d, depth| {
+                for (r, row) in stage.chunks_exact_mut(cols).take(depth).enumerate() {
+                    let at = (d + r) * b.rs + j;
+                    row.copy_from_slice(&b.data[at..at + cols]);
+                }
+                // The next step's rows, prefetched while this one computes, so that its copy
+                // does not wait on memory.
+                let next = if d + depth == k {
+                    std::ptr::null()
+                } else {
+                    b.data.as_ptr().wrapping_add((d + depth) * b.rs + j)
+                };
+                ((stage.as_ptr(), cols), (next, b.rs))
+            });
         }
         STAGE.set(stage);
     });
+}
+
+/// The depth steps of one column block of a few-row product, `(dst, j, cols)`: columns
+/// `j..j + cols` of a row-major `m x n` destination (row stride `ldc`) get `a (m x k)` times
+/// the block, [`FEW_ROWS_DEPTH`] rows at a time, each step's product added to them in order
+/// (to what they held when `accumulate`), `epilogue`'s bias and ReLU after the last.
+/// `rows(d, depth)` readies rows `d..d + depth` of the block and returns them (pointer, row
+/// stride) with rows to prefetch while they are multiplied (pointer, row stride; null: none).
+/// [`few_rows`] and [`few_rows_panels`] share it: the same steps, so the same bits.
+///
+/// # Safety
+/// The block's columns of the destination must be valid and written by no other thread; the
+/// rows `rows` returns must hold `cols` values each; `a` must hold its `m x k` elements.
+#[allow(clippy::too_many_arguments)]
+unsafe fn depth_steps(
+    (dst, j, cols): (*mut f32, usize, usize),
+    (m, k): (usize, usize),
+    ldc: usize,
+    accumulate: bool,
+    a: View<'_>,
+    epilogue: Epilogue<'_>,
+    mut rows: impl FnMut(usize, usize) -> ((*const f32, usize), (*const f32, usize)),
+) {
+    for d in (0..k).step_by(FEW_ROWS_DEPTH) {
+        let depth = FEW_ROWS_DEPTH.min(k - d);
+        let ((b, ldb), next) = rows(d, depth);
+        let epilogue = if d + depth == k {
+            Epilogue {
+                bias: epilogue.bias.map(|bias| &bias[j..j + cols]),
+                relu: epilogue.relu,
+            }
+        } else {
+            Epilogue::default()
+        };
+        // SAFETY: the caller's promise: the block's columns of the destination, `depth` rows
+        // of `cols` at `b`, `a`'s columns `d..d + depth`; `next` is only prefetched.
+        unsafe {
+            small_gemm::matmul_prefetching(
+                (m, cols, depth),
+                dst.add(j),
+                ldc,
+                accumulate || d > 0,
+                a.data.as_ptr().add(d * a.cs),
+                (a.rs, a.cs),
+                b,
+                ldb,
+                epilogue,
+                next,
+            );
+        }
+    }
 }
 
 /// Columns of one panel of a weight kept by [`super::packed_weights`] for `few_rows_panels`.
@@ -672,32 +705,14 @@ pub(super) unsafe fn few_rows_panels(
         for j in (j0..j0 + width).step_by(PANEL) {
             let cols = PANEL.min(n - j);
             let panel = &panels[j / PANEL * k * PANEL..][..k * PANEL];
-            for d in (0..k).step_by(FEW_ROWS_DEPTH) {
-                let depth = FEW_ROWS_DEPTH.min(k - d);
-                let epilogue = if d + depth == k {
-                    Epilogue {
-                        bias: epilogue.bias.map(|bias| &bias[j..j + cols]),
-                        relu: epilogue.relu,
-                    }
-                } else {
-                    Epilogue::default()
-                };
-                // SAFETY: columns `j..j + cols` of the destination (the caller's) and rows
-                // `d..d + depth` of the panel, which holds k rows of PANEL; blocks of
-                // threads do not overlap; `a`'s columns d.. were checked above.
-                unsafe {
-                    small_gemm::matmul(
-                        (m, cols, depth),
-                        (dst as *mut f32).add(j),
-                        ldc,
-                        d > 0,
-                        a.data.as_ptr().add(d * a.cs),
-                        (a.rs, a.cs),
-                        panel[d * PANEL..].as_ptr(),
-                        PANEL,
-                        epilogue,
-                    );
-                }
+            let block = (dst as *mut f32, j, cols);
+            // SAFETY: columns `j..j + cols` of the destination (the caller's); each step's
+            // rows lie in the panel, which holds k rows of PANEL; blocks of threads do not
+            // overlap; `a`'s columns were checked above.
+            unsafe {
+                depth_steps(block, (m, k), ldc, false, a, epilogue, |d, _| {
+                    ((panel[d * PANEL..].as_ptr(), PANEL), (std::ptr::null(), 0))
+                });
             }
         }
     });
@@ -707,12 +722,25 @@ pub(super) unsafe fn few_rows_panels(
 mod tests {
     use super::*;
 
+    /// `n` values of a sine sampled from `s` in steps of 0.37.
+    fn values(n: usize, s: f32) -> Vec<f32> {
+        (0..n).map(|i| ((i as f32) * 0.37 + s).sin()).collect()
+    }
+
+    /// A pool of `threads` threads of its own.
+    fn pool(threads: usize) -> rayon::ThreadPool {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("a thread pool")
+    }
+
     /// A profile names each product's shape and kernel, leaves the results as they are,
     /// and sees nothing computed outside it. Other tests may run products beside it, so it
     /// looks for its own shapes (used by no other test).
     #[test]
     fn a_profile_times_the_products_inside_it_and_no_others() {
-        let v = |n: usize| -> Vec<f32> { (0..n).map(|i| (i as f32 * 0.37).sin()).collect() };
+        let v = |n: usize| values(n, 0.0);
         let shapes = [
             (3, 17, 5, "small"),
             (7, 4100, 300, "few-rows"),
@@ -789,18 +817,12 @@ mod tests {
     /// short last row block, accumulation, and the bias + ReLU epilogue, on 1 and 3 threads.
     #[test]
     fn shallow_products_match_the_definition() {
-        let v = |n: usize, s: f32| -> Vec<f32> {
-            (0..n).map(|i| ((i as f32) * 0.37 + s).sin()).collect()
-        };
         for threads in [1, 3] {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .expect("a thread pool");
+            let pool = pool(threads);
             for (m, n, k) in [(1003, 70, 32), (4097, 512, 7)] {
-                let (a, b, bias) = (v(m * k, 0.1), v(k * n, 0.2), v(n, 0.3));
+                let (a, b, bias) = (values(m * k, 0.1), values(k * n, 0.2), values(n, 0.3));
                 let at = View::transposed(&a, m).to_row_major(m, k);
-                let old = v(m * n, 0.4);
+                let old = values(m * n, 0.4);
                 let cell = |i: usize, j: usize| -> f32 {
                     (0..k).map(|d| a[d * m + i] * b[d * n + j]).sum::<f32>()
                 };
@@ -844,21 +866,15 @@ mod tests {
     /// and depth step, 1 to 32 rows, bias and ReLU, on 1 and 3 threads.
     #[test]
     fn few_rows_from_panels_give_the_few_row_product_bit_for_bit() {
-        let v = |n: usize, s: f32| -> Vec<f32> {
-            (0..n).map(|i| ((i as f32) * 0.37 + s).sin()).collect()
-        };
         for threads in [1, 3] {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .expect("a thread pool");
+            let pool = pool(threads);
             for (m, n, k) in [
                 (8, 512, 3136),
                 (1, 1100, 1000),
                 (32, 1030, 1100),
                 (5, 70, 300),
             ] {
-                let (a, b, bias) = (v(m * k, 0.1), v(k * n, 0.2), v(n, 0.3));
+                let (a, b, bias) = (values(m * k, 0.1), values(k * n, 0.2), values(n, 0.3));
                 let epilogue = Epilogue {
                     bias: Some(&bias),
                     relu: true,
