@@ -138,14 +138,29 @@ impl<'a> Source<'a> {
         self.len() == 0
     }
 
-    /// The whole batch as `f32` values: borrowed, or the frames converted.
-    pub fn to_f32(&self) -> std::borrow::Cow<'a, [f32]> {
-        match *self {
-            Source::F32(x) => std::borrow::Cow::Borrowed(x),
+    /// Whether [`Source::values`] writes into its buffer: frames, which it converts.
+    pub(super) fn converts(&self) -> bool {
+        matches!(self, Source::Frames(_))
+    }
+
+    /// Batch elements `elements` (of `in_len` values each) as `f32`: values as they are,
+    /// frames converted into `buf` (at least as long; unused for values).
+    pub(super) fn values<'s>(
+        self,
+        elements: std::ops::Range<usize>,
+        in_len: usize,
+        buf: &'s mut [f32],
+    ) -> &'s [f32]
+    where
+        'a: 's,
+    {
+        let at = elements.start * in_len..elements.end * in_len;
+        match self {
+            Source::F32(x) => &x[at],
             Source::Frames(x) => {
-                let mut v = vec![0f32; x.len()];
-                frames::to_f32(x, &mut v);
-                std::borrow::Cow::Owned(v)
+                let buf = &mut buf[..at.len()];
+                frames::to_f32(&x[at], buf);
+                buf
             }
         }
     }
@@ -157,15 +172,7 @@ impl<'a> Source<'a> {
     where
         'a: 's,
     {
-        let at = b * g.in_len()..(b + 1) * g.in_len();
-        let values: &[f32] = match self {
-            Source::F32(x) => &x[at],
-            Source::Frames(x) => {
-                let raw = &mut raw[..g.in_len()];
-                frames::to_f32(&x[at], raw);
-                raw
-            }
-        };
+        let values = self.values(b..b + 1, g.in_len(), raw);
         if g.sw == 1 {
             return values;
         }

@@ -13,26 +13,31 @@
 //!   accumulators stay in registers across the group.
 //!
 //! The input gradient stays with [`super::im2col::backward_input`] (a product, then col2im).
+//! A first layer's `u8` frames are converted an element (forward) or a group (weight
+//! gradient) at a time into the thread's scratch, in cache, just before its products.
 //!
-//! Chosen ([`chosen`]) where the CPU has AVX2 and FMA but not AVX-512: on the 2-core AMD EPYC
-//! Zen 1 box (2026-11-28) the Nature CNN's three layers ran forward about 1.2x as fast as
-//! im2col and `gemm`, its update 1.14x and `pong_ppo` 1.07x (docs/figures.md); AVX-512
-//! machines keep `gemm`'s kernels, which were measured there and these were not.
+//! Chosen ([`chosen`]) where the CPU has AVX2 and FMA. On the 2-core AMD EPYC Zen 1 box
+//! (AVX2, 2026-11-28) the Nature CNN's three layers ran forward about 1.2x as fast as im2col
+//! and `gemm`, its update 1.14x and `pong_ppo` 1.07x. On the Intel Xeon with AVX-512
+//! (2026-11-29), once the tile took 24 accumulators there ([`super::small_gemm::tile_shape`])
+//! and frames were converted here rather than on the host, the update at batch 32 on 1
+//! thread ran 1.1x as fast as with `gemm`'s AVX-512 kernels and at batch 256 on 2 threads
+//! 1.2x (docs/figures.md).
 
 use super::gemm;
-use super::im2col::{Geometry, per_group, summed_over_threads, with_scratch};
+use super::im2col::{Geometry, Source, per_group, summed_over_threads, with_scratch};
 use super::small_gemm::Epilogue;
 use super::view::View;
 use std::sync::OnceLock;
 
-/// Whether this CPU runs convolutions here rather than through im2col: AVX2 and FMA without
-/// AVX-512. Decided once per process.
+/// Whether this CPU runs convolutions here rather than through im2col: AVX2 and FMA (with
+/// AVX-512 or without). Decided once per process.
 pub fn chosen() -> bool {
     static CHOSEN: OnceLock<bool> = OnceLock::new();
     *CHOSEN.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
         {
-            pulp::x86::V3::try_new().is_some() && pulp::x86::V4::try_new().is_none()
+            pulp::x86::V3::try_new().is_some()
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
@@ -69,7 +74,7 @@ fn check_reach(g: &Geometry, positions: &[usize], taps: &[usize]) {
 
 /// Forward: `y = conv(x, weight) + bias`, then ReLU when `relu`; `[batch, c_out, oh, ow]`
 /// contiguous. One product per batch element, elements split over the rayon pool.
-pub fn forward(x: &[f32], weight: &[f32], bias: &[f32], g: &Geometry, relu: bool) -> Vec<f32> {
+pub fn forward(x: Source<'_>, weight: &[f32], bias: &[f32], g: &Geometry, relu: bool) -> Vec<f32> {
     let (k, p, co) = (g.k(), g.p(), g.c_out);
     let in_len = g.c_in * g.h * g.w;
     assert_eq!(x.len(), g.batch * in_len, "conv input size");
@@ -81,15 +86,16 @@ pub fn forward(x: &[f32], weight: &[f32], bias: &[f32], g: &Geometry, relu: bool
     // Not zeroed first: every element's values are written (a `memset` of 2.7 MB per
     // forward pass of the Nature CNN's batch of 32 otherwise).
     let len = g.batch * co * p;
+    let raw = if x.converts() { in_len } else { 0 };
     let mut y: Vec<f32> = Vec::with_capacity(len);
     per_group(
         &mut y.spare_capacity_mut()[..len],
         co * p,
         1,
-        p * co,
+        p * co + raw,
         |b, yb, scratch| {
-            let xb = &x[b * in_len..(b + 1) * in_len];
-            let yt = &mut scratch[..p * co];
+            let (yt, raw) = scratch.split_at_mut(p * co);
+            let xb = x.values(b..b + 1, in_len, raw);
             // SAFETY: every gathered read lies in `xb` (check_reach), `wt` is K x c_out, `yt`
             // is P x c_out and this thread's own.
             unsafe {
@@ -123,7 +129,7 @@ const GROUP_FLOATS: usize = 1 << 16;
 
 /// Weight and bias gradients for output gradient `dy`: `(dW [c_out, K], db [c_out])`, one
 /// share of the batch per thread (`im2col::summed_over_threads`), in groups of elements.
-pub fn backward_params(x: &[f32], dy: &[f32], g: &Geometry) -> (Vec<f32>, Vec<f32>) {
+pub fn backward_params(x: Source<'_>, dy: &[f32], g: &Geometry) -> (Vec<f32>, Vec<f32>) {
     let (k, p, co) = (g.k(), g.p(), g.c_out);
     let in_len = g.c_in * g.h * g.w;
     assert_eq!(x.len(), g.batch * in_len, "conv input size");
@@ -137,9 +143,12 @@ pub fn backward_params(x: &[f32], dy: &[f32], g: &Geometry) -> (Vec<f32>, Vec<f3
         .collect();
     summed_over_threads(g.batch, k, co, |share, dwt, db| {
         let (lo, hi) = (share.start, share.end);
-        with_scratch(group * p * co, |stack| {
+        let raw = if x.converts() { group * in_len } else { 0 };
+        with_scratch(group * p * co + raw, |scratch| {
+            let (stack, raw) = scratch.split_at_mut(group * p * co);
             for (i, b0) in (lo..hi).step_by(group).enumerate() {
                 let n = group.min(hi - b0);
+                let xg = x.values(b0..b0 + n, in_len, raw);
                 for e in 0..n {
                     let dye = &dy[(b0 + e) * co * p..(b0 + e + 1) * co * p];
                     View::transposed(dye, p).write_row_major(p, co, &mut stack[e * p * co..]);
@@ -147,8 +156,8 @@ pub fn backward_params(x: &[f32], dy: &[f32], g: &Geometry) -> (Vec<f32>, Vec<f3
                         *d += row.iter().sum::<f32>();
                     }
                 }
-                // SAFETY: the group's reads lie in elements b0..b0 + n of `x` (check_reach,
-                // and `depth` steps whole elements); `stack` holds their n P x c_out output
+                // SAFETY: the group's reads lie in its n elements `xg` (check_reach, and
+                // `depth` steps whole elements); `stack` holds their n P x c_out output
                 // gradients; `dwt` is K x c_out and this share's own.
                 unsafe {
                     gemm::gathered(
@@ -156,7 +165,7 @@ pub fn backward_params(x: &[f32], dy: &[f32], g: &Geometry) -> (Vec<f32>, Vec<f3
                         dwt.as_mut_ptr(),
                         co,
                         i > 0,
-                        x[b0 * in_len..].as_ptr(),
+                        xg.as_ptr(),
                         (&tap, &depth),
                         stack.as_ptr(),
                         co,
@@ -170,7 +179,7 @@ pub fn backward_params(x: &[f32], dy: &[f32], g: &Geometry) -> (Vec<f32>, Vec<f3
 
 #[cfg(test)]
 mod tests {
-    use super::super::im2col;
+    use super::super::{frames, im2col};
     use super::*;
 
     fn values(n: usize, seed: u32) -> Vec<f32> {
@@ -195,7 +204,8 @@ mod tests {
     /// The forward pass and the weight and bias gradients equal im2col's (which its tests hold
     /// to the direct convolution and its derivative) on the Nature CNN's layers, odd shapes
     /// (channel counts that leave masked vectors, a batch that leaves a short last group, a
-    /// non-square kernel and strides), on one thread and on three.
+    /// non-square kernel and strides), on one thread and on three; frames the same bits as
+    /// their converted values.
     #[test]
     fn implicit_convolution_matches_im2col() {
         let shape = |batch, c_in, h, w, c_out, kh, kw, sh, sw| Geometry {
@@ -230,16 +240,28 @@ mod tests {
                     let dy = values(g.batch * g.c_out * g.p(), 4);
                     for relu in [false, true] {
                         close(
-                            &forward(&x, &w, &bias, &g, relu),
-                            &im2col::forward(im2col::Source::F32(&x), &w, &bias, &g, relu),
+                            &forward(Source::F32(&x), &w, &bias, &g, relu),
+                            &im2col::forward(Source::F32(&x), &w, &bias, &g, relu),
                             &format!("y of {g:?}, relu {relu}"),
                         );
                     }
-                    let (dw, db) = backward_params(&x, &dy, &g);
-                    let (want_dw, want_db) =
-                        im2col::backward_params(im2col::Source::F32(&x), &dy, &g);
+                    let (dw, db) = backward_params(Source::F32(&x), &dy, &g);
+                    let (want_dw, want_db) = im2col::backward_params(Source::F32(&x), &dy, &g);
                     close(&dw, &want_dw, &format!("dW of {g:?}"));
                     close(&db, &want_db, &format!("db of {g:?}"));
+                    // Frames give the bits of their converted values.
+                    let bytes: Vec<u8> = (0..x.len()).map(|i| (i * 37 % 256) as u8).collect();
+                    let scaled: Vec<f32> = bytes.iter().map(|&b| frames::value(b)).collect();
+                    assert_eq!(
+                        forward(Source::Frames(&bytes), &w, &bias, &g, true),
+                        forward(Source::F32(&scaled), &w, &bias, &g, true),
+                        "y of frames, {g:?}"
+                    );
+                    assert_eq!(
+                        backward_params(Source::Frames(&bytes), &dy, &g),
+                        backward_params(Source::F32(&scaled), &dy, &g),
+                        "dW and db of frames, {g:?}"
+                    );
                 }
             });
         }

@@ -67,9 +67,9 @@ pub fn conv2d(
 /// [`conv2d`] over `u8` frames `x [batch, c_in, h, w]` (an int tensor of dtype `U8`), each
 /// byte read as `b / 255` ([`frames::value`]): a network's first layer. On the CPU device
 /// drill's kernels take the bytes, with the same results as [`conv2d`] over the converted
-/// batch: im2col converts each element in cache (no float copy of the batch, a quarter of
-/// the memory traffic), the [`implicit`] kernels the whole batch first ([`reads_frames`]
-/// says which). Anywhere else the batch is converted first.
+/// batch: [`im2col`] and the [`implicit`] kernels convert each element (or group of them) in
+/// cache as they reach it (no float copy of the batch, a quarter of the memory traffic).
+/// Anywhere else the batch is converted first.
 pub fn conv2d_frames(
     x: Tensor<4, Int>,
     weight: Tensor<4>,
@@ -88,14 +88,6 @@ pub fn conv2d_frames(
         ));
     }
     conv2d(x.float().div_scalar(255.0), weight, bias, stride, relu)
-}
-
-/// Whether the CPU kernels read a first layer's `u8` frames as they are ([`conv2d_frames`]
-/// converts each element in cache): where the convolutions run through [`im2col`]. The
-/// [`implicit`] kernels (f32 on AVX2 machines) take `f32` values, so there a batch of frames
-/// is converted once, on the host, as a float input.
-pub fn reads_frames() -> bool {
-    !ops::implicit_conv()
 }
 
 /// `x [n, in] weight [in, out] + bias [out]`, then ReLU when `relu`: `[n, out]`.

@@ -131,11 +131,10 @@ fn elements<'t, E: burn::tensor::Element + bytemuck::Pod>(
     }
 }
 
-/// A convolution's forward pass on the kernels this CPU runs it with ([`implicit_conv`]:
-/// those take `f32` values, so frames are converted for them first).
+/// A convolution's forward pass on the kernels this CPU runs it with ([`implicit_conv`]).
 fn conv_forward(x: Source<'_>, weight: &[f32], bias: &[f32], g: &Geometry, relu: bool) -> Vec<f32> {
     if implicit_conv() {
-        implicit::forward(&x.to_f32(), weight, bias, g, relu)
+        implicit::forward(x, weight, bias, g, relu)
     } else {
         im2col::forward(x, weight, bias, g, relu)
     }
@@ -144,7 +143,7 @@ fn conv_forward(x: Source<'_>, weight: &[f32], bias: &[f32], g: &Geometry, relu:
 /// A convolution's weight and bias gradients, as [`conv_forward`] chooses its kernels.
 fn conv_params(x: Source<'_>, dz: &[f32], g: &Geometry) -> (Vec<f32>, Vec<f32>) {
     if implicit_conv() {
-        implicit::backward_params(&x.to_f32(), dz, g)
+        implicit::backward_params(x, dz, g)
     } else {
         im2col::backward_params(x, dz, g)
     }

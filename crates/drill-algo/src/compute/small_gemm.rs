@@ -15,15 +15,29 @@
 
 use pulp::{Simd, WithSimd};
 
-/// Rows and SIMD vectors of columns one tile computes at a SIMD level of `lanes` f32 lanes:
-/// 12 accumulators either way. AVX-512 (32 registers) takes 4 rows by 3 vectors. AVX2 has 16
-/// registers, and 4 x 3 needs all of them (12 accumulators, 3 right-operand vectors, a
-/// broadcast): the compiler kept an accumulator on the stack, a store and a reload in every
-/// depth step's dependency chain (AMD EPYC Zen 3: the CartPole DQN update took 1.24x as
-/// long, docs/figures.md). 6 rows by 2 vectors leaves a register spare. Tiles of at most 3 rows
-/// take 3 vectors at every level (9 accumulators fit).
-pub const fn tile_shape(lanes: usize) -> (usize, usize) {
-    if lanes >= 16 { (4, 3) } else { (6, 2) }
+/// Rows and SIMD vectors of columns one tile computes at a SIMD level of `lanes` f32 lanes,
+/// for a product of `vectors` vectors of columns.
+///
+/// AVX-512 (32 registers) takes up to 24 accumulators, shaped by the columns: 6 rows by 4
+/// vectors from 4 vectors on, 8 rows by 3, 2 or 1 vectors below. On the Intel Xeon with
+/// AVX-512 (2026-11-29, `drill --threads 1 bench learner --case nature-cnn-products`) 4 rows
+/// by 3 vectors, 12 accumulators, left the Nature CNN's gathered convolutions at 45-66 % of
+/// the FMA peak with operands hot; 6 x 4 and 8 x 2 reached 70 %, while 12 x 2 (the row
+/// pointers spilled), 4 x 4, 5 x 4 and 7 x 4 were slower (docs/figures.md).
+///
+/// AVX2 has 16 registers, and 4 x 3 needs all of them (12 accumulators, 3 right-operand
+/// vectors, a broadcast): the compiler kept an accumulator on the stack, a store and a reload
+/// in every depth step's dependency chain (AMD EPYC Zen 3: the CartPole DQN update took 1.24x
+/// as long, docs/figures.md). 6 rows by 2 vectors leaves a register spare. Tiles of at most 3
+/// rows take 3 vectors at every level (9 accumulators fit), or 4 on AVX-512.
+pub const fn tile_shape(lanes: usize, vectors: usize) -> (usize, usize) {
+    if lanes < 16 {
+        (6, 2)
+    } else if vectors >= 4 {
+        (6, 4)
+    } else {
+        (8, 3)
+    }
 }
 
 /// Products of at most this many multiply-adds come here (see [`super::gemm::matmul`]).
@@ -359,14 +373,15 @@ impl<L: Left, P: Prefetch> WithSimd for Product<L, P> {
     #[inline(always)]
     fn with_simd<S: Simd>(self, simd: S) {
         let lanes = S::F32_LANES;
-        let (mr, nv) = tile_shape(lanes);
-        // Row tiles of even heights: 8 rows (the collector's batch) as 4 + 4, not 6 + 2,
-        // whose 2-row tile has too few accumulators to hide the FMA latency.
+        let (mr, nv) = tile_shape(lanes, self.n.div_ceil(lanes));
+        // Row tiles of even heights: 8 rows (the collector's batch) under a 6-row tile as
+        // 4 + 4, not 6 + 2, whose 2-row tile has too few accumulators to hide the FMA
+        // latency.
         let tiles = self.m.div_ceil(mr);
         let mut i = 0;
         for t in 0..tiles {
             let rows = self.m / tiles + usize::from(t < self.m % tiles);
-            let nv = if rows <= 3 { 3 } else { nv };
+            let nv = if rows <= 3 { nv.max(3) } else { nv };
             let mut j = 0;
             while j < self.n {
                 let cols = (self.n - j).min(nv * lanes);
@@ -410,7 +425,9 @@ impl<L: Left, P: Prefetch> Product<L, P> {
                 3 => self.tile_rows::<S, Q, 3>(simd, i, j, vectors, tail, pf),
                 4 => self.tile_rows::<S, Q, 4>(simd, i, j, vectors, tail, pf),
                 5 => self.tile_rows::<S, Q, 5>(simd, i, j, vectors, tail, pf),
-                _ => self.tile_rows::<S, Q, 6>(simd, i, j, vectors, tail, pf),
+                6 => self.tile_rows::<S, Q, 6>(simd, i, j, vectors, tail, pf),
+                7 => self.tile_rows::<S, Q, 7>(simd, i, j, vectors, tail, pf),
+                _ => self.tile_rows::<S, Q, 8>(simd, i, j, vectors, tail, pf),
             }
         }
     }
@@ -434,8 +451,10 @@ impl<L: Left, P: Prefetch> Product<L, P> {
                 (1, false) => self.tile::<S, Q, R, 1, true>(simd, i, j, tail, pf),
                 (2, true) => self.tile::<S, Q, R, 2, false>(simd, i, j, tail, pf),
                 (2, false) => self.tile::<S, Q, R, 2, true>(simd, i, j, tail, pf),
-                (_, true) => self.tile::<S, Q, R, 3, false>(simd, i, j, tail, pf),
-                (_, false) => self.tile::<S, Q, R, 3, true>(simd, i, j, tail, pf),
+                (3, true) => self.tile::<S, Q, R, 3, false>(simd, i, j, tail, pf),
+                (3, false) => self.tile::<S, Q, R, 3, true>(simd, i, j, tail, pf),
+                (_, true) => self.tile::<S, Q, R, 4, false>(simd, i, j, tail, pf),
+                (_, false) => self.tile::<S, Q, R, 4, true>(simd, i, j, tail, pf),
             }
         }
     }
@@ -526,7 +545,7 @@ impl<L: Left, P: Prefetch> Product<L, P> {
 mod tests {
     use super::*;
 
-    /// Every tile shape (1-6 rows, 1-3 vectors, full and masked last vectors), strided,
+    /// Every tile shape (1-8 rows, 1-4 vectors, full and masked last vectors), strided,
     /// transposed and gathered left operands, accumulation, the bias + ReLU epilogue, and
     /// prefetching, against the definition, at every SIMD level this machine has (AVX-512 and
     /// AVX2 vectors differ in width, so in tiling).
@@ -559,6 +578,11 @@ mod tests {
             (12, 20, 11),
             (13, 50, 16),
             (64, 130, 5),
+            (7, 16, 4),
+            (8, 20, 3),
+            (15, 64, 7),
+            (16, 33, 5),
+            (23, 70, 3),
             (6, 2, 0),
         ] {
             for (transposed_a, accumulate, fused, gather) in

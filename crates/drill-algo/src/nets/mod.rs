@@ -55,8 +55,8 @@ impl Input {
 }
 
 /// A batch of observations as a network's input `[n, dim]`: `f32` as they are; `u8` frames
-/// as bytes on the CPU device where its kernels read them ([`crate::compute::reads_frames`];
-/// a quarter of the floats' memory), elsewhere converted to floats in `[0, 1]` on the host.
+/// as bytes on the CPU device, whose kernels read them (a quarter of the floats' memory),
+/// elsewhere converted to floats in `[0, 1]` on the host.
 pub fn input(obs: Obs<'_>, dim: usize, device: &Device) -> Input {
     let n = obs.len() / dim;
     match obs {
@@ -82,7 +82,7 @@ pub fn input(obs: Obs<'_>, dim: usize, device: &Device) -> Input {
 
 /// Whether frames go to `device` as bytes: the CPU device, where its kernels read them.
 fn bytes_on(device: &Device) -> bool {
-    *device == Device::flex() && crate::compute::reads_frames()
+    *device == Device::flex()
 }
 
 /// Frame bytes `[n, dim]` as an [`Input::Frames`] on `device`.
