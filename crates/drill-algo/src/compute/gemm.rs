@@ -494,9 +494,10 @@ unsafe fn shallow(
     epilogue: Epilogue<'_>,
     threads: usize,
 ) {
-    // Blocks of whole 6-row tiles (AVX2's tile height; AVX-512's 4 divides 12).
+    // Blocks of whole tiles: 24 rows are 4 of AVX2's 6-row tiles, or 4 or 3 of AVX-512's
+    // 6- or 8-row ones (`small_gemm::tile_shape`).
     let dst = dst as usize;
-    per_thread_blocks(m, 12, threads, |i, rows| {
+    per_thread_blocks(m, 24, threads, |i, rows| {
         // SAFETY: rows `i..i + rows` of the destination and of `a` lie inside the regions
         // the caller and `gemm_into`'s checks vouch for; blocks do not overlap.
         unsafe {

@@ -21,8 +21,9 @@
 //! and `gemm`, its update 1.14x and `pong_ppo` 1.07x. On the Intel Xeon with AVX-512
 //! (2026-11-29), once the tile took 24 accumulators there ([`super::small_gemm::tile_shape`])
 //! and frames were converted here rather than on the host, the update at batch 32 on 1
-//! thread ran 1.1x as fast as with `gemm`'s AVX-512 kernels and at batch 256 on 2 threads
-//! 1.2x (docs/figures.md).
+//! thread ran 1.2x as fast as with `gemm`'s AVX-512 kernels, at batch 256 on 2 threads 1.25x,
+//! and `pong_ppo` in f32 1.165x (docs/figures.md). AMD's AVX-512 CPUs (Zen 4) have not run
+//! them since.
 
 use super::gemm;
 use super::im2col::{Geometry, Source, per_group, summed_over_threads, with_scratch};
