@@ -20,10 +20,11 @@ use pulp::{Simd, WithSimd};
 ///
 /// AVX-512 (32 registers) takes up to 24 accumulators, shaped by the columns: 6 rows by 4
 /// vectors from 4 vectors on, 8 rows by 3, 2 or 1 vectors below. On the Intel Xeon with
-/// AVX-512 (2026-11-29, `drill --threads 1 bench learner --case nature-cnn-products`) 4 rows
-/// by 3 vectors, 12 accumulators, left the Nature CNN's gathered convolutions at 45-66 % of
-/// the FMA peak with operands hot; 6 x 4 and 8 x 2 reached 70 %, while 12 x 2 (the row
-/// pointers spilled), 4 x 4, 5 x 4 and 7 x 4 were slower (docs/figures.md).
+/// AVX-512, 4 rows by 3 vectors (12 accumulators) left the Nature CNN's gathered
+/// convolutions no faster than `gemm` (2026-11-28); with 6 x 4 and 8 x 2 their products
+/// reached 65-70 % of the FMA peak with operands hot, while 12 x 2 (the row pointers
+/// spilled), 4 x 4, 5 x 4 and 7 x 4 were slower (2026-11-29, `drill --threads 1 bench
+/// learner --case nature-cnn-products`; docs/figures.md).
 ///
 /// AVX2 has 16 registers, and 4 x 3 needs all of them (12 accumulators, 3 right-operand
 /// vectors, a broadcast): the compiler kept an accumulator on the stack, a store and a reload
