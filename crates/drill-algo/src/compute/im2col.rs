@@ -104,7 +104,8 @@ impl Geometry {
         self.oh() * self.ow()
     }
 
-    fn in_len(&self) -> usize {
+    /// Values of one batch element's input: `c_in * h * w`.
+    pub(super) fn in_len(&self) -> usize {
         self.c_in * self.h * self.w
     }
 
@@ -138,9 +139,13 @@ impl<'a> Source<'a> {
         self.len() == 0
     }
 
-    /// Whether [`Source::values`] writes into its buffer: frames, which it converts.
-    pub(super) fn converts(&self) -> bool {
-        matches!(self, Source::Frames(_))
+    /// Floats [`Source::values`] needs in its buffer for `elements` elements of `in_len`
+    /// values: frames are converted there, values need none.
+    pub(super) fn buffer_len(&self, elements: usize, in_len: usize) -> usize {
+        match self {
+            Source::F32(_) => 0,
+            Source::Frames(_) => elements * in_len,
+        }
     }
 
     /// Batch elements `elements` (of `in_len` values each) as `f32`: values as they are,

@@ -77,7 +77,7 @@ fn check_reach(g: &Geometry, positions: &[usize], taps: &[usize]) {
 /// contiguous. One product per batch element, elements split over the rayon pool.
 pub fn forward(x: Source<'_>, weight: &[f32], bias: &[f32], g: &Geometry, relu: bool) -> Vec<f32> {
     let (k, p, co) = (g.k(), g.p(), g.c_out);
-    let in_len = g.c_in * g.h * g.w;
+    let in_len = g.in_len();
     assert_eq!(x.len(), g.batch * in_len, "conv input size");
     assert_eq!(weight.len(), co * k, "conv weight size");
     assert_eq!(bias.len(), co, "conv bias size");
@@ -87,7 +87,7 @@ pub fn forward(x: Source<'_>, weight: &[f32], bias: &[f32], g: &Geometry, relu: 
     // Not zeroed first: every element's values are written (a `memset` of 2.7 MB per
     // forward pass of the Nature CNN's batch of 32 otherwise).
     let len = g.batch * co * p;
-    let raw = if x.converts() { in_len } else { 0 };
+    let raw = x.buffer_len(1, in_len);
     let mut y: Vec<f32> = Vec::with_capacity(len);
     per_group(
         &mut y.spare_capacity_mut()[..len],
@@ -132,7 +132,7 @@ const GROUP_FLOATS: usize = 1 << 16;
 /// share of the batch per thread (`im2col::summed_over_threads`), in groups of elements.
 pub fn backward_params(x: Source<'_>, dy: &[f32], g: &Geometry) -> (Vec<f32>, Vec<f32>) {
     let (k, p, co) = (g.k(), g.p(), g.c_out);
-    let in_len = g.c_in * g.h * g.w;
+    let in_len = g.in_len();
     assert_eq!(x.len(), g.batch * in_len, "conv input size");
     assert_eq!(dy.len(), g.batch * co * p, "conv output gradient size");
     let (at, tap) = (positions(g), taps(g));
@@ -144,7 +144,7 @@ pub fn backward_params(x: Source<'_>, dy: &[f32], g: &Geometry) -> (Vec<f32>, Ve
         .collect();
     summed_over_threads(g.batch, k, co, |share, dwt, db| {
         let (lo, hi) = (share.start, share.end);
-        let raw = if x.converts() { group * in_len } else { 0 };
+        let raw = x.buffer_len(group, in_len);
         with_scratch(group * p * co + raw, |scratch| {
             let (stack, raw) = scratch.split_at_mut(group * p * co);
             for (i, b0) in (lo..hi).step_by(group).enumerate() {
