@@ -1,8 +1,10 @@
 //! `policy.precision = "bf16"` at the layer level: the Nature CNN's convolutions (forward,
-//! weight and input gradients) and a wide dense product against f32, at every kernel level
-//! this CPU has (AVX-512 BF16 where present, and the portable path). Its own test binary:
+//! weight and input gradients, on AMX's tiles where the CPU has them) and a wide dense product
+//! against f32, at every kernel level this CPU has (AMX and AVX-512 BF16 where present, and
+//! the portable path). Its own test binary:
 //! the precision is process-wide, and one test sets it for the others' duration.
 
+use drill_algo::compute::amx_conv;
 use drill_algo::compute::bf16::{self, Level};
 use drill_algo::compute::gemm::{View, product};
 use drill_algo::compute::im2col::{Geometry, Source, backward_input, backward_params, forward};
@@ -13,20 +15,34 @@ use common::{rel_err, values};
 /// What each layer computes, in the process's current precision.
 fn layers() -> Vec<Vec<f32>> {
     let mut out = Vec::new();
-    // The Nature CNN's three convolutions, batch 3.
-    for (c_in, h, c_out, k, s) in [(4, 84, 32, 8, 4), (32, 20, 64, 4, 2), (64, 9, 64, 3, 1)] {
-        let g = Geometry {
-            batch: 3,
-            c_in,
-            h,
-            w: h,
-            c_out,
-            kh: k,
-            kw: k,
-            sh: s,
-            sw: s,
-        };
-        let x = values(g.batch * c_in * h * h, c_in as u32);
+    let shape = |batch, c_in, (h, w), c_out, (kh, kw), (sh, sw)| Geometry {
+        batch,
+        c_in,
+        h,
+        w,
+        c_out,
+        kh,
+        kw,
+        sh,
+        sw,
+    };
+    // The Nature CNN's three convolutions, batch 3; then shapes that suit AMX's tiles
+    // (`amx_conv::chosen`) with odd corners: rows of positions that split unevenly (37 into
+    // tiles of 13, the last overlapping), an odd number of positions, 8 and 16 channels,
+    // three blocks of 32 output channels (each product past `small_gemm::MAX_MACS`, so that
+    // every level computes it in bf16).
+    for g in [
+        shape(3, 4, (84, 84), 32, (8, 8), (4, 4)),
+        shape(3, 32, (20, 20), 64, (4, 4), (2, 2)),
+        shape(3, 64, (9, 9), 64, (3, 3), (1, 1)),
+        shape(2, 8, (10, 40), 96, (4, 4), (2, 1)),
+        shape(3, 16, (14, 45), 64, (4, 2), (1, 3)),
+    ] {
+        let (c_in, c_out) = (g.c_in, g.c_out);
+        if bf16::enabled() && Level::current() == Level::Amx {
+            assert!(amx_conv::chosen(&g), "{g:?} on AMX's tiles");
+        }
+        let x = values(g.batch * c_in * g.h * g.w, c_in as u32);
         let w = values(c_out * g.k(), c_out as u32 + 1);
         let b = values(c_out, 3);
         let dy = values(g.batch * c_out * g.p(), 4);

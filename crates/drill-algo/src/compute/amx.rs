@@ -42,18 +42,35 @@ pub fn available() -> bool {
     })
 }
 
-/// This thread's tiles configured for [`Tiles::block`] for as long as the value lives (released when
-/// it is dropped, so the thread's AMX state is back to its initial, cheap-to-switch state).
-/// Not `Send`: the configuration belongs to the thread that loaded it.
-pub struct Tiles(std::marker::PhantomData<*const ()>);
+/// This thread's tiles configured for as long as the value lives (released when it is
+/// dropped, so the thread's AMX state is back to its initial, cheap-to-switch state): tiles 0
+/// to 3 accumulators, 4 and 5 left operands, 6 and 7 right operands. Not `Send`: the
+/// configuration belongs to the thread that loaded it.
+pub struct Tiles {
+    rows: usize,
+    _thread: std::marker::PhantomData<*const ()>,
+}
 
 impl Tiles {
-    /// Load the configuration: palette 1, tiles 0 to 7 of 16 rows by 64 bytes.
+    /// Load the configuration for [`Tiles::block`]: palette 1, tiles 0 to 7 of 16 rows by 64
+    /// bytes.
     ///
     /// # Safety
     /// [`available`] must have returned `true` in this process.
     #[cfg(target_arch = "x86_64")]
     pub unsafe fn load() -> Tiles {
+        // SAFETY: the caller's contract.
+        unsafe { Tiles::load_rows(TILE) }
+    }
+
+    /// Load a configuration whose accumulators and left operands (tiles 0 to 5) have `rows`
+    /// rows (1 to 16), the right operands 16; every row 64 bytes.
+    ///
+    /// # Safety
+    /// [`available`] must have returned `true` in this process.
+    #[cfg(target_arch = "x86_64")]
+    pub unsafe fn load_rows(rows: usize) -> Tiles {
+        assert!((1..=TILE).contains(&rows), "AMX tiles of {rows} rows");
         #[repr(C, align(64))]
         struct Config([u8; 64]);
         let mut cfg = Config([0; 64]);
@@ -61,12 +78,109 @@ impl Tiles {
         for t in 0..8 {
             // Bytes 16.. are each tile's row length in bytes (u16), bytes 48.. its rows.
             cfg.0[16 + 2 * t] = (TILE * 4) as u8;
-            cfg.0[48 + t] = TILE as u8;
+            cfg.0[48 + t] = if t < 6 { rows as u8 } else { TILE as u8 };
         }
         // SAFETY: the caller vouches for AMX and the permission; the 64-byte configuration is
         // valid (palette 1, every used tile within 16 rows and 64 bytes).
         unsafe { std::arch::asm!("ldtilecfg [{}]", in(reg) cfg.0.as_ptr(), options(nostack)) };
-        Tiles(std::marker::PhantomData)
+        Tiles {
+            rows,
+            _thread: std::marker::PhantomData,
+        }
+    }
+
+    /// Rows of the accumulator and left-operand tiles.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Start the four accumulators from a row of 16 floats each, repeated down the tile:
+    /// tiles 0 and 2 from `r0`, tiles 1 and 3 from `r1` (a bias per column).
+    ///
+    /// # Safety
+    /// `r0` and `r1` must be readable for 16 floats.
+    #[cfg(target_arch = "x86_64")]
+    pub unsafe fn start_from_rows(&self, r0: *const f32, r1: *const f32) {
+        // SAFETY: a stride of 0 reads the same 64 bytes for every row; the caller vouches
+        // for them.
+        unsafe {
+            std::arch::asm!(
+                "tileloadd tmm0, [{r0} + {z}*1]",
+                "tileloadd tmm1, [{r1} + {z}*1]",
+                "tileloadd tmm2, [{r0} + {z}*1]",
+                "tileloadd tmm3, [{r1} + {z}*1]",
+                r0 = in(reg) r0, r1 = in(reg) r1, z = in(reg) 0usize,
+                options(nostack, readonly),
+            );
+        }
+    }
+
+    /// `tile 2i + j += a_i * b_j` over `steps` depth steps, for two left tiles whose rows are
+    /// `sa` bytes apart (`a0` and `a1` their first rows; each step 64 bytes, 16 bf16 pairs,
+    /// further along the row) and two right panels (`b0`, `b1`: 16 pairs by 16 columns a
+    /// step, the steps 1 KB apart). The left rows are read where they lie: a convolution's
+    /// input positions, [`super::amx_conv`].
+    ///
+    /// # Safety
+    /// `a0` and `a1` must be readable at `r * sa + q` for `r < self.rows()`, `q < 64 * steps`
+    /// bytes; `b0` and `b1` for `steps * 256` values each; `steps > 0`.
+    #[cfg(target_arch = "x86_64")]
+    pub unsafe fn accumulate(
+        &self,
+        (a0, a1): (*const u16, *const u16),
+        sa: usize,
+        (b0, b1): (*const u32, *const u32),
+        steps: usize,
+    ) {
+        debug_assert!(steps > 0);
+        // SAFETY: the caller vouches for the operands' extent.
+        unsafe {
+            std::arch::asm!(
+                "2:",
+                "tileloadd tmm4, [{a0} + {sa}*1]",
+                "tileloadd tmm6, [{b0} + {sb}*1]",
+                "tileloadd tmm5, [{a1} + {sa}*1]",
+                "tileloadd tmm7, [{b1} + {sb}*1]",
+                "tdpbf16ps tmm0, tmm4, tmm6",
+                "tdpbf16ps tmm1, tmm4, tmm7",
+                "tdpbf16ps tmm2, tmm5, tmm6",
+                "tdpbf16ps tmm3, tmm5, tmm7",
+                "add {a0}, 64",
+                "add {a1}, 64",
+                "add {b0}, 1024",
+                "add {b1}, 1024",
+                "dec {n}",
+                "jnz 2b",
+                a0 = inout(reg) a0 => _,
+                a1 = inout(reg) a1 => _,
+                b0 = inout(reg) b0 => _,
+                b1 = inout(reg) b1 => _,
+                n = inout(reg) steps => _,
+                sa = in(reg) sa,
+                sb = in(reg) TILE * 4,
+                options(nostack, readonly),
+            );
+        }
+    }
+
+    /// Store the four accumulators: tile `i` at `c[i]`, rows `ldc` floats apart.
+    ///
+    /// # Safety
+    /// `c[i]` must be writable at `r * ldc + j` for `r < self.rows()`, `j < 16`.
+    #[cfg(target_arch = "x86_64")]
+    pub unsafe fn store(&self, c: [*mut f32; 4], ldc: usize) {
+        // SAFETY: the caller vouches for the destinations.
+        unsafe {
+            std::arch::asm!(
+                "tilestored [{c0} + {sc}*1], tmm0",
+                "tilestored [{c1} + {sc}*1], tmm1",
+                "tilestored [{c2} + {sc}*1], tmm2",
+                "tilestored [{c3} + {sc}*1], tmm3",
+                c0 = in(reg) c[0], c1 = in(reg) c[1], c2 = in(reg) c[2], c3 = in(reg) c[3],
+                sc = in(reg) ldc * 4,
+                options(nostack),
+            );
+        }
     }
 
     /// `c (32 x 32, rows ldc floats apart) = [c +] a (32 rows) * b (two panels of 16

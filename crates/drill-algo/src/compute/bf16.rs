@@ -151,7 +151,7 @@ fn pair(lo: f32, hi: f32) -> u32 {
 
 /// `dst[p] = pair(src[2p], src[2p + 1])` (a missing last odd value is 0): a run that is
 /// contiguous along the depth.
-fn pairs_along(level: Level, src: &[f32], dst: &mut [u32]) {
+pub(super) fn pairs_along(level: Level, src: &[f32], dst: &mut [u32]) {
     debug_assert_eq!(dst.len(), src.len().div_ceil(2));
     #[cfg(target_arch = "x86_64")]
     if level.avx512() {

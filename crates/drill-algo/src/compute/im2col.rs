@@ -15,10 +15,12 @@
 //! materialising the whole batch's, and splits over threads by element or group when the
 //! rayon pool has more than one. No padding, no dilation, one group: what the Atari encoders
 //! use. Where the CPU has AVX2 but not AVX-512, f32 forward passes and weight gradients run in
-//! [`super::implicit`] instead (no patch matrix); the input gradient and bf16 stay here.
+//! [`super::implicit`] instead (no patch matrix); the input gradient and bf16 stay here, but
+//! for bf16 on Intel AMX, whose forward passes and weight gradients [`super::amx_conv`] runs
+//! (no patch matrix either) where the layer's shape suits its tiles.
 
 use super::gemm::{View, matmul};
-use super::{bf16, frames};
+use super::{amx_conv, bf16, frames};
 use rayon::prelude::*;
 
 /// A layer's weight as the left operand of every batch element's product: in bf16 precision
@@ -688,6 +690,9 @@ pub(super) fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R 
 /// patches side by side; in bf16, one per element, its patches written straight into the
 /// packed operand.
 pub fn forward(x: Source<'_>, weight: &[f32], bias: &[f32], g: &Geometry, relu: bool) -> Vec<f32> {
+    if amx_conv::chosen(g) {
+        return amx_conv::forward(x, weight, bias, g, relu);
+    }
     let (k, p, co) = (g.k(), g.p(), g.c_out);
     assert_eq!(x.len(), g.batch * g.in_len(), "conv input size");
     assert_eq!(weight.len(), co * k, "conv weight size");
@@ -756,6 +761,9 @@ pub fn forward(x: Source<'_>, weight: &[f32], bias: &[f32], g: &Geometry, relu: 
 
 /// Weight and bias gradients for output gradient `dy`: `(dW [c_out, K], db [c_out])`.
 pub fn backward_params(x: Source<'_>, dy: &[f32], g: &Geometry) -> (Vec<f32>, Vec<f32>) {
+    if amx_conv::chosen(g) {
+        return amx_conv::backward_params(x, dy, g);
+    }
     let (k, p, co) = (g.k(), g.p(), g.c_out);
     assert_eq!(x.len(), g.batch * g.in_len(), "conv input size");
     assert_eq!(dy.len(), g.batch * g.out_len(), "conv output gradient size");

@@ -11,9 +11,11 @@
 //! (`drill bench learner --case nature-cnn-update`).
 //!
 //! With `policy.precision = "bf16"` their large products run in [`bf16`] (operands rounded
-//! to bfloat16, f32 accumulation; on Intel AMX tiles where the CPU has them: [`amx`]); [`peak`] measures the f32 FMA roof they are compared with.
+//! to bfloat16, f32 accumulation; on Intel AMX tiles where the CPU has them: [`amx`], and
+//! [`amx_conv`] for the convolutions); [`peak`] measures the f32 FMA roof they are compared with.
 
 pub mod amx;
+pub mod amx_conv;
 pub mod bf16;
 pub mod dense;
 pub mod device;
