@@ -1,6 +1,6 @@
-//! bf16 convolutions on Intel AMX tiles that read the input where it lies, with no patch
-//! matrix: [`super::im2col`]'s bf16 forward pass and weight gradient where the process runs
-//! bf16 products on AMX and the layer's shape suits the tiles ([`chosen`]).
+//! bf16 convolutions on Intel AMX tiles that read their operands where they lie, with no
+//! patch matrix: [`super::im2col`]'s bf16 forward pass, weight and input gradients where the
+//! process runs bf16 products on AMX and the layer's shape suits the tiles ([`chosen`]).
 //!
 //! Each batch element's input is first written channels-last in bf16 (`h x w x c_in`,
 //! [`channels_last`]). Then the `kw * c_in` inputs under one kernel row at one output position
@@ -13,11 +13,14 @@
 //! - weight gradient: `dW (c_out x K) += dy[b] (c_out x P) * patches (P x K)`, the output
 //!   gradient in pairs of positions (its rows as they lie), the patches packed in pairs of
 //!   positions from the channels-last input (two positions' kernel rows interleaved): a pass
-//!   of 64-byte rows, where im2col gathered runs of 4 to 20 values.
+//!   of 64-byte rows, where im2col gathered runs of 4 to 20 values;
+//! - input gradient: `dpatch (P x K) = dy[b]^T (P x c_out) * W (c_out x K)`, the output
+//!   gradient channels last in bf16 (16 positions a tile, as it lies), added back into the
+//!   channels-last input gradient a kernel row (`kw * c_in` values) at a time, then one
+//!   transposition into `dx[b]`.
 //!
-//! The input gradient stays with im2col (a product, then col2im). Where the CPU has no AMX,
-//! or a layer's kernel rows or output channels are not whole multiples of 32 values, im2col
-//! computes the bf16 products as before.
+//! Where the CPU has no AMX, or a layer's kernel rows or output channels are not whole
+//! multiples of 32 values, im2col computes the bf16 products as before.
 
 use super::amx;
 use super::bf16::{self, Level};
@@ -335,6 +338,118 @@ pub fn forward(x: Source<'_>, weight: &[f32], bias: &[f32], g: &Geometry, relu: 
     // wrote all of them (`write_row_major_uninit`).
     unsafe { y.set_len(len) };
     y
+}
+
+/// The weight (`c_out x K`, `(c, ky, kx)` order) as the input gradient's right operand:
+/// panels of 16 depth values of the `(ky, kx, c)` order, in each the pairs of output
+/// channels one after another (pair `i`, depth `j` of panel `t` at `(t * c_out / 2 + i) * 16
+/// + j`).
+fn packed_weight_by_channel(weight: &[f32], g: &Geometry) -> Vec<u32> {
+    let (k, co) = (g.k(), g.c_out);
+    // W in the (ky, kx, c) order: c_out x K, a channel's depths contiguous.
+    let mut wq = vec![0f32; co * k];
+    for (q, from) in (0..k).map(|q| (q, weight_index(g, q))) {
+        for o in 0..co {
+            wq[o * k + q] = weight[o * k + from];
+        }
+    }
+    let cp = co / 2;
+    let mut packed = vec![0u32; k * cp];
+    for i in 0..cp {
+        let (lo, hi) = (&wq[2 * i * k..][..k], &wq[(2 * i + 1) * k..][..k]);
+        bf16::pairs_across(
+            Level::Amx,
+            lo,
+            Some(hi),
+            &mut packed[i * amx::TILE..],
+            (amx::TILE, cp * amx::TILE),
+        );
+    }
+    packed
+}
+
+/// Input gradient for output gradient `dy`: `dx [batch, c_in, h, w]`. Per element, the patch
+/// gradients `dpatch (P x K) = dy[b]^T (P x c_out) * W (c_out x K)` (the output gradient
+/// channels last in bf16: 16 positions a tile, read where they lie), added back into the
+/// channels-last input gradient a kernel row at a time (`kw * c_in` contiguous values), then
+/// one transposition into `dx[b]`.
+pub fn backward_input(weight: &[f32], dy: &[f32], g: &Geometry) -> Vec<f32> {
+    let (k, p, co) = (g.k(), g.p(), g.c_out);
+    assert!(chosen(g), "AMX convolution for {g:?}");
+    assert_eq!(weight.len(), co * k, "conv weight size");
+    assert_eq!(dy.len(), g.batch * co * p, "conv output gradient size");
+    let packed = packed_weight_by_channel(weight, g);
+    let rows = p.min(amx::TILE);
+    let starts: Vec<usize> = (0..p.div_ceil(rows))
+        .map(|t| (t * rows).min(p - rows))
+        .collect();
+    let (in_len, dy_floats) = (g.in_len(), (p * co).div_ceil(2));
+    let zeros = [0f32; amx::TILE];
+    let len = g.batch * in_len;
+    let mut dx: Vec<f32> = Vec::with_capacity(len);
+    per_group(
+        &mut dx.spare_capacity_mut()[..len],
+        in_len,
+        1,
+        dy_floats + p * k + in_len,
+        |b, dxb, scratch| {
+            let (dys, rest) = scratch.split_at_mut(dy_floats);
+            let (dpatch, dxn) = rest.split_at_mut(p * k);
+            let dys: &mut [u32] = &mut bytemuck::cast_slice_mut(dys)[..p * co / 2];
+            let dyb = &dy[b * co * p..(b + 1) * co * p];
+            // SAFETY: AMX CPUs have AVX-512F, BW and BF16; c_out x P values, their pairs.
+            #[cfg(target_arch = "x86_64")]
+            unsafe {
+                channels_last_avx512(Planes::F32(dyb), p, dys)
+            };
+            // SAFETY: AMX is there (`chosen`); a tile's rows are 16 (or P) consecutive
+            // positions of `dys` (P x c_out bf16, rows 2 c_out bytes apart), each step 32
+            // channels further (c_out / 32 steps); `packed` holds K / 16 panels of c_out / 2
+            // pairs; every store lies in `dpatch` (P x K).
+            unsafe {
+                let tiles = amx::Tiles::load_rows(rows);
+                let a = dys.as_ptr() as *const u16;
+                for pair in starts.chunks(2) {
+                    let (p0, p1) = (pair[0], *pair.last().expect("a tile"));
+                    for kb in (0..k).step_by(STEP) {
+                        tiles.start_from_rows(zeros.as_ptr(), zeros.as_ptr());
+                        let panel = |t: usize| packed.as_ptr().add(t * co / 2 * amx::TILE);
+                        tiles.accumulate(
+                            (a.add(p0 * co), a.add(p1 * co)),
+                            co * 2,
+                            (panel(kb / amx::TILE), panel(kb / amx::TILE + 1)),
+                            co / STEP,
+                        );
+                        let c = dpatch.as_mut_ptr();
+                        tiles.store(
+                            [
+                                c.add(p0 * k + kb),
+                                c.add(p0 * k + kb + amx::TILE),
+                                c.add(p1 * k + kb),
+                                c.add(p1 * k + kb + amx::TILE),
+                            ],
+                            k,
+                        );
+                    }
+                }
+            }
+            // col2im, channels last: each position's kernel rows are runs of the input.
+            dxn.fill(0.0);
+            let r = run(g);
+            for (q, grads) in dpatch.chunks_exact(k).enumerate() {
+                let at = origin(g, q);
+                for (ky, row) in grads.chunks_exact(r).enumerate() {
+                    let to = &mut dxn[at + ky * g.w * g.c_in..][..r];
+                    to.iter_mut().zip(row).for_each(|(d, s)| *d += s);
+                }
+            }
+            View::transposed(dxn, g.c_in).write_row_major_uninit(g.c_in, g.h * g.w, dxb);
+        },
+    );
+    // SAFETY: `per_group` handed every element's `in_len` values to the closure, which wrote
+    // all of them (`write_row_major_uninit`).
+    unsafe { dx.set_len(len) };
+    dx
 }
 
 /// Floats of patch pairs a weight-gradient group packs (1 MiB).

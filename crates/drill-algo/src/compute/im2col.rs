@@ -16,8 +16,8 @@
 //! rayon pool has more than one. No padding, no dilation, one group: what the Atari encoders
 //! use. Where the CPU has AVX2 but not AVX-512, f32 forward passes and weight gradients run in
 //! [`super::implicit`] instead (no patch matrix); the input gradient and bf16 stay here, but
-//! for bf16 on Intel AMX, whose forward passes and weight gradients [`super::amx_conv`] runs
-//! (no patch matrix either) where the layer's shape suits its tiles.
+//! for bf16 on Intel AMX, whose convolutions [`super::amx_conv`] runs (no patch matrix
+//! either) where the layer's shape suits its tiles.
 
 use super::gemm::{View, matmul};
 use super::{amx_conv, bf16, frames};
@@ -834,6 +834,9 @@ pub(super) fn summed_over_threads(
 /// Input gradient for output gradient `dy`: `dx [batch, c_in, h, w]`, one product per
 /// group of batch elements (`group_size`).
 pub fn backward_input(weight: &[f32], dy: &[f32], g: &Geometry) -> Vec<f32> {
+    if amx_conv::chosen(g) {
+        return amx_conv::backward_input(weight, dy, g);
+    }
     let (k, p, co) = (g.k(), g.p(), g.c_out);
     assert_eq!(dy.len(), g.batch * g.out_len(), "conv output gradient size");
     let wt = Left::new(View::transposed(weight, k), k, co);
