@@ -4,6 +4,7 @@
 //! the portable path). Its own test binary:
 //! the precision is process-wide, and one test sets it for the others' duration.
 
+#[cfg(target_arch = "x86_64")]
 use drill_algo::compute::amx_conv;
 use drill_algo::compute::bf16::{self, Level};
 use drill_algo::compute::gemm::{View, product};
@@ -39,6 +40,7 @@ fn layers() -> Vec<Vec<f32>> {
         shape(3, 16, (14, 45), 64, (4, 2), (1, 3)),
     ] {
         let (c_in, c_out) = (g.c_in, g.c_out);
+        #[cfg(target_arch = "x86_64")]
         if bf16::enabled() && Level::current() == Level::Amx {
             assert!(amx_conv::chosen(&g), "{g:?} on AMX's tiles");
         }

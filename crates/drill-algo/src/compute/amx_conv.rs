@@ -19,8 +19,8 @@
 //!   channels-last input gradient a kernel row (`kw * c_in` values) at a time, then one
 //!   transposition into `dx[b]`.
 //!
-//! Where the CPU has no AMX, or a layer's kernel rows or output channels are not whole
-//! multiples of 32 values, im2col computes the bf16 products as before.
+//! x86_64 only. Where the CPU has no AMX, or a layer's kernel rows or output channels are not
+//! whole multiples of 32 values, im2col computes the bf16 products as before.
 
 use super::amx;
 use super::bf16::{self, Level};
@@ -70,7 +70,6 @@ fn channels_last(x: Source<'_>, b: usize, g: &Geometry, dst: &mut [u16]) {
         "channels-last bf16 of {g:?}"
     );
     let dst: &mut [u32] = bytemuck::cast_slice_mut(&mut dst[..len]);
-    #[cfg(target_arch = "x86_64")]
     // SAFETY: AMX CPUs have AVX-512F, BW and BF16 (`Level::detect`); the sizes were checked.
     unsafe {
         match x {
@@ -80,8 +79,6 @@ fn channels_last(x: Source<'_>, b: usize, g: &Geometry, dst: &mut [u16]) {
             }
         }
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    unreachable!("AMX convolutions off x86_64: {x:?} {dst:?} {hw}");
 }
 
 /// One batch element's planes (`c_in x hw`).
@@ -97,7 +94,6 @@ enum Planes<'a> {
 /// # Safety
 /// The CPU must have AVX-512F, BW and BF16; `planes` holds an even number of planes of `hw`
 /// values and `dst` their pairs.
-#[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
 unsafe fn channels_last_avx512(planes: Planes<'_>, hw: usize, dst: &mut [u32]) {
     use std::arch::x86_64::*;
@@ -189,7 +185,6 @@ fn lanes(n: usize) -> u16 {
 }
 
 /// The transpose of 16 vectors of 16 32-bit lanes.
-#[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx512f")]
 fn transpose16(r: [std::arch::x86_64::__m512i; 16]) -> [std::arch::x86_64::__m512i; 16] {
@@ -398,10 +393,7 @@ pub fn backward_input(weight: &[f32], dy: &[f32], g: &Geometry) -> Vec<f32> {
             let dys: &mut [u32] = &mut bytemuck::cast_slice_mut(dys)[..p * co / 2];
             let dyb = &dy[b * co * p..(b + 1) * co * p];
             // SAFETY: AMX CPUs have AVX-512F, BW and BF16; c_out x P values, their pairs.
-            #[cfg(target_arch = "x86_64")]
-            unsafe {
-                channels_last_avx512(Planes::F32(dyb), p, dys)
-            };
+            unsafe { channels_last_avx512(Planes::F32(dyb), p, dys) };
             // SAFETY: AMX is there (`chosen`); a tile's rows are 16 (or P) consecutive
             // positions of `dys` (P x c_out bf16, rows 2 c_out bytes apart), each step 32
             // channels further (c_out / 32 steps); `packed` holds K / 16 panels of c_out / 2
@@ -575,7 +567,6 @@ fn position_pairs(xs: &[u16], g: &Geometry, pp: usize, right: &mut [u32], panel:
                 let t = (ky * r + j) / amx::TILE;
                 // SAFETY: every position's kernel rows lie inside the input (`origin`, and
                 // `xs` holds it all); panels t and t + 1 hold row i (t + 1 < K / 16).
-                #[cfg(target_arch = "x86_64")]
                 unsafe {
                     interleave_avx512(
                         o0.map(|o| xs.as_ptr().add(o + row + j)),
@@ -595,7 +586,6 @@ fn position_pairs(xs: &[u16], g: &Geometry, pp: usize, right: &mut [u32], panel:
 /// # Safety
 /// The CPU must have AVX-512F and BW; `lo` and `hi` readable for 32 values, `dst` writable at
 /// `j` and `stride + j`.
-#[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn interleave_avx512(
     lo: Option<*const u16>,
@@ -628,7 +618,7 @@ unsafe fn interleave_avx512(
     }
 }
 
-#[cfg(all(test, target_arch = "x86_64"))]
+#[cfg(test)]
 mod tests {
     use super::*;
 

@@ -19,8 +19,10 @@
 //! for bf16 on Intel AMX, whose convolutions [`super::amx_conv`] runs (no patch matrix
 //! either) where the layer's shape suits its tiles.
 
+#[cfg(target_arch = "x86_64")]
+use super::amx_conv;
 use super::gemm::{View, matmul};
-use super::{amx_conv, bf16, frames};
+use super::{bf16, frames};
 use rayon::prelude::*;
 
 /// A layer's weight as the left operand of every batch element's product: in bf16 precision
@@ -690,6 +692,7 @@ pub(super) fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R 
 /// patches side by side; in bf16, one per element, its patches written straight into the
 /// packed operand.
 pub fn forward(x: Source<'_>, weight: &[f32], bias: &[f32], g: &Geometry, relu: bool) -> Vec<f32> {
+    #[cfg(target_arch = "x86_64")]
     if amx_conv::chosen(g) {
         return amx_conv::forward(x, weight, bias, g, relu);
     }
@@ -761,6 +764,7 @@ pub fn forward(x: Source<'_>, weight: &[f32], bias: &[f32], g: &Geometry, relu: 
 
 /// Weight and bias gradients for output gradient `dy`: `(dW [c_out, K], db [c_out])`.
 pub fn backward_params(x: Source<'_>, dy: &[f32], g: &Geometry) -> (Vec<f32>, Vec<f32>) {
+    #[cfg(target_arch = "x86_64")]
     if amx_conv::chosen(g) {
         return amx_conv::backward_params(x, dy, g);
     }
@@ -834,6 +838,7 @@ pub(super) fn summed_over_threads(
 /// Input gradient for output gradient `dy`: `dx [batch, c_in, h, w]`, one product per
 /// group of batch elements (`group_size`).
 pub fn backward_input(weight: &[f32], dy: &[f32], g: &Geometry) -> Vec<f32> {
+    #[cfg(target_arch = "x86_64")]
     if amx_conv::chosen(g) {
         return amx_conv::backward_input(weight, dy, g);
     }

@@ -15,6 +15,7 @@
 //! [`amx_conv`] for the convolutions); [`peak`] measures the f32 FMA roof they are compared with.
 
 pub mod amx;
+#[cfg(target_arch = "x86_64")]
 pub mod amx_conv;
 pub mod bf16;
 pub mod dense;

@@ -58,7 +58,8 @@ pub trait FastOps: Backend {
 }
 
 /// Whether this f32 convolution runs without a patch matrix ([`implicit`]): where the CPU
-/// suits it, and not in bf16 precision (whose products im2col packs).
+/// suits it, and not in bf16 precision (whose products im2col packs, or `amx_conv` runs on
+/// AMX tiles).
 pub(super) fn implicit_conv() -> bool {
     implicit::chosen() && !super::bf16::enabled()
 }
