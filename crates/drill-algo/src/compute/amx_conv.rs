@@ -94,7 +94,7 @@ enum Planes<'a> {
 /// # Safety
 /// The CPU must have AVX-512F, BW and BF16; `planes` holds an even number of planes of `hw`
 /// values and `dst` their pairs.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,fma")]
 unsafe fn channels_last_avx512(planes: Planes<'_>, hw: usize, dst: &mut [u32]) {
     use std::arch::x86_64::*;
     let m = dst.len() / hw;
@@ -103,7 +103,7 @@ unsafe fn channels_last_avx512(planes: Planes<'_>, hw: usize, dst: &mut [u32]) {
         31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20, 4,
         19, 3, 18, 2, 17, 1, 16, 0,
     );
-    let inv = _mm512_set1_ps(255.0);
+    let (inv, n255) = (_mm512_set1_ps(1.0 / 255.0), _mm512_set1_ps(255.0));
     // Channel `c`'s 16 values from position `i` (masked to `mask`) as f32.
     let load = |c: usize, i: usize, mask: u16| -> __m512 {
         // SAFETY: the mask keeps the load inside plane c.
@@ -112,8 +112,11 @@ unsafe fn channels_last_avx512(planes: Planes<'_>, hw: usize, dst: &mut [u32]) {
                 Planes::F32(v) => _mm512_maskz_loadu_ps(mask, v.as_ptr().add(c * hw + i)),
                 Planes::Frames(v) => {
                     let bytes = _mm_maskz_loadu_epi8(mask, v.as_ptr().add(c * hw + i) as *const i8);
-                    // b / 255, correctly rounded: the bits of `frames::value`.
-                    _mm512_div_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes)), inv)
+                    // b / 255 without a division (`frames`' method: a product, then one
+                    // Newton step through the remainder): the bits of `frames::value`.
+                    let b = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes));
+                    let q = _mm512_mul_ps(b, inv);
+                    _mm512_fmadd_ps(_mm512_fnmadd_ps(q, n255, b), inv, q)
                 }
             }
         }
