@@ -6,6 +6,9 @@
 //! The operands are pairs of bf16 along the depth in `u32`s ([`super::bf16`]'s packing): the
 //! left one row-major (a tile is 16 rows of 16 pairs, `lda` pairs apart), the right one in
 //! panels of 16 columns (a tile is 16 consecutive depth pairs of a panel: 1 KB, contiguous).
+//! [`super::amx_conv`]'s convolutions use the same accumulators piecewise
+//! ([`Tiles::start_from_rows`], [`Tiles::accumulate`], [`Tiles::store`]), with left tiles of up
+//! to 16 rows read at any stride: output positions where they lie in a channels-last input.
 //! Written as inline assembly because stable Rust has no AMX intrinsics; the instructions need
 //! no target feature (the assembler takes them), only the CPU check and Linux's permission.
 
@@ -205,7 +208,7 @@ impl Tiles {
         ldc: usize,
         accumulate: bool,
     ) {
-        debug_assert!(steps > 0);
+        debug_assert!(steps > 0 && self.rows == TILE, "a block needs 16-row tiles");
         // SAFETY: the caller vouches for the extent of `c` (32 rows of 32 floats, ldc apart;
         // the right tiles 16 floats in, the lower ones 16 rows down).
         let (c1, c2, c3) = unsafe { (c.add(TILE), c.add(TILE * ldc), c.add(TILE * ldc + TILE)) };

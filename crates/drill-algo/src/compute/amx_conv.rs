@@ -3,7 +3,7 @@
 //! process runs bf16 products on AMX and the layer's shape suits the tiles ([`chosen`]).
 //!
 //! Each batch element's input is first written channels-last in bf16 (`h x w x c_in`,
-//! [`channels_last`]). Then the `kw * c_in` inputs under one kernel row at one output position
+//! `channels_last`). Then the `kw * c_in` inputs under one kernel row at one output position
 //! are contiguous, and with the depth ordered `(ky, kx, c)` (the weight permuted to match, once
 //! per call) the patches of `R` output positions of one output row over 32 depth values are a
 //! tile that one `tileloadd` reads, the positions `sw * c_in` values apart:
@@ -32,7 +32,7 @@ use rayon::prelude::*;
 const STEP: usize = 2 * amx::TILE;
 
 /// Whether this convolution runs here: bf16 products on AMX in this process, kernel rows
-/// (`kw * c_in` values) and output channels whole multiples of [`STEP`].
+/// (`kw * c_in` values) and output channels whole multiples of 32 (a tile step's depth).
 pub fn chosen(g: &Geometry) -> bool {
     bf16::enabled()
         && Level::current() == Level::Amx
