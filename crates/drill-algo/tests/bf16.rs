@@ -8,7 +8,8 @@
 use drill_algo::compute::amx_conv;
 use drill_algo::compute::bf16::{self, Level};
 use drill_algo::compute::gemm::{View, product};
-use drill_algo::compute::im2col::{Geometry, Source, backward_input, backward_params, forward};
+use drill_algo::compute::im2col::{Geometry, Source};
+use drill_algo::compute::ops::{conv_forward, conv_input, conv_params};
 
 mod common;
 use common::{rel_err, values};
@@ -48,24 +49,24 @@ fn layers() -> Vec<Vec<f32>> {
         let w = values(c_out * g.k(), c_out as u32 + 1);
         let b = values(c_out, 3);
         let dy = values(g.batch * c_out * g.p(), 4);
-        let y = forward(Source::F32(&x), &w, &b, &g, false);
-        let (dw, db) = backward_params(Source::F32(&x), &dy, &g);
+        let y = conv_forward(Source::F32(&x), &w, &b, &g, false);
+        let (dw, db) = conv_params(Source::F32(&x), &dy, &g);
         if c_in == 4 {
             // The first layer reads frames too: the same bits as from their values.
             let bytes: Vec<u8> = x.iter().map(|v| ((v + 1.0) * 127.5) as u8).collect();
             let converted: Vec<f32> = bytes.iter().map(|&b| f32::from(b) / 255.0).collect();
-            let from_frames = forward(Source::Frames(&bytes), &w, &b, &g, false);
-            let from_values = forward(Source::F32(&converted), &w, &b, &g, false);
+            let from_frames = conv_forward(Source::Frames(&bytes), &w, &b, &g, false);
+            let from_values = conv_forward(Source::F32(&converted), &w, &b, &g, false);
             assert!(from_frames == from_values, "first layer from frames");
-            let from_frames = backward_params(Source::Frames(&bytes), &dy, &g);
-            let from_values = backward_params(Source::F32(&converted), &dy, &g);
+            let from_frames = conv_params(Source::Frames(&bytes), &dy, &g);
+            let from_values = conv_params(Source::F32(&converted), &dy, &g);
             assert!(
                 from_frames == from_values,
                 "its weight gradient from frames"
             );
         }
         out.push(y);
-        out.extend([dw, db, backward_input(&w, &dy, &g)]);
+        out.extend([dw, db, conv_input(&w, &dy, &g)]);
     }
     // The dense layer after them: 3136 features to 512, batch 40, and its input gradient
     // (a transposed right operand).

@@ -16,11 +16,9 @@
 //! rayon pool has more than one. No padding, no dilation, one group: what the Atari encoders
 //! use. Where the CPU has AVX2 but not AVX-512, f32 forward passes and weight gradients run in
 //! [`super::implicit`] instead (no patch matrix); the input gradient and bf16 stay here, but
-//! for bf16 on Intel AMX, whose convolutions [`super::amx_conv`] runs (no patch matrix
-//! either) where the layer's shape suits its tiles.
+//! for bf16 on Intel AMX, whose convolutions run in [`super::amx_conv`] (no patch matrix
+//! either) where the layer's shape suits its tiles ([`super::ops::conv_forward`] chooses).
 
-#[cfg(target_arch = "x86_64")]
-use super::amx_conv;
 use super::gemm::{View, matmul};
 use super::{bf16, frames};
 use rayon::prelude::*;
@@ -692,10 +690,6 @@ pub(super) fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R 
 /// patches side by side; in bf16, one per element, its patches written straight into the
 /// packed operand.
 pub fn forward(x: Source<'_>, weight: &[f32], bias: &[f32], g: &Geometry, relu: bool) -> Vec<f32> {
-    #[cfg(target_arch = "x86_64")]
-    if amx_conv::chosen(g) {
-        return amx_conv::forward(x, weight, bias, g, relu);
-    }
     let (k, p, co) = (g.k(), g.p(), g.c_out);
     assert_eq!(x.len(), g.batch * g.in_len(), "conv input size");
     assert_eq!(weight.len(), co * k, "conv weight size");
@@ -764,10 +758,6 @@ pub fn forward(x: Source<'_>, weight: &[f32], bias: &[f32], g: &Geometry, relu: 
 
 /// Weight and bias gradients for output gradient `dy`: `(dW [c_out, K], db [c_out])`.
 pub fn backward_params(x: Source<'_>, dy: &[f32], g: &Geometry) -> (Vec<f32>, Vec<f32>) {
-    #[cfg(target_arch = "x86_64")]
-    if amx_conv::chosen(g) {
-        return amx_conv::backward_params(x, dy, g);
-    }
     let (k, p, co) = (g.k(), g.p(), g.c_out);
     assert_eq!(x.len(), g.batch * g.in_len(), "conv input size");
     assert_eq!(dy.len(), g.batch * g.out_len(), "conv output gradient size");
@@ -838,10 +828,6 @@ pub(super) fn summed_over_threads(
 /// Input gradient for output gradient `dy`: `dx [batch, c_in, h, w]`, one product per
 /// group of batch elements (`group_size`).
 pub fn backward_input(weight: &[f32], dy: &[f32], g: &Geometry) -> Vec<f32> {
-    #[cfg(target_arch = "x86_64")]
-    if amx_conv::chosen(g) {
-        return amx_conv::backward_input(weight, dy, g);
-    }
     let (k, p, co) = (g.k(), g.p(), g.c_out);
     assert_eq!(dy.len(), g.batch * g.out_len(), "conv output gradient size");
     let wt = Left::new(View::transposed(weight, k), k, co);

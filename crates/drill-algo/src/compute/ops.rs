@@ -132,8 +132,20 @@ fn elements<'t, E: burn::tensor::Element + bytemuck::Pod>(
     }
 }
 
-/// A convolution's forward pass on the kernels this CPU runs it with ([`implicit_conv`]).
-fn conv_forward(x: Source<'_>, weight: &[f32], bias: &[f32], g: &Geometry, relu: bool) -> Vec<f32> {
+/// A convolution's forward pass on the kernels this process runs it with: on AMX tiles in
+/// bf16 where [`super::amx_conv::chosen`] says so, without a patch matrix in f32 where
+/// [`super::implicit::chosen`] does (and bf16 is off), else im2col.
+pub fn conv_forward(
+    x: Source<'_>,
+    weight: &[f32],
+    bias: &[f32],
+    g: &Geometry,
+    relu: bool,
+) -> Vec<f32> {
+    #[cfg(target_arch = "x86_64")]
+    if super::amx_conv::chosen(g) {
+        return super::amx_conv::forward(x, weight, bias, g, relu);
+    }
     if implicit_conv() {
         implicit::forward(x, weight, bias, g, relu)
     } else {
@@ -142,12 +154,26 @@ fn conv_forward(x: Source<'_>, weight: &[f32], bias: &[f32], g: &Geometry, relu:
 }
 
 /// A convolution's weight and bias gradients, as [`conv_forward`] chooses its kernels.
-fn conv_params(x: Source<'_>, dz: &[f32], g: &Geometry) -> (Vec<f32>, Vec<f32>) {
+pub fn conv_params(x: Source<'_>, dz: &[f32], g: &Geometry) -> (Vec<f32>, Vec<f32>) {
+    #[cfg(target_arch = "x86_64")]
+    if super::amx_conv::chosen(g) {
+        return super::amx_conv::backward_params(x, dz, g);
+    }
     if implicit_conv() {
         implicit::backward_params(x, dz, g)
     } else {
         im2col::backward_params(x, dz, g)
     }
+}
+
+/// A convolution's input gradient: on AMX tiles where [`super::amx_conv::chosen`] says so,
+/// else im2col's product and col2im.
+pub fn conv_input(weight: &[f32], dz: &[f32], g: &Geometry) -> Vec<f32> {
+    #[cfg(target_arch = "x86_64")]
+    if super::amx_conv::chosen(g) {
+        return super::amx_conv::backward_input(weight, dz, g);
+    }
+    im2col::backward_input(weight, dz, g)
 }
 
 fn tensor(v: Vec<f32>, shape: impl Into<Shape>) -> FlexTensor {
@@ -253,7 +279,7 @@ impl Backward<Flex, 3> for LayerBackward {
                     .then(|| conv_params(Source::F32(&values(&x)), &dz, &g));
                 let dx = node_x
                     .is_some()
-                    .then(|| im2col::backward_input(&values(&weight), &dz, &g));
+                    .then(|| conv_input(&values(&weight), &dz, &g));
                 (params, dx)
             }
             Layer::Linear => {
