@@ -12,7 +12,8 @@
 //!
 //! With `policy.precision = "bf16"` their large products run in [`bf16`] (operands rounded
 //! to bfloat16, f32 accumulation; on Intel AMX tiles where the CPU has them: [`amx`], and
-//! [`amx_conv`] for the convolutions); [`peak`] measures the f32 FMA roof they are compared with.
+//! [`amx_conv`] for the convolutions); [`peak`] measures the f32 FMA roof they are compared
+//! with.
 
 pub mod amx;
 #[cfg(target_arch = "x86_64")]
