@@ -14,10 +14,11 @@
 //! keeps the patches in L2 (`K x P` is 400 KB for the Nature-DQN's first layer) instead of
 //! materialising the whole batch's, and splits over threads by element or group when the
 //! rayon pool has more than one. No padding, no dilation, one group: what the Atari encoders
-//! use. Where the CPU has AVX2 and FMA (with AVX-512 or without), f32 forward passes and weight
-//! gradients run in [`super::implicit`] instead (no patch matrix); the input gradient and bf16 stay here, but
-//! for bf16 on Intel AMX, whose convolutions run in [`super::amx_conv`] (no patch matrix
-//! either) where the layer's shape suits its tiles ([`super::ops::conv_forward`] chooses).
+//! use. Where the CPU has AVX2 and FMA (with AVX-512 or without), f32 forward passes and
+//! weight gradients run in [`super::implicit`] instead (no patch matrix); the input gradient
+//! and bf16 stay here, but for bf16 on Intel AMX, whose convolutions run in
+//! [`super::amx_conv`] (no patch matrix either) where the layer's shape suits its tiles
+//! ([`super::ops::conv_forward`] chooses).
 
 use super::gemm::{View, matmul};
 use super::{bf16, frames};
