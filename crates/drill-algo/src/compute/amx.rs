@@ -210,21 +210,13 @@ impl Tiles {
     ) {
         debug_assert!(steps > 0 && self.rows == TILE, "a block needs 16-row tiles");
         // SAFETY: the caller vouches for the extent of `c` (32 rows of 32 floats, ldc apart;
-        // the right tiles 16 floats in, the lower ones 16 rows down).
-        let (c1, c2, c3) = unsafe { (c.add(TILE), c.add(TILE * ldc), c.add(TILE * ldc + TILE)) };
-        // SAFETY: as above; tiles 0 to 3 hold the accumulators between the two blocks (the
-        // compiler does not use tile registers).
+        // the right tiles 16 floats in, the lower ones 16 rows down) and of the operands (the
+        // lower row tile 16 rows of `lda` pairs down); tiles 0 to 3 hold the accumulators
+        // between the three steps (the compiler does not use tile registers).
         unsafe {
+            let c = [c, c.add(TILE), c.add(TILE * ldc), c.add(TILE * ldc + TILE)];
             if accumulate {
-                std::arch::asm!(
-                    "tileloadd tmm0, [{c0} + {sc}*1]",
-                    "tileloadd tmm1, [{c1} + {sc}*1]",
-                    "tileloadd tmm2, [{c2} + {sc}*1]",
-                    "tileloadd tmm3, [{c3} + {sc}*1]",
-                    c0 = in(reg) c, c1 = in(reg) c1, c2 = in(reg) c2, c3 = in(reg) c3,
-                    sc = in(reg) ldc * 4,
-                    options(nostack, readonly),
-                );
+                self.load_accumulators(c, ldc);
             } else {
                 std::arch::asm!(
                     "tilezero tmm0",
@@ -234,42 +226,29 @@ impl Tiles {
                     options(nostack, nomem),
                 );
             }
+            let a = a as *const u16;
+            let a1 = a.add(2 * TILE * lda);
+            self.accumulate((a, a1), lda * 4, (b0, b1), steps);
+            self.store(c, ldc);
         }
-        // SAFETY: the caller vouches for the operands' extent and for `c`, as above.
+    }
+
+    /// Load the four accumulators: tile `i` from `c[i]`, rows `ldc` floats apart.
+    ///
+    /// # Safety
+    /// `c[i]` must be readable at `r * ldc + j` for `r < self.rows()`, `j < 16`.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load_accumulators(&self, c: [*mut f32; 4], ldc: usize) {
+        // SAFETY: the caller vouches for the sources.
         unsafe {
             std::arch::asm!(
-                "2:",
-                "tileloadd tmm4, [{a0} + {sa}*1]",
-                "tileloadd tmm6, [{b0} + {sb}*1]",
-                "tileloadd tmm5, [{a1} + {sa}*1]",
-                "tileloadd tmm7, [{b1} + {sb}*1]",
-                "tdpbf16ps tmm0, tmm4, tmm6",
-                "tdpbf16ps tmm1, tmm4, tmm7",
-                "tdpbf16ps tmm2, tmm5, tmm6",
-                "tdpbf16ps tmm3, tmm5, tmm7",
-                "add {a0}, 64",
-                "add {a1}, 64",
-                "add {b0}, 1024",
-                "add {b1}, 1024",
-                "dec {n}",
-                "jnz 2b",
-                "tilestored [{c0} + {sc}*1], tmm0",
-                "tilestored [{c1} + {sc}*1], tmm1",
-                "tilestored [{c2} + {sc}*1], tmm2",
-                "tilestored [{c3} + {sc}*1], tmm3",
-                a0 = inout(reg) a => _,
-                a1 = inout(reg) a.add(TILE * lda) => _,
-                b0 = inout(reg) b0 => _,
-                b1 = inout(reg) b1 => _,
-                n = inout(reg) steps => _,
-                sa = in(reg) lda * 4,
-                sb = in(reg) TILE * 4,
+                "tileloadd tmm0, [{c0} + {sc}*1]",
+                "tileloadd tmm1, [{c1} + {sc}*1]",
+                "tileloadd tmm2, [{c2} + {sc}*1]",
+                "tileloadd tmm3, [{c3} + {sc}*1]",
+                c0 = in(reg) c[0], c1 = in(reg) c[1], c2 = in(reg) c[2], c3 = in(reg) c[3],
                 sc = in(reg) ldc * 4,
-                c0 = in(reg) c,
-                c1 = in(reg) c1,
-                c2 = in(reg) c2,
-                c3 = in(reg) c3,
-                options(nostack),
+                options(nostack, readonly),
             );
         }
     }

@@ -24,10 +24,9 @@
 //! whole multiples of 32 values, im2col computes the bf16 products as before.
 
 use super::amx;
-use super::bf16::{self, Level};
-use super::im2col::{Geometry, Source, per_group, with_scratch};
+use super::bf16::{self, Level, lanes};
+use super::im2col::{Geometry, Source, per_group, summed_shares, with_scratch};
 use super::view::View;
-use rayon::prelude::*;
 
 /// Depth values a tile step takes: 16 bf16 pairs, 64 bytes.
 const STEP: usize = 2 * amx::TILE;
@@ -182,12 +181,6 @@ unsafe fn channels_last_avx512(planes: Planes<'_>, hw: usize, dst: &mut [u32]) {
     }
 }
 
-/// A mask of the first `min(n, 16)` lanes.
-#[inline(always)]
-fn lanes(n: usize) -> u16 {
-    if n >= 16 { u16::MAX } else { (1u16 << n) - 1 }
-}
-
 /// The transpose of 16 vectors of 16 32-bit lanes.
 #[inline]
 #[target_feature(enable = "avx512f")]
@@ -244,16 +237,22 @@ fn packed_weight(weight: &[f32], g: &Geometry) -> Vec<u32> {
             *v = weight[o * k + from];
         }
     }
-    let kp = k / 2;
-    let mut packed = vec![0u32; co * kp];
-    for p in 0..kp {
-        let (lo, hi) = (&wt[2 * p * co..][..co], &wt[(2 * p + 1) * co..][..co]);
+    row_pairs_in_panels(&wt, k / 2, co)
+}
+
+/// `rows` (`2 * pairs` rows of `width` values) in bf16 as a right operand: panels of 16
+/// columns, in each the pairs of rows `(2i, 2i + 1)` one after another (pair `i`, column `j`
+/// of panel `t` at `(t * pairs + i) * 16 + j`).
+fn row_pairs_in_panels(rows: &[f32], pairs: usize, width: usize) -> Vec<u32> {
+    let mut packed = vec![0u32; pairs * width];
+    for (i, two) in rows.chunks_exact(2 * width).take(pairs).enumerate() {
+        let (lo, hi) = two.split_at(width);
         bf16::pairs_across(
             Level::Amx,
             lo,
             Some(hi),
-            &mut packed[p * amx::TILE..],
-            (amx::TILE, kp * amx::TILE),
+            &mut packed[i * amx::TILE..],
+            (amx::TILE, pairs * amx::TILE),
         );
     }
     packed
@@ -352,19 +351,7 @@ fn packed_weight_by_channel(weight: &[f32], g: &Geometry) -> Vec<u32> {
             wq[o * k + q] = weight[o * k + from];
         }
     }
-    let cp = co / 2;
-    let mut packed = vec![0u32; k * cp];
-    for i in 0..cp {
-        let (lo, hi) = (&wq[2 * i * k..][..k], &wq[(2 * i + 1) * k..][..k]);
-        bf16::pairs_across(
-            Level::Amx,
-            lo,
-            Some(hi),
-            &mut packed[i * amx::TILE..],
-            (amx::TILE, cp * amx::TILE),
-        );
-    }
-    packed
+    row_pairs_in_panels(&wq, co / 2, k)
 }
 
 /// Input gradient for output gradient `dy`: `dx [batch, c_in, h, w]`. Per element, the patch
@@ -467,8 +454,7 @@ pub fn backward_params(x: Source<'_>, dy: &[f32], g: &Geometry) -> (Vec<f32>, Ve
     let group =
         (RIGHT_FLOATS / (k * pp)).clamp(1, g.batch.div_ceil(rayon::current_num_threads()).max(1));
     let gp = group * pp;
-    let share = |range: std::ops::Range<usize>| {
-        let mut acc = vec![0f32; co * k + co];
+    let mut acc = summed_shares(g.batch, co * k + co, |range, acc| {
         let (dw, db) = acc.split_at_mut(co * k);
         with_scratch(in_floats + (co + k) * gp, |scratch| {
             let (xs, rest) = scratch.split_at_mut(in_floats);
@@ -518,26 +504,7 @@ pub fn backward_params(x: Source<'_>, dy: &[f32], g: &Geometry) -> (Vec<f32>, Ve
                 }
             }
         });
-        acc
-    };
-    let threads = rayon::current_num_threads().min(g.batch).max(1);
-    let per = g.batch.div_ceil(threads);
-    let ranges = (0..threads).map(|t| t * per..((t + 1) * per).min(g.batch));
-    let mut acc = if threads > 1 {
-        let parts: Vec<Vec<f32>> = ranges
-            .collect::<Vec<_>>()
-            .into_par_iter()
-            .map(share)
-            .collect();
-        let mut it = parts.into_iter();
-        let mut sum = it.next().expect("one share at least");
-        for part in it {
-            sum.iter_mut().zip(&part).for_each(|(s, v)| *s += v);
-        }
-        sum
-    } else {
-        share(0..g.batch)
-    };
+    });
     let db = acc.split_off(co * k);
     let mut dw = vec![0f32; co * k];
     for (out, row) in dw.chunks_exact_mut(k).zip(acc.chunks_exact(k)) {

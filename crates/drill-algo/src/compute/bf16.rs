@@ -271,10 +271,11 @@ unsafe fn pairs_across_avx512(
     }
 }
 
-/// A mask of the first `min(n, 16)` lanes.
+/// A mask of the first `min(n, 16)` lanes (of 16-lane AVX-512 operations, here and in the
+/// convolution kernels).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn lanes(n: usize) -> u16 {
+pub(super) fn lanes(n: usize) -> u16 {
     if n >= 16 { u16::MAX } else { (1u16 << n) - 1 }
 }
 

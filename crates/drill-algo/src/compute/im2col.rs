@@ -424,7 +424,7 @@ unsafe fn deinterleave_avx512<const S: usize>(
             unsafe {
                 let mut a = [_mm512_setzero_ps(); S];
                 for (k, reg) in a.iter_mut().enumerate() {
-                    let mask = lanes((n * S).saturating_sub(16 * k));
+                    let mask = super::bf16::lanes((n * S).saturating_sub(16 * k));
                     *reg = _mm512_maskz_loadu_ps(mask, at.wrapping_add(16 * k));
                 }
                 for (r, idx) in idx.iter().enumerate() {
@@ -435,20 +435,17 @@ unsafe fn deinterleave_avx512<const S: usize>(
                         let hi = _mm512_permutex2var_ps(a[2], *idx, a[3]);
                         _mm512_shuffle_f32x4::<0x44>(lo, hi)
                     };
-                    _mm512_mask_storeu_ps(out.as_mut_ptr().add(r * pw + j), lanes(n), v);
+                    _mm512_mask_storeu_ps(
+                        out.as_mut_ptr().add(r * pw + j),
+                        super::bf16::lanes(n),
+                        v,
+                    );
                 }
             }
             j += 16;
         }
     }
     full
-}
-
-/// A mask of the first `min(n, 16)` lanes.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn lanes(n: usize) -> u16 {
-    if n >= 16 { u16::MAX } else { (1u16 << n) - 1 }
 }
 
 /// [`split_columns`] for any stride.
@@ -803,27 +800,39 @@ pub(super) fn summed_over_threads(
     co: usize,
     share: impl Fn(std::ops::Range<usize>, &mut [f32], &mut [f32]) + Sync,
 ) -> (Vec<f32>, Vec<f32>) {
+    let mut acc = summed_shares(batch, k * co + co, |elements, acc| {
+        let (dwt, db) = acc.split_at_mut(k * co);
+        share(elements, dwt, db);
+    });
+    let db = acc.split_off(k * co);
+    (View::transposed(&acc, co).to_row_major(co, k), db)
+}
+
+/// The sum of `len` floats over one contiguous share of the batch per thread of the rayon
+/// pool (at most one share per element; one runs on this thread): `share(elements, acc)`
+/// adds its elements' terms into a zeroed buffer of its own.
+pub(super) fn summed_shares(
+    batch: usize,
+    len: usize,
+    share: impl Fn(std::ops::Range<usize>, &mut [f32]) + Sync,
+) -> Vec<f32> {
     let threads = rayon::current_num_threads().min(batch).max(1);
     let per = batch.div_ceil(threads);
     let worker = |t: usize| {
-        let mut acc = vec![0f32; k * co + co];
-        let (dwt, db) = acc.split_at_mut(k * co);
-        share(t * per..((t + 1) * per).min(batch), dwt, db);
+        let mut acc = vec![0f32; len];
+        share(t * per..((t + 1) * per).min(batch), &mut acc);
         acc
     };
-    let mut acc = if threads > 1 {
-        let partials: Vec<Vec<f32>> = (0..threads).into_par_iter().map(worker).collect();
-        let mut it = partials.into_iter();
-        let mut sum = it.next().expect("one worker at least");
-        for part in it {
-            sum.iter_mut().zip(&part).for_each(|(s, v)| *s += v);
-        }
-        sum
-    } else {
-        worker(0)
-    };
-    let db = acc.split_off(k * co);
-    (View::transposed(&acc, co).to_row_major(co, k), db)
+    if threads == 1 {
+        return worker(0);
+    }
+    let partials: Vec<Vec<f32>> = (0..threads).into_par_iter().map(worker).collect();
+    let mut it = partials.into_iter();
+    let mut sum = it.next().expect("one worker at least");
+    for part in it {
+        sum.iter_mut().zip(&part).for_each(|(s, v)| *s += v);
+    }
+    sum
 }
 
 /// Input gradient for output gradient `dy`: `dx [batch, c_in, h, w]`, one product per
