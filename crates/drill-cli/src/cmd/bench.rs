@@ -22,7 +22,7 @@ pub enum Target {
     /// Environment steps per second: CartPole single and vectorised, or `--env ID` vectorised
     /// (`--num-envs`, `--env-threads`).
     Env,
-    /// DQN updates (CartPole nets; DI-engine's Pong net), Nature-CNN updates (with the machine's FMA peak) and forward passes of batch 4 and 8, CartPole's MLP's batch-8 inference; `scripts/bench_learner_vs_torch.sh` runs them side by side with PyTorch. `--case nature-cnn-products` (by name only; with `--threads 1`) times each matrix product inside the Nature-CNN update, and again alone with its operands hot in cache.
+    /// DQN updates (CartPole nets; DI-engine's Pong net), Nature-CNN updates (with the machine's FMA peak) and forward passes of batch 4 and 8, CartPole's MLP's batch-8 inference; `scripts/bench_learner_vs_torch.sh` runs them side by side with PyTorch. `--case nature-cnn-products` (by name only; with `--threads 1`) times each matrix product inside the Nature-CNN update, and again alone with its operands hot in cache, then the Adam step alone and the floor the two set under the update.
     Learner,
     /// Replay memory: bytes per stored transition, filled from `--env` (default
     /// PongNoFrameskip-v4) with random actions; `--iters` transitions (default 20000); and
@@ -693,7 +693,7 @@ fn learner_bench(
         });
         // Asked for by name only: not part of a plain `drill bench learner`.
         if let Some(peak) = peak.filter(|_| case == Some("nature-cnn-products")) {
-            nature_cnn_products(report, &device, bs, peak, iters.unwrap_or(10));
+            nature_cnn_products(report, &device, bs, (peak, gflop), iters.unwrap_or(10));
         }
         let mut f32_us = None;
         for (name, bf16) in [
@@ -792,10 +792,17 @@ fn nature_cnn_update(device: &Device, bs: usize) -> impl FnMut() {
 /// ([`drill_algo::compute::gemm::profile`]): calls and microseconds per update, GFLOP/s and
 /// share of the FMA peak of one thread, the kernel that ran it, and the same product alone
 /// with its operands hot in cache ([`drill_algo::compute::gemm::time_alone`]: what the
-/// kernel reaches); then the products' share of the update. A `^T` after the shape marks a
-/// transposed operand (left, right). Run it with `--threads 1`: on more threads a product's
-/// time is its caller's.
-fn nature_cnn_products(report: &Report, device: &Device, bs: usize, peak: f64, n: usize) {
+/// kernel reaches); then the products' share of the update, the Adam step alone (a pass over
+/// the parameters, bound by memory: [`adam_step_us`]) and what the two leave as the most the
+/// update (`gflop` of work) can reach. A `^T` after the shape marks a transposed operand
+/// (left, right). Run it with `--threads 1`: on more threads a product's time is its caller's.
+fn nature_cnn_products(
+    report: &Report,
+    device: &Device,
+    bs: usize,
+    (peak, gflop): (f64, f64),
+    n: usize,
+) {
     use std::collections::BTreeMap;
     let mut update = nature_cnn_update(device, bs);
     update();
@@ -862,6 +869,44 @@ fn nature_cnn_products(report: &Report, device: &Device, bs: usize, peak: f64, n
             100.0 * alone / one
         ),
     );
+    let params = burn::module::Module::num_params(&NatureCnn::new(6, device));
+    let adam = adam_step_us(params, n.max(10));
+    report.row(
+        "adam-step",
+        "us",
+        adam,
+        n.max(10),
+        &format!(
+            "{params} parameters, 8 passes over 4 bytes each: {:.1} GB/s",
+            8.0 * 4.0 * params as f64 / (adam * 1e3)
+        ),
+    );
+    let floor = total_alone / n as f64 + adam * 1e-6;
+    report.row(
+        "update-floor",
+        "us",
+        floor * 1e6,
+        n,
+        &format!(
+            "products alone + Adam step: with nothing else costing anything, the update could reach {:.1} % of the f32 FMA peak ({gflop:.2} GFLOP in {:.1} ms)",
+            100.0 * gflop / floor / one,
+            floor * 1e3
+        ),
+    );
+}
+
+/// Median microseconds of one Adam step over `params` parameters, alone, as
+/// [`Trainer::step`] takes it: parameters, gradients and both moments read, the three
+/// written back, the new parameters also written into a fresh buffer for the model.
+fn adam_step_us(params: usize, n: usize) -> f64 {
+    let mut adam = drill_algo::optim::Adam::new(params, 1e-8);
+    let mut p: Vec<f32> = (0..params).map(|i| (i as f32 * 0.37).sin()).collect();
+    let g: Vec<f32> = (0..params)
+        .map(|i| 1e-3 * (i as f32 * 0.11).cos())
+        .collect();
+    time_us(3, n, || {
+        std::hint::black_box(adam.step_copy(&mut p, &g, 1e-4));
+    })
 }
 
 /// Median microseconds of a Nature-CNN forward pass over `bs` frame stacks to greedy
