@@ -531,3 +531,51 @@ fn a_closed_pipe_ends_quietly_and_bench_comm_refuses_empty_messages() {
     let out = drill(&["bench", "comm", "--sizes", "99999999999999G"], tmp.path());
     assert!(stderr(&out).contains("is not a size"), "{}", stderr(&out));
 }
+
+/// `bench learner --case nature-cnn-products` ends with the update's accounting: the Adam
+/// step alone, and a floor that is the products' time alone plus that step, whose share of the
+/// FMA peak lies between 0 and 100 %.
+#[test]
+fn the_products_bench_adds_the_adam_step_to_the_products_alone_for_the_floor() {
+    let tmp = tempfile::tempdir().unwrap();
+    let args = "--threads 1 bench learner --case nature-cnn-products --iters 1 --json";
+    let out = drill(&args.split(' ').collect::<Vec<_>>(), tmp.path());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let row = |case: &str| {
+        let r = rows.iter().find(|r| r["case"] == case);
+        r.unwrap_or_else(|| panic!("no {case} row in {stdout}"))
+    };
+    // The number just before `unit` after `after` in `note`.
+    let number = |note: &str, after: &str, unit: &str| -> f64 {
+        let rest = &note[note
+            .find(after)
+            .unwrap_or_else(|| panic!("{after}: {note}"))
+            + after.len()..];
+        rest[..rest.find(unit).unwrap()].trim().parse().unwrap()
+    };
+    let adam_us = row("adam-step")["median_us"].as_f64().unwrap();
+    let floor = row("update-floor");
+    let (floor_us, floor_note) = (
+        floor["median_us"].as_f64().unwrap(),
+        floor["note"].as_str().unwrap(),
+    );
+    let products_alone_ms = number(
+        row("products")["note"].as_str().unwrap(),
+        "alone (operands hot):",
+        " ms",
+    );
+    assert!(adam_us > 0.0 && products_alone_ms > 0.0, "{stdout}");
+    // The note gives the products to 0.1 ms.
+    let parts_us = products_alone_ms * 1e3 + adam_us;
+    assert!(
+        (floor_us - parts_us).abs() <= 60.0,
+        "{floor_us} vs {parts_us}: {stdout}"
+    );
+    let share = number(floor_note, "could reach", "%");
+    assert!(share > 0.0 && share < 100.0, "{floor_note}");
+}

@@ -877,7 +877,7 @@ fn nature_cnn_products(
         adam,
         n.max(10),
         &format!(
-            "{params} parameters, 8 passes over 4 bytes each: {:.1} GB/s",
+            "{params} parameters, 8 floats each read or written (parameter, gradient and moments in; parameter, moments and the model's copy out): {:.1} GB/s",
             8.0 * 4.0 * params as f64 / (adam * 1e3)
         ),
     );
