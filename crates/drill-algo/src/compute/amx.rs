@@ -214,7 +214,7 @@ impl Tiles {
         // lower row tile 16 rows of `lda` pairs down); tiles 0 to 3 hold the accumulators
         // between the three steps (the compiler does not use tile registers).
         unsafe {
-            let c = [c, c.add(TILE), c.add(TILE * ldc), c.add(TILE * ldc + TILE)];
+            let c = corners(c, (0, TILE), 0, ldc);
             if accumulate {
                 self.load_accumulators(c, ldc);
             } else {
@@ -252,6 +252,19 @@ impl Tiles {
             );
         }
     }
+}
+
+/// Where [`Tiles::store`] puts the four accumulators of a block of `c` (rows `ld` floats
+/// apart) whose two row tiles start at rows `r0` and `r1` and whose two column tiles at column
+/// `col` and 16 further: `[(r0, col), (r0, col + 16), (r1, col), (r1, col + 16)]`.
+pub fn corners(c: *mut f32, (r0, r1): (usize, usize), col: usize, ld: usize) -> [*mut f32; 4] {
+    let at = |r: usize, j: usize| c.wrapping_add(r * ld + j);
+    [
+        at(r0, col),
+        at(r0, col + TILE),
+        at(r1, col),
+        at(r1, col + TILE),
+    ]
 }
 
 impl Drop for Tiles {

@@ -25,7 +25,9 @@
 
 use super::amx;
 use super::bf16::{self, Level, lanes};
-use super::im2col::{Geometry, Source, per_group, summed_shares, with_scratch};
+use super::im2col::{
+    Geometry, Source, per_element_from_channels_last, summed_shares, with_scratch,
+};
 use super::view::View;
 
 /// Depth values a tile step takes: 16 bf16 pairs, 64 bytes.
@@ -224,12 +226,11 @@ fn transpose16(r: [std::arch::x86_64::__m512i; 16]) -> [std::arch::x86_64::__m51
     })
 }
 
-/// The weight (`c_out x K`, `(c, ky, kx)` order) as the forward product's right operand: panels
-/// of 16 output channels, in each the depth pairs of the `(ky, kx, c)` order one after another
-/// (pair `p`, channel `j` of panel `t` at `(t * K / 2 + p) * 16 + j`).
-fn packed_weight(weight: &[f32], g: &Geometry) -> Vec<u32> {
+/// The weight (`c_out x K`, `(c, ky, kx)` order) transposed, its depth in the `(ky, kx, c)`
+/// order: `K x c_out`, a depth's channels contiguous (written a row at a time: packing it is
+/// part of every forward pass, a collector's batch of 4 included).
+fn permuted_weight_t(weight: &[f32], g: &Geometry) -> Vec<f32> {
     let (k, co) = (g.k(), g.c_out);
-    // W^T in the (ky, kx, c) order: K x c_out, a depth's channels contiguous.
     let mut wt = vec![0f32; k * co];
     for (q, row) in wt.chunks_exact_mut(co).enumerate() {
         let from = weight_index(g, q);
@@ -237,7 +238,14 @@ fn packed_weight(weight: &[f32], g: &Geometry) -> Vec<u32> {
             *v = weight[o * k + from];
         }
     }
-    row_pairs_in_panels(&wt, k / 2, co)
+    wt
+}
+
+/// The weight (`c_out x K`, `(c, ky, kx)` order) as the forward product's right operand: panels
+/// of 16 output channels, in each the depth pairs of the `(ky, kx, c)` order one after another
+/// (pair `p`, channel `j` of panel `t` at `(t * K / 2 + p) * 16 + j`).
+fn packed_weight(weight: &[f32], g: &Geometry) -> Vec<u32> {
+    row_pairs_in_panels(&permuted_weight_t(weight, g), g.k() / 2, g.c_out)
 }
 
 /// `rows` (`2 * pairs` rows of `width` values) in bf16 as a right operand: panels of 16
@@ -280,62 +288,39 @@ pub fn forward(x: Source<'_>, weight: &[f32], bias: &[f32], g: &Geometry, relu: 
         .flat_map(|oy| (0..per_row).map(move |t| oy * g.ow() + (t * rows).min(g.ow() - rows)))
         .collect();
     let in_floats = (g.h * g.w * g.c_in).div_ceil(2);
-    let len = g.batch * co * p;
-    let mut y: Vec<f32> = Vec::with_capacity(len);
-    per_group(
-        &mut y.spare_capacity_mut()[..len],
-        co * p,
-        1,
-        p * co + in_floats,
-        |b, yb, scratch| {
-            let (yt, xs) = scratch.split_at_mut(p * co);
-            let xs: &mut [u16] = &mut bytemuck::cast_slice_mut(xs)[..g.h * g.w * g.c_in];
-            channels_last(x, b, g, xs);
-            // SAFETY: AMX is there (`chosen`); every tile read lies in `xs` (a tile's rows are
-            // positions of one output row, each reading `run` values per kernel row from its
-            // origin), in `packed` (c_out x K / 2 pairs) and in `bias`; every store in `yt`
-            // (P x c_out).
-            unsafe {
-                let tiles = amx::Tiles::load_rows(rows);
-                let steps = run(g) / STEP;
-                let sa = g.sw * g.c_in * 2;
-                for pair in starts.chunks(2) {
-                    let (p0, p1) = (pair[0], *pair.last().expect("a tile"));
-                    for ob in (0..co).step_by(STEP) {
-                        let bias = bias.as_ptr().add(ob);
-                        tiles.start_from_rows(bias, bias.add(amx::TILE));
-                        let panel = |t: usize| packed.as_ptr().add(t * k / 2 * amx::TILE);
-                        let (b0, b1) = (panel(ob / amx::TILE), panel(ob / amx::TILE + 1));
-                        for ky in 0..g.kh {
-                            let at = ky * g.w * g.c_in;
-                            let a0 = xs.as_ptr().add(origin(g, p0) + at);
-                            let a1 = xs.as_ptr().add(origin(g, p1) + at);
-                            let skip = ky * run(g) / 2 * amx::TILE;
-                            tiles.accumulate((a0, a1), sa, (b0.add(skip), b1.add(skip)), steps);
-                        }
-                        let c = yt.as_mut_ptr();
-                        tiles.store(
-                            [
-                                c.add(p0 * co + ob),
-                                c.add(p0 * co + ob + amx::TILE),
-                                c.add(p1 * co + ob),
-                                c.add(p1 * co + ob + amx::TILE),
-                            ],
-                            co,
-                        );
+    per_element_from_channels_last(g.batch, (co, p), in_floats, |b, yt, xs| {
+        let xs: &mut [u16] = &mut bytemuck::cast_slice_mut(xs)[..g.h * g.w * g.c_in];
+        channels_last(x, b, g, xs);
+        // SAFETY: AMX is there (`chosen`); every tile read lies in `xs` (a tile's rows are
+        // positions of one output row, each reading `run` values per kernel row from its
+        // origin), in `packed` (c_out x K / 2 pairs) and in `bias`; every store in `yt`
+        // (P x c_out).
+        unsafe {
+            let tiles = amx::Tiles::load_rows(rows);
+            let steps = run(g) / STEP;
+            let sa = g.sw * g.c_in * 2;
+            for pair in starts.chunks(2) {
+                let (p0, p1) = (pair[0], *pair.last().expect("a tile"));
+                for ob in (0..co).step_by(STEP) {
+                    let bias = bias.as_ptr().add(ob);
+                    tiles.start_from_rows(bias, bias.add(amx::TILE));
+                    let panel = |t: usize| packed.as_ptr().add(t * k / 2 * amx::TILE);
+                    let (b0, b1) = (panel(ob / amx::TILE), panel(ob / amx::TILE + 1));
+                    for ky in 0..g.kh {
+                        let at = ky * g.w * g.c_in;
+                        let a0 = xs.as_ptr().add(origin(g, p0) + at);
+                        let a1 = xs.as_ptr().add(origin(g, p1) + at);
+                        let skip = ky * run(g) / 2 * amx::TILE;
+                        tiles.accumulate((a0, a1), sa, (b0.add(skip), b1.add(skip)), steps);
                     }
+                    tiles.store(amx::corners(yt.as_mut_ptr(), (p0, p1), ob, co), co);
                 }
             }
-            if relu {
-                super::relu_in_place(yt);
-            }
-            View::transposed(yt, co).write_row_major_uninit(co, p, yb);
-        },
-    );
-    // SAFETY: `per_group` handed every element's `c_out * P` values to the closure, which
-    // wrote all of them (`write_row_major_uninit`).
-    unsafe { y.set_len(len) };
-    y
+        }
+        if relu {
+            super::relu_in_place(yt);
+        }
+    })
 }
 
 /// The weight (`c_out x K`, `(c, ky, kx)` order) as the input gradient's right operand:
@@ -345,12 +330,7 @@ pub fn forward(x: Source<'_>, weight: &[f32], bias: &[f32], g: &Geometry, relu: 
 fn packed_weight_by_channel(weight: &[f32], g: &Geometry) -> Vec<u32> {
     let (k, co) = (g.k(), g.c_out);
     // W in the (ky, kx, c) order: c_out x K, a channel's depths contiguous.
-    let mut wq = vec![0f32; co * k];
-    for (q, from) in (0..k).map(|q| (q, weight_index(g, q))) {
-        for o in 0..co {
-            wq[o * k + q] = weight[o * k + from];
-        }
-    }
+    let wq = View::transposed(&permuted_weight_t(weight, g), co).to_row_major(co, k);
     row_pairs_in_panels(&wq, co / 2, k)
 }
 
@@ -369,18 +349,14 @@ pub fn backward_input(weight: &[f32], dy: &[f32], g: &Geometry) -> Vec<f32> {
     let starts: Vec<usize> = (0..p.div_ceil(rows))
         .map(|t| (t * rows).min(p - rows))
         .collect();
-    let (in_len, dy_floats) = (g.in_len(), (p * co).div_ceil(2));
+    let dy_floats = (p * co).div_ceil(2);
     let zeros = [0f32; amx::TILE];
-    let len = g.batch * in_len;
-    let mut dx: Vec<f32> = Vec::with_capacity(len);
-    per_group(
-        &mut dx.spare_capacity_mut()[..len],
-        in_len,
-        1,
-        dy_floats + p * k + in_len,
-        |b, dxb, scratch| {
-            let (dys, rest) = scratch.split_at_mut(dy_floats);
-            let (dpatch, dxn) = rest.split_at_mut(p * k);
+    per_element_from_channels_last(
+        g.batch,
+        (g.c_in, g.h * g.w),
+        dy_floats + p * k,
+        |b, dxn, scratch| {
+            let (dys, dpatch) = scratch.split_at_mut(dy_floats);
             let dys: &mut [u32] = &mut bytemuck::cast_slice_mut(dys)[..p * co / 2];
             let dyb = &dy[b * co * p..(b + 1) * co * p];
             // SAFETY: AMX CPUs have AVX-512F, BW and BF16; c_out x P values, their pairs.
@@ -403,16 +379,7 @@ pub fn backward_input(weight: &[f32], dy: &[f32], g: &Geometry) -> Vec<f32> {
                             (panel(kb / amx::TILE), panel(kb / amx::TILE + 1)),
                             co / STEP,
                         );
-                        let c = dpatch.as_mut_ptr();
-                        tiles.store(
-                            [
-                                c.add(p0 * k + kb),
-                                c.add(p0 * k + kb + amx::TILE),
-                                c.add(p1 * k + kb),
-                                c.add(p1 * k + kb + amx::TILE),
-                            ],
-                            k,
-                        );
+                        tiles.store(amx::corners(dpatch.as_mut_ptr(), (p0, p1), kb, k), k);
                     }
                 }
             }
@@ -426,13 +393,8 @@ pub fn backward_input(weight: &[f32], dy: &[f32], g: &Geometry) -> Vec<f32> {
                     to.iter_mut().zip(row).for_each(|(d, s)| *d += s);
                 }
             }
-            View::transposed(dxn, g.c_in).write_row_major_uninit(g.c_in, g.h * g.w, dxb);
         },
-    );
-    // SAFETY: `per_group` handed every element's `in_len` values to the closure, which wrote
-    // all of them (`write_row_major_uninit`).
-    unsafe { dx.set_len(len) };
-    dx
+    )
 }
 
 /// Floats of patch pairs a weight-gradient group packs (1 MiB).

@@ -26,7 +26,9 @@
 //! them since.
 
 use super::gemm;
-use super::im2col::{Geometry, Source, per_group, summed_over_threads, with_scratch};
+use super::im2col::{
+    Geometry, Source, per_element_from_channels_last, summed_over_threads, with_scratch,
+};
 use super::small_gemm::Epilogue;
 use super::view::View;
 use std::sync::OnceLock;
@@ -84,44 +86,27 @@ pub fn forward(x: Source<'_>, weight: &[f32], bias: &[f32], g: &Geometry, relu: 
     let wt = View::transposed(weight, k).to_row_major(k, co);
     let (at, tap) = (positions(g), taps(g));
     check_reach(g, &at, &tap);
-    // Not zeroed first: every element's values are written (a `memset` of 2.7 MB per
-    // forward pass of the Nature CNN's batch of 32 otherwise).
-    let len = g.batch * co * p;
-    let raw = x.buffer_len(1, in_len);
-    let mut y: Vec<f32> = Vec::with_capacity(len);
-    per_group(
-        &mut y.spare_capacity_mut()[..len],
-        co * p,
-        1,
-        p * co + raw,
-        |b, yb, scratch| {
-            let (yt, raw) = scratch.split_at_mut(p * co);
-            let xb = x.values(b..b + 1, in_len, raw);
-            // SAFETY: every gathered read lies in `xb` (check_reach), `wt` is K x c_out, `yt`
-            // is P x c_out and this thread's own.
-            unsafe {
-                gemm::gathered(
-                    (p, co, k),
-                    yt.as_mut_ptr(),
-                    co,
-                    false,
-                    xb.as_ptr(),
-                    (&at, &tap),
-                    wt.as_ptr(),
-                    co,
-                    Epilogue {
-                        bias: Some(bias),
-                        relu,
-                    },
-                );
-            }
-            View::transposed(yt, co).write_row_major_uninit(co, p, yb);
-        },
-    );
-    // SAFETY: `per_group` handed every element's `c_out * P` values to the closure, which
-    // wrote all of them (`write_row_major_uninit`).
-    unsafe { y.set_len(len) };
-    y
+    per_element_from_channels_last(g.batch, (co, p), x.buffer_len(1, in_len), |b, yt, raw| {
+        let xb = x.values(b..b + 1, in_len, raw);
+        // SAFETY: every gathered read lies in `xb` (check_reach), `wt` is K x c_out, `yt`
+        // is P x c_out and this thread's own.
+        unsafe {
+            gemm::gathered(
+                (p, co, k),
+                yt.as_mut_ptr(),
+                co,
+                false,
+                xb.as_ptr(),
+                (&at, &tap),
+                wt.as_ptr(),
+                co,
+                Epilogue {
+                    bias: Some(bias),
+                    relu,
+                },
+            );
+        }
+    })
 }
 
 /// Output-gradient floats a weight-gradient group stacks (`n P x c_out`): 256 KiB, half this
