@@ -260,6 +260,7 @@ pub fn launch_ranks(
         program,
         args,
         env: Vec::new(),
+        bind: None,
     })?;
     if let drill_launch::Outcome::Success { restarts } = &outcome
         && *restarts > 0

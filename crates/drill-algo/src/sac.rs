@@ -346,9 +346,9 @@ impl Policy for Sac {
         ck.get_trainer("critic", &mut self.critic)?;
         self.target_params = ck.get_params("critic_target", self.critic.layout())?;
         self.write_target();
-        self.log_alpha = [ck.tensor("log_alpha")?.1[0]];
-        self.alpha_adam.m = ck.tensor("log_alpha_optim.adam_m")?.1.clone();
-        self.alpha_adam.v = ck.tensor("log_alpha_optim.adam_v")?.1.clone();
+        self.log_alpha = [ck.tensor_shaped("log_alpha", &[1])?[0]];
+        self.alpha_adam.m = ck.tensor_shaped("log_alpha_optim.adam_m", &[1])?.to_vec();
+        self.alpha_adam.v = ck.tensor_shaped("log_alpha_optim.adam_v", &[1])?.to_vec();
         self.alpha_adam.t = ck.counter("log_alpha_optim.adam_t")?;
         self.iters = ck.counter("train_iters")?;
         self.acting.invalidate();

@@ -110,7 +110,7 @@ fn continue_in(
     config: &Config,
     opts: &StartOptions,
 ) -> Result<(Experiment, Option<Checkpoint>), TrainError> {
-    let ck = Checkpoint::newest_in(dir).ok_or_else(|| {
+    let ck = Checkpoint::newest_in(dir)?.ok_or_else(|| {
         TrainError::io(
             format!("--resume {}", dir.display()),
             std::io::Error::new(
@@ -199,7 +199,9 @@ pub fn for_rank(
 
 /// After restart `restarts` of a group: the newest checkpoint in `dir`, said in the log.
 fn resume_after_restart(dir: &Path, restarts: u32) -> Result<Option<Checkpoint>, TrainError> {
-    let resume = Checkpoint::newest_in(dir);
+    // Checkpoint files that are all unreadable stop the restart: starting over would send
+    // the counters back.
+    let resume = Checkpoint::newest_in(dir)?;
     match &resume {
         Some(ck) => tracing::info!(
             "restart {restarts}: resuming from {} (train iteration {}, env step {})",

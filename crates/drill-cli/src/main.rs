@@ -102,7 +102,7 @@ fn install_panic_hook() {
             .or_else(|| payload.downcast_ref::<String>().cloned())
             .unwrap_or_default();
         if text.starts_with("failed printing to std") && text.contains("Broken pipe") {
-            std::process::exit(0);
+            std::process::exit(CLOSED_STDOUT_EXIT.load(std::sync::atomic::Ordering::Relaxed));
         }
         if std::env::var_os("RUST_BACKTRACE").is_some_and(|v| v != "0") {
             return default(info);
@@ -112,10 +112,30 @@ fn install_panic_hook() {
             .map_or(String::new(), |l| format!(" at {}:{}", l.file(), l.line()));
         let thread = std::thread::current();
         let thread = thread.name().unwrap_or("unnamed");
+        let text = one_line(&text);
         eprintln!(
             "drill: internal error (a bug, please report it): {text}{at} (thread {thread}; RUST_BACKTRACE=1 shows the backtrace)"
         );
     }));
+}
+
+/// A message on one line, whatever it holds (assert_eq!'s writes three): its lines joined
+/// with `; `.
+fn one_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The exit code when stdout's reader has gone by the time drill prints: 0, or the code the
+/// run already decided (130 after Ctrl-C), which a closed pipe must not turn into success.
+static CLOSED_STDOUT_EXIT: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// Set the exit code a closed stdout ends the command with from here on.
+pub(crate) fn exit_code_if_stdout_closes(code: i32) {
+    CLOSED_STDOUT_EXIT.store(code, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// Size the tensor thread pool (burn's and drill's kernels run on rayon's global pool): once,
@@ -140,4 +160,20 @@ pub(crate) fn message(e: &anyhow::Error) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_panic_message_is_one_line() {
+        let r = std::panic::catch_unwind(|| assert_eq!(1 + 1, 3, "sum"));
+        let payload = r.unwrap_err();
+        let text = payload.downcast_ref::<String>().unwrap();
+        assert!(text.contains('\n'), "{text:?}");
+        let line = super::one_line(text);
+        assert!(
+            !line.contains('\n') && line.contains("left: 2; right: 3"),
+            "{line}"
+        );
+    }
 }

@@ -418,6 +418,46 @@ fn ctrl_c_stops_after_the_step_saves_and_says_how_to_continue() {
     check_interrupted(&out, took, tmp.path(), "pendulum_ppo_seed0", "");
 }
 
+/// Interrupted with its stdout's reader gone (`drill train ... | head -0`): the final line
+/// cannot be printed, and the exit code is still 130, not a success.
+#[test]
+fn ctrl_c_with_stdout_closed_still_exits_130() {
+    let tmp = tempfile::tempdir().unwrap();
+    let exp = tmp.path().join("run");
+    let mut child = drill()
+        .args([
+            "train",
+            &config("pendulum_ppo.toml"),
+            "--quiet",
+            "--exp-dir",
+        ])
+        .arg(&exp)
+        .args([
+            "--set",
+            "env.stop_value=1000",
+            "--set",
+            "max_env_step=100000000",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let start = std::time::Instant::now();
+    while !exp.join("ckpt/best.safetensors").is_file() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // SAFETY: kill(2) touches no memory of this process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out));
+    assert_eq!(result(&exp)["interrupted"], true);
+}
+
 #[test]
 fn ctrl_c_stops_every_rank_at_the_same_step_and_the_launcher_exits_130() {
     let tmp = tempfile::tempdir().unwrap();

@@ -254,3 +254,131 @@ fn drill_cli_ops(pairs: bool) -> Vec<&'static str> {
     }
     ops
 }
+
+/// The listening TCP sockets (`IP:PORT`, from /proc/net/tcp and tcp6) held by `pids`.
+fn listening(pids: &[i32]) -> Vec<String> {
+    let mut inodes = std::collections::HashSet::new();
+    for pid in pids {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            if let Ok(target) = std::fs::read_link(fd.path()) {
+                let t = target.to_string_lossy();
+                if let Some(i) = t.strip_prefix("socket:[").and_then(|r| r.strip_suffix(']')) {
+                    inodes.insert(i.to_string());
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        for line in std::fs::read_to_string(table)
+            .unwrap_or_default()
+            .lines()
+            .skip(1)
+        {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // local address, state (0A: LISTEN), inode.
+            if f.len() > 9 && f[3] == "0A" && inodes.contains(f[9]) {
+                let (ip, port) = f[1].split_once(':').unwrap();
+                let port = u16::from_str_radix(port, 16).unwrap();
+                let ip = if ip.len() == 8 {
+                    let b = u32::from_str_radix(ip, 16).unwrap().to_le_bytes();
+                    std::net::IpAddr::from(b).to_string()
+                } else {
+                    let mut b = [0u8; 16];
+                    for (k, w) in b.chunks_mut(4).enumerate() {
+                        let v = u32::from_str_radix(&ip[k * 8..k * 8 + 8], 16).unwrap();
+                        w.copy_from_slice(&v.to_le_bytes());
+                    }
+                    std::net::IpAddr::from(b).to_string()
+                };
+                out.push(format!("{ip}:{port}"));
+            }
+        }
+    }
+    out
+}
+
+/// `pid` and every process below it.
+fn family(pid: i32) -> Vec<i32> {
+    let mut all = vec![pid];
+    let mut k = 0;
+    while k < all.len() {
+        let parent = all[k];
+        for e in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(p) = e.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            // pid (comm) state ppid ...: the fields after the last ')'.
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok());
+            if ppid == Some(parent) && !all.contains(&p) {
+                all.push(p);
+            }
+        }
+        k += 1;
+    }
+    all
+}
+
+/// A job on one machine (the launcher's store, the ranks' connections) listens on loopback
+/// only, from the rendezvous to the end: every listening socket of the launcher and its ranks,
+/// sampled until the job ends.
+#[test]
+fn a_single_machine_job_listens_on_loopback_only() {
+    let mut child = drill()
+        .args(["launch", "--standalone", "--nproc-per-node", "2", "--"])
+        .args([env!("CARGO_BIN_EXE_drill"), "bench", "comm", "--ops", "all"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        assert!(start.elapsed() < Duration::from_secs(120), "the job hung");
+        seen.extend(listening(&family(child.id() as i32)));
+    }
+    assert!(child.wait().unwrap().success());
+    assert!(!seen.is_empty(), "no listening socket seen");
+    let open: Vec<&String> = seen
+        .iter()
+        .filter(|a| !a.starts_with("127.0.0.1:"))
+        .collect();
+    assert!(
+        open.is_empty(),
+        "listening beyond loopback: {open:?} (all: {seen:?})"
+    );
+}
+
+/// A rank started by hand (no launcher, so no generated token) whose store is reachable from
+/// other hosts is refused before it connects anywhere, with the fix in one line.
+#[test]
+fn a_rank_across_hosts_without_a_token_is_refused_with_the_fix() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = drill()
+        .args([
+            "train",
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../configs/cartpole_dqn_ddp.toml"
+            ),
+        ])
+        .args(["--quiet", "--exp-dir"])
+        .arg(tmp.path().join("run"))
+        .envs([("RANK", "1"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "0")])
+        .envs([("MASTER_ADDR", "10.255.255.1"), ("MASTER_PORT", "29500")])
+        .env_remove("DRILL_JOB_TOKEN")
+        .output()
+        .unwrap();
+    let err = text(&out).1;
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("DRILL_JOB_TOKEN is not set") && err.contains("export DRILL_JOB_TOKEN="),
+        "{err}"
+    );
+}

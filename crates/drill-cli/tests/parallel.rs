@@ -158,6 +158,8 @@ fn two_runners_with_node_ids_form_one_run() {
 #[cfg(feature = "redis")]
 #[test]
 fn the_three_roles_reach_the_stop_value_through_redis() {
+    // The server's password, given to the workers in `DRILL_REDIS_PASSWORD` only.
+    const REDIS_PASSWORD: &str = "pw-only-in-the-environment";
     let port = drill_comm::spawn::free_port();
     let mut server = std::process::Command::new("redis-server")
         .args([
@@ -168,7 +170,7 @@ fn the_three_roles_reach_the_stop_value_through_redis() {
             "--save",
             "",
         ])
-        .args(["--appendonly", "no"])
+        .args(["--appendonly", "no", "--requirepass", REDIS_PASSWORD])
         .stdout(Stdio::null())
         .spawn()
         .expect("this test needs redis-server (Debian: apt-get install redis-server)");
@@ -183,14 +185,39 @@ fn the_three_roles_reach_the_stop_value_through_redis() {
     let tmp = tempfile::tempdir().unwrap();
     let exp = tmp.path().join("run");
     let url = format!("redis://127.0.0.1:{port}/");
+    // The password in the URL is refused before anything starts, naming the flag.
+    let with_password = format!("redis://:{REDIS_PASSWORD}@127.0.0.1:{port}/");
+    let refused = spawn_train(
+        "configs/cartpole_dqn_3roles.toml",
+        &tmp.path().join("refused"),
+        &["--mq-type", "redis", "--redis-url", &with_password],
+    )
+    .wait_with_output()
+    .unwrap();
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
+    assert!(
+        text(&refused).contains("--redis-url carries a password")
+            && text(&refused).contains("DRILL_REDIS_PASSWORD"),
+        "{}",
+        text(&refused)
+    );
+    // From the environment the workers inherit it: the server refuses any client without it.
     let args = ["--mq-type", "redis", "--redis-url", &url];
-    let out = spawn_train("configs/cartpole_dqn_3roles.toml", &exp, &args)
-        .wait_with_output()
+    let out = drill()
+        .arg("train")
+        .arg(repo().join("configs/cartpole_dqn_3roles.toml"))
+        .args(["--quiet", "--exp-dir"])
+        .arg(&exp)
+        .args(args)
+        .env("DRILL_REDIS_PASSWORD", REDIS_PASSWORD)
+        .output()
         .unwrap();
     let _ = server.kill();
     let _ = server.wait();
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(result(&exp)["stop_reached"], true);
+    let written = std::fs::read_to_string(exp.join("config.toml")).unwrap();
+    assert!(!written.contains(REDIS_PASSWORD) && !text(&out).contains(REDIS_PASSWORD));
 }
 
 #[test]

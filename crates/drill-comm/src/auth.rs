@@ -30,20 +30,33 @@ impl std::fmt::Debug for Token {
 }
 
 impl Token {
-    /// The token from `DRILL_JOB_TOKEN` (or given), or a well-known default with a warning.
-    pub fn new(token: Option<&str>) -> Token {
-        match token {
-            Some(t) if !t.is_empty() => Token(t.as_bytes().to_vec()),
-            _ => {
-                static WARN: Once = Once::new();
-                WARN.call_once(|| {
-                    tracing::warn!(
-                        "DRILL_JOB_TOKEN is not set: connections use a well-known token and anyone \
-                         who can reach the ports could join; `drill launch` sets a random one"
+    /// A token from its secret (as `DRILL_JOB_TOKEN` gives it).
+    pub fn new(secret: &str) -> Token {
+        Token(secret.as_bytes().to_vec())
+    }
+
+    /// The token of a job whose store is at `endpoint_host`: `DRILL_JOB_TOKEN`'s (`secret`).
+    /// Without one, a job on loopback (one machine: only its own users can reach the ports)
+    /// uses a fixed token; a job reachable from other hosts is refused, since a well-known
+    /// secret would let anyone who reaches the port join it.
+    pub fn for_job(secret: Option<&str>, endpoint_host: &str) -> Result<Token> {
+        match secret {
+            Some(t) if !t.is_empty() => Ok(Token::new(t)),
+            _ if crate::net::is_loopback(endpoint_host) => {
+                static NOTE: Once = Once::new();
+                NOTE.call_once(|| {
+                    tracing::debug!(
+                        "DRILL_JOB_TOKEN is not set: a loopback-only job uses a fixed token"
                     )
                 });
-                Token(b"drill-default-token".to_vec())
+                Ok(Token::new("drill-loopback-token"))
             }
+            _ => Err(CommError::Env(format!(
+                "DRILL_JOB_TOKEN is not set and the job's store is at {endpoint_host:?}, \
+                 reachable from other hosts: set the same secret for every rank, e.g. \
+                 `export DRILL_JOB_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n')` \
+                 before srun or the ranks' commands (drill launch makes one for its ranks)"
+            ))),
         }
     }
 
@@ -216,13 +229,13 @@ mod tests {
     fn pair(server_token: &str, client_token: &str) -> (Result<Vec<u8>>, Result<()>) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
-        let st = Token::new(Some(server_token));
+        let st = Token::new(server_token);
         let h = std::thread::spawn(move || {
             let (mut s, _) = l.accept().unwrap();
             accept(&mut s, &st)
         });
         let mut c = TcpStream::connect(addr).unwrap();
-        let r = connect(&mut c, &Token::new(Some(client_token)), b"rank 1");
+        let r = connect(&mut c, &Token::new(client_token), b"rank 1");
         drop(c);
         (h.join().unwrap(), r)
     }
@@ -247,7 +260,7 @@ mod tests {
         let addr = l.local_addr().unwrap();
         let h = std::thread::spawn(move || {
             let (mut s, _) = l.accept().unwrap();
-            accept(&mut s, &Token::new(Some("t")))
+            accept(&mut s, &Token::new("t"))
         });
         let mut c = TcpStream::connect(addr).unwrap();
         let mut hello = [0u8; 38];

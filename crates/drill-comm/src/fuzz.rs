@@ -105,7 +105,7 @@ impl Write for Replay<'_> {
 
 #[test]
 fn handshakes() {
-    let token = Token::new(Some("fuzz"));
+    let token = Token::new("fuzz");
     // What a connector sends (its MAC cannot match the acceptor's fresh nonce), and what an
     // acceptor sends (hello, then its proof).
     let mut connector = Vec::new();

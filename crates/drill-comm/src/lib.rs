@@ -29,6 +29,7 @@ pub mod dtype;
 pub mod env;
 pub mod error;
 pub mod group;
+pub mod net;
 pub mod spawn;
 pub mod store;
 pub mod work;

@@ -374,7 +374,7 @@ fn run_child(name: &str) {
                 let wrong = drill_comm::Store::connect(
                     "127.0.0.1",
                     port,
-                    &drill_comm::Token::new(Some("guess")),
+                    &drill_comm::Token::new("guess"),
                     Duration::from_secs(2),
                 );
                 assert!(matches!(wrong, Err(CommError::Auth { .. })), "{wrong:?}");

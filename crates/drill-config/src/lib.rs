@@ -15,7 +15,10 @@ mod tree;
 
 pub use error::ConfigError;
 pub use policy::*;
-pub use tree::{Config, DdpKeys, EnvConfig, Policy, TASK_ROLES, TaskConfig};
+pub use tree::{
+    Config, DdpKeys, EnvConfig, Policy, REDIS_PASSWORD_ADVICE, TASK_ROLES, TaskConfig,
+    url_has_password,
+};
 
 #[cfg(test)]
 mod fuzz;

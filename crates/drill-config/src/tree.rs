@@ -94,7 +94,9 @@ pub struct TaskConfig {
     /// What carries events between the workers: `tcp` (direct links, the default) or `redis`
     /// (pub/sub on `redis_url`; DI-engine's `mq_type`; needs a build with `--features redis`).
     pub mq_type: String,
-    /// The Redis server for `mq_type = "redis"`: `redis://[user:password@]host:port`.
+    /// The Redis server for `mq_type = "redis"`: `redis://[user@]host:port`; the password
+    /// comes from `DRILL_REDIS_PASSWORD`, never the URL (which config.toml and the workers'
+    /// command lines carry).
     pub redis_url: String,
     /// Log each middleware's mean time every this many task steps (DI-engine's StepTimer;
     /// 0: off). Applies to every `drill train`, split or not.
@@ -472,6 +474,11 @@ impl TaskConfig {
             "task.mq_type",
             "must be \"tcp\" or \"redis\"",
         );
+        c.check(
+            !url_has_password(&t.redis_url),
+            "task.redis_url",
+            REDIS_PASSWORD_ADVICE,
+        );
         for (label, roles) in &t.roles {
             let path = format!("task.roles.{label}");
             for r in roles {
@@ -490,6 +497,20 @@ impl TaskConfig {
             );
         }
     }
+}
+
+/// What a Redis URL with a password is told.
+pub const REDIS_PASSWORD_ADVICE: &str = "carries a password: give it in the environment as \
+    DRILL_REDIS_PASSWORD instead (a URL is written to config.toml and the workers' command lines)";
+
+/// Whether a URL (`scheme://[user[:password]@]host...`) carries a password.
+pub fn url_has_password(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    authority
+        .rsplit_once('@')
+        .and_then(|(user, _)| user.split_once(':'))
+        .is_some_and(|(_, password)| !password.is_empty())
 }
 
 /// Deserialize with every unknown key and bad value reported by its full key path.
@@ -601,6 +622,15 @@ batch_size = 64
     fn err(text: &str, overrides: &[&str]) -> String {
         let o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
         Config::parse(text, "t.toml", &o).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_password_in_a_url_is_seen() {
+        assert!(url_has_password("redis://:pw@h:6379"));
+        assert!(url_has_password("redis://u:pw@h:6379/0"));
+        assert!(!url_has_password("redis://u@h:6379"));
+        assert!(!url_has_password("redis://h:6379/0?x=a:b@c"));
+        assert!(!url_has_password("redis://127.0.0.1:6379"));
     }
 
     #[test]

@@ -27,6 +27,14 @@ pub enum CheckpointError {
         /// The decoder's message.
         message: String,
     },
+    /// A folder holds checkpoint files but none could be read.
+    #[error("no readable checkpoint in {dir}: {why}")]
+    NoneReadable {
+        /// The `ckpt/` folder.
+        dir: PathBuf,
+        /// Each file and why it was skipped.
+        why: String,
+    },
     /// A tensor or metadata entry is missing or has the wrong shape.
     #[error("checkpoint {path}: {message}")]
     Mismatch {
@@ -55,12 +63,33 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
-    /// A tensor by name.
+    /// A tensor by name, checked: its values fill its shape and are all finite (a state that
+    /// trained to NaN or a file edited by hand is refused here, naming the tensor, instead of
+    /// being trained on).
     pub fn tensor(&self, name: &str) -> Result<(&Vec<usize>, &Vec<f32>), CheckpointError> {
-        self.tensors
+        let (shape, values) = self
+            .tensors
             .get(name)
-            .map(|(s, v)| (s, v))
-            .ok_or_else(|| self.mismatch(format!("missing tensor {name}")))
+            .ok_or_else(|| self.mismatch(format!("missing tensor {name}")))?;
+        if shape.iter().product::<usize>() != values.len() {
+            return Err(self.mismatch(format!(
+                "tensor {name} has shape {shape:?} but {} values",
+                values.len()
+            )));
+        }
+        if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+            return Err(self.mismatch(format!("tensor {name} holds {} at index {i}", values[i])));
+        }
+        Ok((shape, values))
+    }
+
+    /// A tensor that must have exactly `shape` (an empty or resized one is refused by name).
+    pub fn tensor_shaped(&self, name: &str, shape: &[usize]) -> Result<&[f32], CheckpointError> {
+        let (s, v) = self.tensor(name)?;
+        if s != shape {
+            return Err(self.mismatch(format!("tensor {name} has shape {s:?}, expected {shape:?}")));
+        }
+        Ok(v)
     }
 
     /// An integer metadata entry.
@@ -165,13 +194,15 @@ impl Checkpoint {
     }
 
     /// The checkpoint with the most train iterations among `final`, `latest` and `best` in
-    /// `dir/ckpt` (each is complete: written by [`Self::save`]); unreadable ones
-    /// are skipped with a warning. What a restarted run resumes from.
-    pub fn newest_in(dir: &Path) -> Option<Checkpoint> {
+    /// `dir/ckpt` (each is complete: written by [`Self::save`]); what a restarted or
+    /// resumed run goes on from. `None` when there is none; unreadable ones are skipped with
+    /// a warning, and when every one there is unreadable the error names each and why.
+    pub fn newest_in(dir: &Path) -> Result<Option<Checkpoint>, CheckpointError> {
         let mut best: Option<(u64, Checkpoint)> = None;
+        let mut skipped = Vec::new();
         for name in ["final", "latest", "best"] {
             let path = dir.join("ckpt").join(format!("{name}.safetensors"));
-            if !path.is_file() {
+            if !path.exists() {
                 continue;
             }
             match Self::load(&path).and_then(|ck| Ok((ck.counter("train_iters")?, ck))) {
@@ -179,16 +210,54 @@ impl Checkpoint {
                     best = Some((iters, ck))
                 }
                 Ok(_) => {}
-                Err(e) => tracing::warn!("skipping {}: {e}", path.display()),
+                Err(e) => {
+                    tracing::warn!("skipping {}: {e}", path.display());
+                    skipped.push(format!("{name}.safetensors ({e})"));
+                }
             }
         }
-        best.map(|(_, ck)| ck)
+        match best {
+            Some((_, ck)) => Ok(Some(ck)),
+            None if skipped.is_empty() => Ok(None),
+            None => Err(CheckpointError::NoneReadable {
+                dir: dir.join("ckpt"),
+                why: skipped.join("; "),
+            }),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// No files: none, said as such. Files that are all unreadable: an error naming each and
+    /// why. One good among bad ones: the good one.
+    #[test]
+    fn newest_in_names_every_unreadable_checkpoint() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ckpt = tmp.path().join("ckpt");
+        std::fs::create_dir(&ckpt).unwrap();
+        assert!(Checkpoint::newest_in(tmp.path()).unwrap().is_none());
+        std::fs::write(ckpt.join("final.safetensors"), b"torn").unwrap();
+        let mut no_iters = Checkpoint::default();
+        no_iters.tensors.insert("w".into(), (vec![1], vec![0.5]));
+        no_iters.save(&ckpt.join("latest.safetensors")).unwrap();
+        let e = Checkpoint::newest_in(tmp.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("final.safetensors (") && e.contains("not a safetensors"),
+            "{e}"
+        );
+        assert!(
+            e.contains("latest.safetensors (") && e.contains("train_iters"),
+            "{e}"
+        );
+        let mut good = no_iters.clone();
+        good.meta.insert("train_iters".into(), "7".into());
+        good.save(&ckpt.join("best.safetensors")).unwrap();
+        let ck = Checkpoint::newest_in(tmp.path()).unwrap().unwrap();
+        assert_eq!(ck.counter("train_iters").unwrap(), 7);
+    }
 
     /// Checkpoint files from anywhere (`--resume`, `drill eval`), fuzzed: headers that lie
     /// about sizes and offsets, truncations, other dtypes.

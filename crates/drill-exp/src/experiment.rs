@@ -42,14 +42,31 @@ pub struct Experiment {
 /// `metrics.jsonl`, appended whole lines at a time: a line is written with one `write` of
 /// itself and the lines before it, never split across two, so a crash leaves at most one
 /// partial last line, which [`Metrics::open`] cuts off before appending again.
-struct Metrics {
-    file: File,
+struct Metrics<F: LogFile = File> {
+    file: F,
     /// Whole lines not written yet.
     pending: String,
+    /// The file's length: whole lines only, where the next write starts.
+    len: u64,
 }
 
 /// Lines are written once this many bytes wait.
 const METRICS_BUFFER: usize = 8 << 10;
+
+/// What [`Metrics`] writes to: a file it can cut back.
+trait LogFile: Write + Seek {
+    fn set_len(&self, len: u64) -> std::io::Result<()>;
+    fn sync_data(&self) -> std::io::Result<()>;
+}
+
+impl LogFile for File {
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        File::set_len(self, len)
+    }
+    fn sync_data(&self) -> std::io::Result<()> {
+        File::sync_data(self)
+    }
+}
 
 impl Metrics {
     /// Open `path`: appending (after cutting a partial last line) or from empty.
@@ -60,17 +77,23 @@ impl Metrics {
             .write(true)
             .truncate(!append)
             .open(path)?;
-        if append {
+        let len = if append {
             let whole = whole_lines_len(&mut file)?;
             file.set_len(whole)?;
             file.seek(SeekFrom::Start(whole))?;
-        }
+            whole
+        } else {
+            0
+        };
         Ok(Self {
             file,
             pending: String::new(),
+            len,
         })
     }
+}
 
+impl<F: LogFile> Metrics<F> {
     fn line(&mut self, line: std::fmt::Arguments<'_>) -> std::io::Result<()> {
         use std::fmt::Write as _;
         let _ = writeln!(self.pending, "{line}");
@@ -80,9 +103,17 @@ impl Metrics {
         Ok(())
     }
 
+    /// Write the pending lines. A write that fails part-way (a full disk) is cut back to
+    /// the last whole line and the lines stay pending, so the file never holds a torn line
+    /// with more written after it.
     fn flush(&mut self) -> std::io::Result<()> {
         if !self.pending.is_empty() {
-            self.file.write_all(self.pending.as_bytes())?;
+            if let Err(e) = self.file.write_all(self.pending.as_bytes()) {
+                let _ = self.file.set_len(self.len);
+                let _ = self.file.seek(SeekFrom::Start(self.len));
+                return Err(e);
+            }
+            self.len += self.pending.len() as u64;
             self.pending.clear();
         }
         Ok(())
@@ -281,6 +312,8 @@ fn write_result(dir: &Path, result: &TrainResult) -> std::io::Result<()> {
 /// `(env_steps, train_iters)` of the newest checkpoint in `dir`, or zeros.
 fn kept_counters(dir: &Path) -> (u64, u64) {
     Checkpoint::newest_in(dir)
+        .ok()
+        .flatten()
         .map(|ck| {
             (
                 ck.counter("env_steps").unwrap_or(0),
@@ -401,6 +434,84 @@ impl Reporter for Experiment {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A file on a disk that fills after `room` bytes: a write past it stores what fits and
+    /// fails, as a full disk does.
+    struct FillingFile {
+        data: std::cell::RefCell<Vec<u8>>,
+        pos: usize,
+        room: usize,
+    }
+
+    impl Write for FillingFile {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let fits = buf.len().min(self.room.saturating_sub(self.pos));
+            if fits == 0 && !buf.is_empty() {
+                return Err(std::io::Error::from_raw_os_error(28)); // ENOSPC
+            }
+            let mut data = self.data.borrow_mut();
+            let len = data.len();
+            data.resize(len.max(self.pos + fits), 0);
+            data[self.pos..self.pos + fits].copy_from_slice(&buf[..fits]);
+            self.pos += fits;
+            Ok(fits)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Seek for FillingFile {
+        fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
+            let SeekFrom::Start(p) = to else {
+                unreachable!("Metrics seeks from the start only")
+            };
+            self.pos = p as usize;
+            Ok(p)
+        }
+    }
+
+    impl LogFile for FillingFile {
+        fn set_len(&self, len: u64) -> std::io::Result<()> {
+            self.data.borrow_mut().resize(len as usize, 0);
+            Ok(())
+        }
+        fn sync_data(&self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A full disk in the middle of a flush leaves whole lines only, and the lines that did
+    /// not fit are written, whole, once there is room again.
+    #[test]
+    fn a_full_disk_never_leaves_a_torn_line() {
+        let mut m = Metrics {
+            file: FillingFile {
+                data: Default::default(),
+                pos: 0,
+                room: 30,
+            },
+            pending: String::new(),
+            len: 0,
+        };
+        m.line(format_args!("{{\"step\":1,\"a\":1.0}}")).unwrap();
+        m.flush().unwrap();
+        m.line(format_args!("{{\"step\":2,\"a\":2.0}}")).unwrap();
+        assert!(m.flush().is_err(), "the disk should be full");
+        m.file.room = 1 << 20;
+        m.line(format_args!("{{\"step\":3,\"a\":3.0}}")).unwrap();
+        m.flush().unwrap();
+        let text = String::from_utf8(m.file.data.borrow().clone()).unwrap();
+        let steps: Vec<u64> = text
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["step"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(steps, [1, 2, 3], "{text:?}");
+    }
 
     /// A rank that noticed rank 0 lost writes `result.json` with the error, unless rank 0
     /// wrote one since that rank started.

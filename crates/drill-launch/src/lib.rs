@@ -47,6 +47,10 @@ pub struct LaunchConfig {
     pub args: Vec<String>,
     /// Extra environment variables for every worker.
     pub env: Vec<(String, String)>,
+    /// The address every listener of the job binds on this node (`--bind`); `None`: loopback
+    /// for a loopback endpoint, else the interface that reaches the endpoint
+    /// (`drill_comm::net::listen_ip`).
+    pub bind: Option<std::net::IpAddr>,
 }
 
 /// Errors that stop the launcher itself (not a worker's failure).

@@ -38,7 +38,7 @@ pub struct Rendezvous {
 impl Rendezvous {
     /// Host or reach the store.
     pub fn join(cfg: &LaunchConfig, token: &str) -> Result<Rendezvous, LaunchError> {
-        let token = Token::new(Some(token));
+        let token = Token::new(token);
         let (host, port, hosting_wanted) = match &cfg.rdzv_endpoint {
             Some(ep) => {
                 let (h, p) = ep
@@ -64,15 +64,20 @@ impl Rendezvous {
                     .with_reply_slack(Duration::from_secs(2))
             })
         };
+        let ip = || match cfg.bind {
+            Some(ip) => Ok(ip),
+            None => drill_comm::net::listen_ip(&host),
+        };
         let (server, store) = match hosting_wanted {
             Some(true) => {
-                let server = StoreServer::bind(&format!("0.0.0.0:{port}"), &token).map_err(|e| {
-                    LaunchError::Usage(format!("cannot host the store on port {port}: {e} (is another job using --master-port {port}?)"))
+                let at = std::net::SocketAddr::new(ip()?, port);
+                let server = StoreServer::bind(&at.to_string(), &token).map_err(|e| {
+                    LaunchError::Usage(format!("cannot host the store on {at}: {e} (is another job using --master-port {port}?)"))
                 })?;
                 (Some(server), reach(cfg.timeout)?)
             }
             Some(false) => (None, reach(cfg.timeout)?),
-            None => Self::host_or_reach(port, &token, cfg.timeout, reach)?,
+            None => Self::host_or_reach(ip()?, port, &token, cfg.timeout, reach)?,
         };
         Ok(Rendezvous {
             store,
@@ -92,6 +97,7 @@ impl Rendezvous {
     /// held for a moment by something else (an outgoing connection's local end), and then
     /// every launcher would otherwise wait on a store nobody hosts.
     fn host_or_reach(
+        ip: std::net::IpAddr,
         port: u16,
         token: &Token,
         timeout: Duration,
@@ -99,7 +105,7 @@ impl Rendezvous {
     ) -> Result<(Option<StoreServer>, Store), LaunchError> {
         let deadline = Instant::now() + timeout;
         loop {
-            let bind_error = match std::net::TcpListener::bind(("0.0.0.0", port)) {
+            let bind_error = match std::net::TcpListener::bind((ip, port)) {
                 Ok(l) => {
                     let server = StoreServer::serve(l, token)?;
                     return Ok((Some(server), reach(timeout)?));
@@ -265,6 +271,7 @@ mod tests {
             program: "true".into(),
             args: vec![],
             env: vec![],
+            bind: None,
         }
     }
 

@@ -187,6 +187,10 @@ fn start_rank(
         .env("DRILL_JOB_TOKEN", token)
         .env("DRILL_AGENT_STORE", "1")
         .envs(cfg.env.iter().map(|(k, v)| (k, v)))
+        .envs(
+            cfg.bind
+                .map(|ip| (drill_comm::net::BIND_VAR, ip.to_string())),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

@@ -82,7 +82,7 @@ impl RedisServer {
                 "--save",
                 "",
             ])
-            .args(["--appendonly", "no"])
+            .args(["--appendonly", "no", "--requirepass", "drill-test-pw"])
             .stdout(std::process::Stdio::null())
             .spawn()
             .expect("the Redis scenarios need redis-server (Debian: apt-get install redis-server)");
@@ -93,6 +93,9 @@ impl RedisServer {
         }
         // SAFETY: single-threaded here; the workers inherit the variable.
         unsafe { std::env::set_var("DRILL_TEST_REDIS_URL", format!("redis://127.0.0.1:{port}/")) };
+        // The server refuses clients without the password: it must come from the environment.
+        // SAFETY: as above.
+        unsafe { std::env::set_var("DRILL_REDIS_PASSWORD", "drill-test-pw") };
         RedisServer(child)
     }
 }

@@ -29,6 +29,10 @@ pub struct Args {
     /// Job id (jobs sharing a store stay apart).
     #[arg(long, alias = "rdzv_id", default_value = "none")]
     pub rdzv_id: String,
+    /// The address this node's listeners (the store, the ranks' connections) bind: by
+    /// default loopback when the endpoint is loopback, else the interface that reaches it.
+    #[arg(long)]
+    pub bind: Option<std::net::IpAddr>,
     /// Single-node job on a free local port (ignores --master-addr/--master-port).
     #[arg(long)]
     pub standalone: bool,
@@ -98,6 +102,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         program: args.command[0].clone(),
         args: args.command[1..].to_vec(),
         env: Vec::new(),
+        bind: args.bind,
     };
     let outcome = launch(&cfg)?;
     if let Outcome::Success { restarts } = &outcome

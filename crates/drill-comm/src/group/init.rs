@@ -97,9 +97,10 @@ impl ProcessGroup {
                 (Box::new(Embedded::single(info.timeout)?), None, None)
             }
             BackendKind::Embedded | BackendKind::Nccl => {
-                let token = Token::new(info.token.as_deref());
+                let token = Token::for_job(info.token.as_deref(), &info.master_addr)?;
                 let server = if info.rank == 0 && !info.agent_store {
-                    Some(StoreServer::bind(&format!("0.0.0.0:{}", info.master_port), &token).map_err(|e| {
+                    let ip = crate::net::listen_ip(&info.master_addr)?;
+                    Some(StoreServer::bind(&std::net::SocketAddr::new(ip, info.master_port).to_string(), &token).map_err(|e| {
                         CommError::Env(format!("rank 0 cannot host the store on port {}: {e} (another job on MASTER_PORT?)", info.master_port))
                     })?)
                 } else {

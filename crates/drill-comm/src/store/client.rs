@@ -337,7 +337,7 @@ mod tests {
 
     #[test]
     fn torch_store_semantics() {
-        let token = Token::new(Some("t"));
+        let token = Token::new("t");
         let srv = StoreServer::bind("127.0.0.1:0", &token).unwrap();
         let port = srv.addr().port();
         let a = Store::connect("127.0.0.1", port, &token, Duration::from_secs(5)).unwrap();
@@ -373,18 +373,18 @@ mod tests {
 
     #[test]
     fn stranger_cannot_use_the_store() {
-        let srv = StoreServer::bind("127.0.0.1:0", &Token::new(Some("right"))).unwrap();
+        let srv = StoreServer::bind("127.0.0.1:0", &Token::new("right")).unwrap();
         let e = Store::connect(
             "127.0.0.1",
             srv.addr().port(),
-            &Token::new(Some("wrong")),
+            &Token::new("wrong"),
             Duration::from_secs(2),
         );
         assert!(matches!(e, Err(CommError::Auth { .. })), "{e:?}");
         let ok = Store::connect(
             "127.0.0.1",
             srv.addr().port(),
-            &Token::new(Some("right")),
+            &Token::new("right"),
             Duration::from_secs(2),
         )
         .unwrap();

@@ -5,8 +5,8 @@
 //! cannot be reached counts as rank 0 (or the launcher hosting it) being gone.
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::Store;
@@ -20,34 +20,61 @@ pub const HEARTBEAT_DEAD: Duration = Duration::from_secs(3);
 
 /// Bumps this process's heartbeat counter in the Store until dropped.
 pub struct Heartbeat {
-    stop: Arc<AtomicBool>,
+    /// Dropping it wakes the thread from its wait and ends it.
+    stop: Option<Sender<()>>,
+    thread: Option<JoinHandle<()>>,
 }
 
 impl Heartbeat {
     /// Start bumping `hb/<global_rank>` under `store`'s prefix (give it a connection of its
     /// own: the thread holds it).
     pub fn start(store: Store, global_rank: usize) -> Heartbeat {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
+        let (stop, stopped) = mpsc::channel::<()>();
         let key = format!("hb/{global_rank}");
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("drill-heartbeat".into())
             .spawn(move || {
-                while !flag.load(Ordering::Relaxed) {
+                loop {
                     if store.add(&key, 1).is_err() {
                         return;
                     }
-                    std::thread::sleep(HEARTBEAT_EVERY);
+                    // The wait is the period, cut short by a stop (the sender dropped).
+                    if stopped.recv_timeout(HEARTBEAT_EVERY) != Err(RecvTimeoutError::Timeout) {
+                        return;
+                    }
                 }
             })
             .ok();
-        Heartbeat { stop }
+        Heartbeat {
+            stop: Some(stop),
+            thread,
+        }
+    }
+
+    /// Stop and wait (at most a minute) until the thread has made its last bump.
+    #[cfg(test)]
+    fn stop(mut self) {
+        self.stop.take();
+        if let Some(t) = self.thread.take() {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !t.is_finished() {
+                assert!(
+                    Instant::now() < deadline,
+                    "the heartbeat thread did not stop"
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            t.join().ok();
+        }
     }
 }
 
 impl Drop for Heartbeat {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.stop.take();
+        // Detached, not joined: a store that no longer answers could hold a join up to the
+        // store's timeout; the thread ends after its current request.
+        self.thread.take();
     }
 }
 
@@ -70,15 +97,21 @@ impl Liveness {
     /// The first of `ranks` whose heartbeat has not moved for [`HEARTBEAT_DEAD`], or a store
     /// that cannot be reached (its host, rank 0 or the launcher, is gone).
     pub fn dead(&mut self, ranks: &[usize]) -> Option<(usize, String)> {
-        let now = Instant::now();
+        self.dead_at(ranks, Instant::now())
+    }
+
+    /// [`Liveness::dead`] as read at `now`: the counters are read from the store, the
+    /// silence measured against `now`, so the rule is testable without racing a clock.
+    fn dead_at(&mut self, ranks: &[usize], now: Instant) -> Option<(usize, String)> {
         for &r in ranks {
             match self.store.add(&format!("hb/{r}"), 0) {
                 Ok(v) => {
                     let e = self.seen.entry(r).or_insert((v, now));
                     if v != e.0 {
                         *e = (v, now);
-                    } else if now - e.1 > HEARTBEAT_DEAD {
-                        return Some((r, format!("no heartbeat for {:?}", now - e.1)));
+                    } else if now.saturating_duration_since(e.1) > HEARTBEAT_DEAD {
+                        let silent = now.saturating_duration_since(e.1);
+                        return Some((r, format!("no heartbeat for {silent:?}")));
                     }
                 }
                 Err(e) => return Some((0, format!("the store is unreachable: {e}"))),
@@ -94,44 +127,72 @@ mod tests {
     use crate::auth::Token;
     use crate::store::StoreServer;
 
-    #[test]
-    fn a_stopped_heartbeat_marks_its_rank_dead_and_a_running_one_does_not() {
-        let token = Token::new(Some("hb"));
+    fn store() -> (StoreServer, impl Fn() -> Store) {
+        let token = Token::new("hb");
         let srv = StoreServer::bind("127.0.0.1:0", &token).unwrap();
         let port = srv.addr().port();
-        let connect = || {
-            Store::connect("127.0.0.1", port, &token, Duration::from_secs(5))
+        let connect = move || {
+            Store::connect("127.0.0.1", port, &token, Duration::from_secs(30))
                 .unwrap()
                 .with_prefix("job")
         };
-        let alive = Heartbeat::start(connect(), 0);
-        let stops = Heartbeat::start(connect(), 1);
+        (srv, connect)
+    }
+
+    /// The rule on a clock the test sets: a counter that moves is alive however long between
+    /// reads; one that stands still is dead once, and only once, it has stood for longer
+    /// than the bound. No thread is scheduled, so a slow or loaded machine cannot change it.
+    #[test]
+    fn a_rank_is_dead_once_its_counter_stands_past_the_bound_and_not_before() {
+        let (_srv, connect) = store();
+        let beats = connect();
         let mut live = Liveness::new(connect());
-        // Both running: never dead over a window longer than the silence bound, polled the
-        // way a waiting operation polls.
-        let start = Instant::now();
-        while start.elapsed() < HEARTBEAT_DEAD + HEARTBEAT_EVERY {
-            assert_eq!(
-                live.dead(&[0, 1]),
-                None,
-                "a running heartbeat was called dead"
-            );
-            std::thread::sleep(Duration::from_millis(100));
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        beats.add("hb/0", 1).unwrap();
+        beats.add("hb/1", 1).unwrap();
+        assert_eq!(live.dead_at(&[0, 1], at(0)), None);
+        // Rank 0 beats between every read; rank 1 never again.
+        let bound = HEARTBEAT_DEAD.as_millis() as u64;
+        for ms in (250..=bound).step_by(250) {
+            beats.add("hb/0", 1).unwrap();
+            assert_eq!(live.dead_at(&[0, 1], at(ms)), None, "dead at {ms} ms");
         }
-        drop(stops);
-        let start = Instant::now();
-        let found = loop {
-            if let Some(d) = live.dead(&[0, 1]) {
-                break d;
-            }
-            assert!(
-                start.elapsed() < HEARTBEAT_DEAD * 3,
-                "rank 1 never found dead"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        };
+        // Exactly at the bound rank 1 is still alive; just past it, it is dead, by number.
+        beats.add("hb/0", 1).unwrap();
+        let found = live
+            .dead_at(&[0, 1], at(bound + 1))
+            .expect("rank 1 not found dead");
         assert_eq!(found.0, 1, "{found:?}");
-        assert!(found.1.contains("no heartbeat"), "{found:?}");
-        drop(alive);
+        assert!(found.1.contains("no heartbeat for 3.001s"), "{found:?}");
+        // A rank that beats again after a long read gap is alive: the gap is the reader's.
+        beats.add("hb/1", 1).unwrap();
+        beats.add("hb/0", 1).unwrap();
+        assert_eq!(live.dead_at(&[0, 1], at(bound * 10)), None);
+    }
+
+    /// The thread: it bumps its counter (waited for, not timed), and once stopped it never
+    /// bumps again.
+    #[test]
+    fn a_heartbeat_bumps_its_counter_until_stopped() {
+        let (_srv, connect) = store();
+        let probe = connect();
+        let beat = Heartbeat::start(connect(), 3);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while probe.add("hb/3", 0).unwrap() < 3 {
+            assert!(
+                Instant::now() < deadline,
+                "the heartbeat never bumped 3 times"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        beat.stop();
+        let last = probe.add("hb/3", 0).unwrap();
+        std::thread::sleep(HEARTBEAT_EVERY * 3);
+        assert_eq!(
+            probe.add("hb/3", 0).unwrap(),
+            last,
+            "bumped after it stopped"
+        );
     }
 }

@@ -229,6 +229,7 @@ impl Parallel {
                 .into_iter()
                 .chain(self.env.iter().cloned())
                 .collect(),
+            bind: None,
         })
         .map_err(|e| TaskError::msg(format!("parallel runner: {e}")))?;
         match outcome {
@@ -257,17 +258,23 @@ impl Parallel {
                 self.n, info.source, info.world_size
             )));
         }
-        let token = Token::new(info.token.as_deref());
+        let token = Token::for_job(info.token.as_deref(), &info.master_addr)
+            .map_err(|e| TaskError::msg(e.to_string()))?;
         // Without a launcher (Slurm), node 0 hosts the rendezvous store.
         let server = if info.rank == 0 && !info.agent_store {
+            let ip = drill_comm::net::listen_ip(&info.master_addr)
+                .map_err(|e| TaskError::msg(e.to_string()))?;
             Some(
-                drill_comm::StoreServer::bind(&format!("0.0.0.0:{}", info.master_port), &token)
-                    .map_err(|e| {
-                        TaskError::msg(format!(
-                            "node 0 cannot host the store on port {}: {e}",
-                            info.master_port
-                        ))
-                    })?,
+                drill_comm::StoreServer::bind(
+                    &std::net::SocketAddr::new(ip, info.master_port).to_string(),
+                    &token,
+                )
+                .map_err(|e| {
+                    TaskError::msg(format!(
+                        "node 0 cannot host the store on port {}: {e}",
+                        info.master_port
+                    ))
+                })?,
             )
         } else {
             None

@@ -57,6 +57,30 @@ fn publish(con: &Mutex<redis::Connection>, channel: &str, frame: &Frame) -> Resu
     con.publish::<_, _, ()>(channel, bytes).map_err(err)
 }
 
+/// The environment variable that holds the Redis password (never the URL: it is written
+/// to config.toml and the workers' command lines).
+pub const PASSWORD_VAR: &str = "DRILL_REDIS_PASSWORD";
+
+/// A client for `url` with the password from [`PASSWORD_VAR`]; errors never show the URL's
+/// user part.
+fn open(url: &str) -> Result<redis::Client, TaskError> {
+    use redis::IntoConnectionInfo;
+    let info = url.into_connection_info().map_err(|e| {
+        err(format!(
+            "the Redis URL is not valid ({}): expected redis://[user@]host:port",
+            e.category()
+        ))
+    })?;
+    let info = match std::env::var(PASSWORD_VAR) {
+        Ok(p) if !p.is_empty() => {
+            let settings = info.redis_settings().clone().set_password(p);
+            info.set_redis_settings(settings)
+        }
+        _ => info,
+    };
+    redis::Client::open(info).map_err(|e| err(format!("Redis client: {}", e.category())))
+}
+
 impl RedisLink {
     /// Subscribe node `node` of `n` to `channel` on the server at `url` and route `bus`'s
     /// emitted events through it. Returns once subscribed: make the run's barrier after it.
@@ -67,11 +91,12 @@ impl RedisLink {
         n: usize,
         bus: &EventBus,
     ) -> Result<RedisLink, TaskError> {
-        let client = redis::Client::open(url).map_err(|e| err(format!("{url}: {e}")))?;
+        let client = open(url)?;
+        let at = client.get_connection_info().addr().to_string();
         let connect = || {
             client
                 .get_connection_with_timeout(Duration::from_secs(5))
-                .map_err(|e| err(format!("cannot reach {url}: {e}")))
+                .map_err(|e| err(format!("cannot reach the Redis server at {at}: {e}")))
         };
         let mut sub = connect()?;
         let publisher = Arc::new(Mutex::new(connect()?));

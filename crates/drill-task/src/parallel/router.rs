@@ -172,16 +172,15 @@ impl Router {
         }
         let mine: Vec<usize> = (0..node).filter(|&j| linked(node, j)).collect();
         let expect = (node + 1..n).filter(|&j| linked(node, j)).count();
-        let listener = TcpListener::bind("0.0.0.0:0").map_err(|e| err(format!("bind: {e}")))?;
-        let port = listener
-            .local_addr()
+        // The interface that reaches the store is the one the other nodes reach this one on.
+        let ip = drill_comm::net::bind_override()
             .map_err(|e| err(e.to_string()))?
-            .port();
-        let ip = store
-            .local_ip()
-            .map_or("127.0.0.1".to_string(), |ip| ip.to_string());
+            .or_else(|| store.local_ip().filter(|ip| !ip.is_unspecified()))
+            .unwrap_or(std::net::Ipv4Addr::LOCALHOST.into());
+        let listener = TcpListener::bind((ip, 0)).map_err(|e| err(format!("bind {ip}: {e}")))?;
+        let addr = listener.local_addr().map_err(|e| err(e.to_string()))?;
         store
-            .set(&format!("addr/{node}"), format!("{ip}:{port}").as_bytes())
+            .set(&format!("addr/{node}"), addr.to_string().as_bytes())
             .map_err(|e| err(e.to_string()))?;
         let closing = Arc::new(AtomicBool::new(false));
         let mut streams: Vec<(usize, TcpStream)> = Vec::new();
@@ -204,34 +203,37 @@ impl Router {
                 Ok(out)
             });
             // Accepted until the deadline: a peer that never dials (stopped, crashed before
-            // it got here) fails the rendezvous instead of blocking it forever.
-            listener
-                .set_nonblocking(true)
-                .map_err(|e| err(format!("listen: {e}")))?;
+            // it got here) fails the rendezvous instead of blocking it forever; strangers and
+            // idle connections are dropped without holding up the others.
             let deadline = Instant::now() + timeout;
-            for k in 0..expect {
-                let mut st = loop {
-                    match listener.accept() {
-                        Ok((st, _)) => break st,
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                            if Instant::now() >= deadline {
-                                return Err(err(format!(
-                                    "only {k} of the {expect} nodes that link to node {node} connected within {timeout:?}"
-                                )));
-                            }
-                            std::thread::sleep(Duration::from_millis(5));
+            if expect > 0 {
+                let mut bad = None;
+                drill_comm::net::accept_all(
+                    &listener,
+                    token,
+                    &format!("node {node}"),
+                    deadline,
+                    |st, ident, from| {
+                        match String::from_utf8_lossy(&ident).parse::<usize>() {
+                            Ok(peer) => streams.push((peer, st)),
+                            Err(_) => bad = Some(from),
                         }
-                        Err(e) => return Err(err(format!("accept: {e}"))),
-                    }
-                };
-                st.set_nonblocking(false)
-                    .map_err(|e| err(format!("accept: {e}")))?;
-                let ident =
-                    drill_comm::auth::accept(&mut st, token).map_err(|e| err(e.to_string()))?;
-                let peer: usize = String::from_utf8_lossy(&ident)
-                    .parse()
-                    .map_err(|_| err("a peer sent a bad node id".into()))?;
-                streams.push((peer, st));
+                        Ok(streams.len() >= expect)
+                    },
+                    || None,
+                    |e| Some(err(format!("accept: {e}"))),
+                )
+                .map_err(|e| {
+                    e.unwrap_or_else(|| {
+                        err(format!(
+                            "only {} of the {expect} nodes that link to node {node} connected within {timeout:?}",
+                            streams.len()
+                        ))
+                    })
+                })?;
+                if let Some(from) = bad {
+                    tracing::warn!("node {node}: {from} sent a bad node id");
+                }
             }
             streams.extend(dialer.join().map_err(|_| err("dialer panicked".into()))??);
             Ok(())

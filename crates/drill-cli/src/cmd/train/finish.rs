@@ -16,6 +16,7 @@ pub(crate) fn finish_experiment(
     let path = drill_algo::entry::finish(exp, result, &|dir| {
         format!("drill train --resume {}{flags}", dir.display())
     })?;
+    crate::exit_code_if_stdout_closes(if result.interrupted { 130 } else { 0 });
     println!("{}", path.display());
     Ok(())
 }

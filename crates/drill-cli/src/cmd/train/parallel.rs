@@ -37,10 +37,13 @@ pub fn run(args: &Args, config: Config, env_spec: &EnvSpec, n: usize) -> anyhow:
     let mq = match args.mq_type.as_deref().unwrap_or(&config.task.mq_type) {
         "tcp" => Mq::Tcp,
         "redis" => Mq::Redis {
-            url: args
-                .redis_url
-                .clone()
-                .unwrap_or_else(|| config.task.redis_url.clone()),
+            url: match &args.redis_url {
+                Some(url) if drill_config::url_has_password(url) => {
+                    bail!("--redis-url {}", drill_config::REDIS_PASSWORD_ADVICE)
+                }
+                Some(url) => url.clone(),
+                None => config.task.redis_url.clone(),
+            },
         },
         other => bail!("--mq-type {other:?}: expected tcp or redis"),
     };

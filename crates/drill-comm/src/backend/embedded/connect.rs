@@ -25,13 +25,17 @@ pub(super) fn peers(
     token: &Token,
     opts: &EmbeddedOptions,
 ) -> Result<(Vec<Option<Peer>>, Vec<String>)> {
-    let listener =
-        TcpListener::bind("0.0.0.0:0").map_err(|e| CommError::io("bind a peer listener", e))?;
+    // The interface that reaches the store is the one the other ranks reach this one on.
+    let ip = crate::net::bind_override()?
+        .or_else(|| store.local_ip().filter(|ip| !ip.is_unspecified()))
+        .unwrap_or(std::net::Ipv4Addr::LOCALHOST.into());
+    let listener = TcpListener::bind((ip, 0))
+        .map_err(|e| CommError::io(format!("bind a peer listener on {ip}"), e))?;
     let port = listener
         .local_addr()
         .map_err(|e| CommError::io("listener address", e))?
         .port();
-    let dir = Directory::exchange(rank, world, store, port, opts)?;
+    let dir = Directory::exchange(rank, world, store, ip, port, opts)?;
     let mut conns = connect_all(&listener, &dir, token, rank, world, opts.timeout)?;
     drop(listener);
     let mut segs = share_memory(rank, world, &dir, &mut conns, opts.timeout)?;
@@ -73,14 +77,12 @@ impl Directory {
         rank: usize,
         world: usize,
         store: &Store,
+        ip: std::net::IpAddr,
         port: u16,
         opts: &EmbeddedOptions,
     ) -> Result<Self> {
         let timeout = opts.timeout;
-        let ip = match store.local_ip() {
-            Some(ip) if !ip.is_unspecified() => ip.to_string(),
-            _ => "127.0.0.1".into(),
-        };
+        let addr = std::net::SocketAddr::new(ip, port);
         let me_host = if opts.shm && shm::available() {
             host_id()
         } else {
@@ -88,7 +90,7 @@ impl Directory {
         };
         store.set(
             &format!("addr/{rank}"),
-            format!("{ip}:{port} {me_host} {}", host_name()).as_bytes(),
+            format!("{addr} {me_host} {}", host_name()).as_bytes(),
         )?;
         let mut dir = Directory {
             addrs: Vec::with_capacity(world),
@@ -288,20 +290,13 @@ fn accept_peers(
 ) -> Result<Conns> {
     let mut got: HashMap<usize, (Option<TcpStream>, Option<TcpStream>)> = HashMap::new();
     let mut n = 0;
-    listener
-        .set_nonblocking(true)
-        .map_err(|e| CommError::io("listener", e))?;
-    while n < expected {
-        match listener.accept() {
-            Ok((mut s, from)) => {
-                s.set_nonblocking(false).ok();
-                let ident = match auth::accept(&mut s, token) {
-                    Ok(i) => i,
-                    Err(e) => {
-                        tracing::warn!("rank {rank}: refused a connection from {from}: {e}");
-                        continue;
-                    }
-                };
+    if expected > 0 {
+        crate::net::accept_all(
+            listener,
+            token,
+            &format!("rank {rank}"),
+            deadline,
+            |s, ident, from| {
                 let ident = String::from_utf8_lossy(&ident).into_owned();
                 let parts: Vec<&str> = ident
                     .strip_prefix("drill-peer ")
@@ -332,20 +327,22 @@ fn accept_peers(
                         "rank {rank}: dropped a connection from {from} with identity {ident:?}"
                     ),
                 }
+                Ok(n >= expected)
+            },
+            || None,
+            |e| Some(CommError::io("accept a peer", e)),
+        )
+        .or_else(|e| match e {
+            Some(e) => Err(e),
+            None => {
+                let missing: Vec<usize> = (rank + 1..world)
+                    .filter(|j| got.get(j).is_none_or(|e| e.0.is_none()))
+                    .collect();
+                Err(CommError::Env(format!(
+                    "rank {rank}: ranks {missing:?} did not connect in time"
+                )))
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if Instant::now() >= deadline {
-                    let missing: Vec<usize> = (rank + 1..world)
-                        .filter(|j| got.get(j).is_none_or(|e| e.0.is_none()))
-                        .collect();
-                    return Err(CommError::Env(format!(
-                        "rank {rank}: ranks {missing:?} did not connect in time"
-                    )));
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            Err(e) => return Err(CommError::io("accept a peer", e)),
-        }
+        })?;
     }
     Ok(got
         .into_iter()

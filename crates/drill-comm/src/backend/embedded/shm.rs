@@ -43,6 +43,7 @@ impl Segment {
             .write(true)
             .create_new(true)
             .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(path)
             .map_err(|e| CommError::io(format!("create shared memory {}", path.display()), e))?;
         file.set_len((2 * (RING_HEADER + cap)) as u64)
@@ -50,17 +51,32 @@ impl Segment {
         Self::map(&file, path, cap)
     }
 
-    /// Open a segment the peer created.
+    /// Open a segment the peer created: a regular file of this user's, never through a
+    /// symbolic link (another user could plant one in `/dev/shm` to redirect the mapping).
     pub fn open(path: &Path, cap: usize) -> Result<Arc<Segment>> {
+        use std::os::unix::fs::MetadataExt;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(path)
             .map_err(|e| CommError::io(format!("open shared memory {}", path.display()), e))?;
-        let len = file
+        let meta = file
             .metadata()
-            .map_err(|e| CommError::io("stat shared memory", e))?
-            .len();
+            .map_err(|e| CommError::io("stat shared memory", e))?;
+        // SAFETY: getuid has no preconditions and cannot fail.
+        let me = unsafe { libc::getuid() };
+        if !meta.file_type().is_file() || meta.uid() != me {
+            return Err(CommError::io(
+                format!(
+                    "shared memory {} is not a regular file of this user's (uid {}, ours {me})",
+                    path.display(),
+                    meta.uid()
+                ),
+                std::io::ErrorKind::PermissionDenied.into(),
+            ));
+        }
+        let len = meta.len();
         if len != (2 * (RING_HEADER + cap)) as u64 {
             return Err(CommError::io(
                 format!(
@@ -323,6 +339,22 @@ mod tests {
         let other = Segment::open(&path, 4096).unwrap();
         std::fs::remove_file(&path).unwrap();
         (seg.ring(0), other.ring(0))
+    }
+
+    #[test]
+    fn a_symbolic_link_is_never_followed() {
+        let target = segment_path(7, 8);
+        let seg = Segment::create(&target, 4096).unwrap();
+        let link = segment_path(7, 9);
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let opened = Segment::open(&link, 4096);
+        let created = Segment::create(&link, 4096);
+        std::fs::remove_file(&link).unwrap();
+        std::fs::remove_file(&target).unwrap();
+        drop(seg);
+        let e = opened.err().expect("opened through a link").to_string();
+        assert!(e.contains("open shared memory"), "{e}");
+        assert!(created.is_err(), "created through a link");
     }
 
     #[test]
