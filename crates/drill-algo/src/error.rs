@@ -95,7 +95,8 @@ impl TrainError {
     }
 
     /// The rank this error says was lost (gone, or silent past a deadline), if a collective
-    /// failed that way.
+    /// failed that way. A rank that left in order (`PeerLeft`) was not lost: it stopped on an
+    /// error of its own and reports that, the root cause, itself.
     pub fn lost_rank(&self) -> Option<usize> {
         match self.cause() {
             TrainError::Comm(
@@ -104,5 +105,27 @@ impl TrainError {
             ) => Some(*rank),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use drill_comm::CommError;
+
+    /// Only a rank that died or went silent is written up by the rank that noticed; one that
+    /// left in order writes its own error (a full disk must not become "rank 0 is gone").
+    #[test]
+    fn a_rank_that_left_in_order_is_not_lost() {
+        let (op, group) = ("all_reduce".to_string(), "world".to_string());
+        let gone = TrainError::Comm(CommError::PeerLost {
+            op: op.clone(),
+            group: group.clone(),
+            rank: 0,
+            detail: "its connection closed".into(),
+        });
+        let left = TrainError::Comm(CommError::PeerLeft { op, group, rank: 0 });
+        assert_eq!(gone.lost_rank(), Some(0));
+        assert_eq!(left.lost_rank(), None);
     }
 }

@@ -56,7 +56,11 @@ pub fn open(
 ) -> Result<(Experiment, Option<Checkpoint>), TrainError> {
     let (mut exp, resume) = folder_and_checkpoint(config, opts, previous, restarts)?;
     if let Some(ck) = &resume {
-        exp.mark_resume(ck.counter("env_steps").unwrap_or(0), ck.train_seconds());
+        exp.mark_resume(
+            ck.counter("env_steps").unwrap_or(0),
+            ck.counter("train_iters").unwrap_or(0),
+            ck.train_seconds(),
+        );
     }
     Ok((exp, resume))
 }

@@ -5,14 +5,25 @@
 //! Then jobs across two hosts made of namespaces (`scripts/netns_hosts.sh`, 1 rank each): a
 //! cut link (restored for a restart budget), packet loss, a frozen host, the store's host
 //! killed.
-//! Every job is checked against the promises:
-//! - it ends by itself within [`BOUND`], reaching its step limit or with an error that names the
-//!   fault (the rank, the signal, the full disk) within [`ERROR_BOUND`] of it ([`RENDEZVOUS_BOUND`]
-//!   in the rendezvous); an interrupted job resumes to its step limit;
+//! Every drawn fault is injected (the pid it hits found, or the job's own) or counted as not
+//! injected with the reason; none is dropped. Every job is checked against what its faults
+//! must lead to:
+//! - a lost rank (kill -9, SIGSTOP): a non-zero exit whose log names that rank by number
+//!   (not the `[rank N]` prefixes nor the "rank R of W" every rank says); with
+//!   `--max-restarts 1`, one such fault ends in a restart that reaches the step limit, a
+//!   second one in "giving up after 1 restart(s)";
+//! - a killed launcher: its status is SIGKILL and every rank is gone within 10 s;
+//! - a full disk: exit 1, the log names it, and result.json's error is the full disk (the root
+//!   cause, whichever rank writes it); a job that exits 0 never filled its disk: a violation;
+//! - SIGINT: exit 130 (then `--resume` must start from the newest checkpoint, as its
+//!   `run/resumed` mark says, and reach the step limit, within [`BOUND`]), or, before the
+//!   handler is installed, death by SIGINT; any other ending is a violation;
+//! - every job ends within [`BOUND`], failures within [`ERROR_BOUND`] of their fault
+//!   ([`RENDEZVOUS_BOUND`] in the rendezvous);
 //! - nothing is left behind: no process of the job, no `/dev/shm/drill-*` segment;
-//! - every checkpoint on disk loads, and the counters never go backwards (each checkpoint's and
-//!   the resumed run's env steps and iterations at most the final ones);
-//! - a job whose fault allows it (a restart budget) reaches its step limit.
+//! - every checkpoint on disk loads, metrics.jsonl's lines and TensorBoard's records parse, a
+//!   restart starts from the newest checkpoint there was at the fault or a newer one, and no
+//!   checkpoint is ahead of result.json.
 //!
 //! `CHAOS_JOBS` jobs on one host (default 12, what CI runs) and `CHAOS_NET_JOBS` on two (default
 //! 4) from seed `CHAOS_SEED` (default 0); the table of
@@ -160,6 +171,13 @@ struct Report {
     outcome: String,
     /// (fault, phase) for each fault injected.
     injected: Vec<(Fault, &'static str)>,
+    /// (fault, why) for each fault drawn but not injected (the job ended first, or the
+    /// process it was to hit never appeared): counted, never dropped.
+    missed: Vec<(Fault, &'static str)>,
+    /// The rank each injected rank fault hit, in order.
+    hit: Vec<usize>,
+    /// The newest loadable checkpoint's (env steps, iterations) when the first fault hit.
+    ckpt_at_fault: Option<(u64, u64)>,
     /// From the first fault to the job's end, when it failed.
     time_to_error: Option<Duration>,
     violations: Vec<String>,
@@ -271,9 +289,11 @@ impl Tally {
     }
 }
 
-/// The pid of rank `rank` of job `id`'s newest attempt, waiting up to 2 s for it to exist.
-fn rank_pid(id: &str, rank: usize) -> Option<i32> {
-    let deadline = Instant::now() + Duration::from_secs(2);
+/// The pid of rank `rank` of job `id`'s newest attempt, at least attempt `attempt` (a second
+/// fault must hit the restarted group, not the stopped rank of the first), waiting up to
+/// `wait` for it to exist.
+fn rank_pid(id: &str, rank: usize, attempt: u64, wait: Duration) -> Option<i32> {
+    let deadline = Instant::now() + wait;
     while Instant::now() < deadline {
         let ranks: Vec<(i32, u64)> = job_processes(id)
             .into_iter()
@@ -287,7 +307,11 @@ fn rank_pid(id: &str, rank: usize) -> Option<i32> {
                 (pid, restart)
             })
             .collect();
-        if let Some(&(pid, _)) = ranks.iter().max_by_key(|(_, r)| *r) {
+        if let Some(&(pid, _)) = ranks
+            .iter()
+            .filter(|(_, r)| *r >= attempt)
+            .max_by_key(|(_, r)| *r)
+        {
             return Some(pid);
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -366,6 +390,70 @@ fn checkpoints(exp: &Path, v: &mut Vec<String>) -> Vec<(String, u64, u64)> {
     out
 }
 
+/// Whether `log` names rank `r` as the one that failed: "rank R" not as the launcher's
+/// `[rank N] ` prefix (who printed a line) nor as "rank R of W" (who is speaking, which every
+/// rank says at start and every error begins with). A split run's survivors name a lost
+/// worker as "node R".
+fn names_rank(log: &str, r: usize) -> bool {
+    let needles = [format!("rank {r}"), format!("node {r} is gone")];
+    log.lines().any(|line| {
+        let body = line
+            .strip_prefix("[rank ")
+            .and_then(|l| l.split_once("] "))
+            .map_or(line, |(_, b)| b);
+        needles.iter().any(|needle| {
+            body.match_indices(needle.as_str()).any(|(i, _)| {
+                let after = &body[i + needle.len()..];
+                !after.starts_with(|c: char| c.is_ascii_digit()) && !after.starts_with(" of ")
+            })
+        })
+    })
+}
+
+/// The newest loadable checkpoint's (env steps, iterations) in `exp`, as a restart or resume
+/// must choose it.
+fn newest(exp: &Path) -> Option<(u64, u64)> {
+    let ck = drill_exp::Checkpoint::newest_in(exp).ok()??;
+    Some((
+        ck.counter("env_steps").ok()?,
+        ck.counter("train_iters").ok()?,
+    ))
+}
+
+/// Every (env step, iteration) the run's `run/resumed` marks say a part of it started from,
+/// in order; a violation for any line of metrics.jsonl that is not JSON (a torn last line,
+/// left by a kill -9 mid-write, is allowed: the next append cuts it).
+fn resume_marks(exp: &Path, v: &mut Vec<String>) -> Vec<(u64, u64)> {
+    let text = std::fs::read_to_string(exp.join("metrics.jsonl")).unwrap_or_default();
+    let complete = text.rfind('\n').map_or("", |end| &text[..=end]);
+    let mut marks = vec![];
+    for (n, line) in complete.lines().enumerate() {
+        let Ok(j) = serde_json::from_str::<serde_json::Value>(line) else {
+            v.push(format!("metrics.jsonl:{}: not JSON: {line:?}", n + 1));
+            continue;
+        };
+        if j["tag"] == drill_exp::RESUMED_ITER_TAG {
+            marks.push((
+                j["step"].as_u64().unwrap_or(u64::MAX),
+                j["value"].as_f64().map_or(u64::MAX, |x| x as u64),
+            ));
+        }
+    }
+    // TensorBoard's files: each record's length and checksums must hold.
+    if let Ok(d) = std::fs::read_dir(exp.join("tb")) {
+        for e in d.flatten() {
+            // A record cut short at the end (a kill -9 mid-write) is what TensorBoard skips.
+            match drill_exp::read_scalars(&e.path()) {
+                Err(err) if !err.to_string().ends_with("truncated record") => {
+                    v.push(format!("{} does not parse: {err}", e.path().display()))
+                }
+                _ => {}
+            }
+        }
+    }
+    marks
+}
+
 fn result(exp: &Path) -> Option<serde_json::Value> {
     serde_json::from_str(&std::fs::read_to_string(exp.join("result.json")).ok()?).ok()
 }
@@ -403,7 +491,8 @@ fn run_job(n: usize, plan: &Plan) -> Report {
         let when = first_fault.map_or(start, |f| f.max(start)) + at;
         status = wait_until(&mut child, when);
         if status.is_some() {
-            break;
+            r.missed.push((fault, "the job ended first"));
+            continue;
         }
         let so_far = std::fs::read_to_string(log_dir.join("job.log")).unwrap_or_default();
         let phase = if !r.injected.is_empty() {
@@ -417,12 +506,25 @@ fn run_job(n: usize, plan: &Plan) -> Report {
         };
         let target = match fault {
             Fault::KillRank | Fault::StopRank => {
-                let rank = rng_rank(n, plan.kind.processes());
-                rank_pid(&id, rank)
+                // A second fault hits the restarted group (attempt 1), waiting for it.
+                let rank = rng_rank(n + r.hit.len(), plan.kind.processes());
+                let (attempt, wait) = if r.injected.is_empty() {
+                    (0, Duration::from_secs(5))
+                } else {
+                    (1, Duration::from_secs(30))
+                };
+                rank_pid(&id, rank, attempt, wait).map(|pid| (pid, Some(rank)))
             }
-            _ => Some(child.id() as i32),
+            _ => Some((child.id() as i32, None)),
         };
-        let Some(pid) = target else { continue };
+        let Some((pid, rank)) = target else {
+            r.missed.push((fault, "its rank's process never appeared"));
+            continue;
+        };
+        if r.injected.is_empty() {
+            r.ckpt_at_fault = newest(&exp);
+        }
+        r.hit.extend(rank);
         match fault {
             Fault::KillRank | Fault::KillLauncher => signal(pid, libc::SIGKILL),
             Fault::StopRank => signal(pid, libc::SIGSTOP),
@@ -448,17 +550,38 @@ fn run_job(n: usize, plan: &Plan) -> Report {
     // ranks die with them).
     expect_gone(&id, &mut r);
     let code = status.code();
+    let killed_by = {
+        use std::os::unix::process::ExitStatusExt;
+        status.signal()
+    };
     let injected: Vec<Fault> = r.injected.iter().map(|f| f.0).collect();
     let named = |what: &str| log.contains(what);
     let limit = plan.kind.step_limit();
     let reached = |res: &serde_json::Value| {
         res["env_steps"].as_u64().unwrap_or(0) >= limit || res["stop_reached"] == true
     };
+    let restarted = log.contains("restarting the group");
     let mut counters = checkpoints(&exp, &mut r.violations);
+    // What the draw makes of the job: the rank faults it took (a restart job's budget is one).
+    let rank_faults = r
+        .injected
+        .iter()
+        .filter(|f| matches!(f.0, Fault::KillRank | Fault::StopRank))
+        .count();
+    let last_rank = r.hit.last().copied();
     r.outcome = if status.success() {
         match result(&exp) {
             Some(res) if reached(&res) => {
-                if log.contains("restart") {
+                if injected.contains(&Fault::DiskFull) {
+                    r.violations
+                        .push("exit 0 with the disk full: it never filled".into());
+                }
+                if plan.restarts && rank_faults > 1 {
+                    r.violations.push(format!(
+                        "exit 0 after {rank_faults} rank faults with --max-restarts 1"
+                    ));
+                }
+                if restarted {
                     "restarted, reached the step limit".into()
                 } else {
                     "reached the step limit".into()
@@ -475,6 +598,9 @@ fn run_job(n: usize, plan: &Plan) -> Report {
             }
         }
     } else if code == Some(130) {
+        if !injected.contains(&Fault::Sigint) {
+            r.violations.push("exit 130 without a SIGINT".into());
+        }
         // Interrupted: `final` and result.json written; resuming reaches the step limit and
         // no counter goes backwards.
         let before = result(&exp);
@@ -483,7 +609,6 @@ fn run_job(n: usize, plan: &Plan) -> Report {
         // the failed attempt's, or absent. Only a group that trained owes an interrupted one.
         // A fault that ended the attempt before the interrupt could (a stopped rank named
         // while its peer waited) leaves result.json saying that fault.
-        let between = log.contains("restarting the group");
         let said = before
             .as_ref()
             .is_some_and(|b| b["interrupted"] == true || b["error"].is_string());
@@ -492,41 +617,74 @@ fn run_job(n: usize, plan: &Plan) -> Report {
             d.flatten()
                 .any(|e| e.file_name().to_string_lossy().ends_with(".safetensors"))
         });
-        if !between && !said && trained {
+        if !restarted && !said && trained {
             r.violations
                 .push("exit 130 without result.json saying why".into());
         }
         // Interrupted before the run created its folder: nothing to resume.
         let started = exp.join("config.toml").is_file();
+        // The state the resume must start from.
+        let from = newest(&exp);
+        let marks_before = resume_marks(&exp, &mut vec![]).len();
         let mut resume = Command::new(env!("CARGO_BIN_EXE_drill"));
         resume
             .args(["train", "--quiet", "--resume"])
             .arg(&exp)
             .env_remove("RANK")
             .env_remove("WORLD_SIZE")
-            .env("DRILL_CHAOS", &id);
+            .env("DRILL_CHAOS", &id)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         if plan.kind == Kind::DqnDdp || plan.kind == Kind::PpoDdp {
             resume.args(["--nproc-per-node", "2"]);
         }
         let out = if started {
-            resume.output().unwrap()
+            // Bounded like the job: a resume that hangs is a violation, not a hung test.
+            let mut c = resume.spawn().unwrap();
+            let t = Instant::now();
+            match wait_until(&mut c, t + BOUND) {
+                Some(_) => Some(c.wait_with_output().unwrap()),
+                None => {
+                    kill_job(&id);
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    None
+                }
+            }
         } else {
-            Command::new("true").output().unwrap()
+            None
         };
         let after = result(&exp);
-        match (before.or(Some(serde_json::json!({}))), after) {
+        match (out, after) {
             _ if !started => "interrupted before the run started".into(),
-            (Some(b), Some(a)) if out.status.success() && reached(&a) => {
-                let b = if between { serde_json::json!({}) } else { b };
-                for key in ["env_steps", "train_iters"] {
-                    if a[key].as_u64() < b[key].as_u64() {
-                        r.violations
-                            .push(format!("{key} went backwards: {b} then {a}"));
-                    }
+            (None, _) => {
+                r.violations
+                    .push(format!("the resume hung: still running after {BOUND:?}"));
+                "interrupted, resume hung".into()
+            }
+            (Some(out), Some(a)) if out.status.success() && reached(&a) => {
+                // It started from the newest checkpoint there was, as its mark says, and
+                // ended at or past it.
+                let marks = resume_marks(&exp, &mut r.violations);
+                match (from, marks.get(marks_before)) {
+                    (Some(f), Some(m)) if *m != f => r.violations.push(format!(
+                        "the resume started from (env step, iteration) {m:?}, the newest checkpoint is {f:?}"
+                    )),
+                    (Some(f), None) => r.violations.push(format!(
+                        "the resume left no run/resumed mark (the newest checkpoint is {f:?})"
+                    )),
+                    _ => {}
+                }
+                if let Some(f) = from
+                    && (a["env_steps"].as_u64() < Some(f.0)
+                        || a["train_iters"].as_u64() < Some(f.1))
+                {
+                    r.violations
+                        .push(format!("counters went backwards: {f:?} then {a}"));
                 }
                 "interrupted, resumed to the step limit".into()
             }
-            _ => {
+            (Some(out), _) => {
                 r.violations.push(format!(
                     "the resume did not reach the step limit ({}): {}",
                     out.status,
@@ -540,38 +698,80 @@ fn run_job(n: usize, plan: &Plan) -> Report {
             }
         }
     } else if injected.contains(&Fault::KillLauncher) {
+        if killed_by != Some(libc::SIGKILL) {
+            r.violations.push(format!(
+                "the killed launcher ended with {status}, not SIGKILL"
+            ));
+        }
         "launcher killed, every rank gone".into()
     } else if injected.contains(&Fault::DiskFull) {
+        if code != Some(1) {
+            r.violations.push(format!(
+                "a full disk ended the job with {status}, not exit 1"
+            ));
+        }
         if !named("no space left on the device for") {
             r.violations
                 .push(format!("a full disk not named: {}", tail(&log)));
         }
-        if let Some(res) = result(&exp)
-            && !res["error"]
-                .as_str()
-                .is_some_and(|e| e.contains("no space"))
-        {
-            r.violations
-                .push(format!("result.json does not say why: {res}"));
+        // The root cause reaches result.json, whichever rank writes (a rank that noticed
+        // rank 0 leave must not overwrite rank 0's full disk).
+        match result(&exp) {
+            Some(res)
+                if res["error"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("no space")) => {}
+            Some(res) => r
+                .violations
+                .push(format!("result.json does not say why: {res}")),
+            None if named("cannot write") => {}
+            None => r
+                .violations
+                .push("no result.json, and the log does not say it could not be written".into()),
         }
         "failed naming the full disk".into()
-    } else if injected.contains(&Fault::KillRank) || injected.contains(&Fault::StopRank) {
-        if !named("rank ") {
+    } else if let Some(rank) = last_rank {
+        if code.is_none() || code == Some(0) {
             r.violations
-                .push(format!("the failure names no rank: {}", tail(&log)));
+                .push(format!("a lost rank ended the job with {status}"));
+        }
+        if !names_rank(&log, rank) {
+            r.violations.push(format!(
+                "the failure does not name rank {rank}, the one hit: {}",
+                tail(&log)
+            ));
+        }
+        // A restart budget of one is used by the first rank fault and spent by the second.
+        if plan.restarts && rank_faults == 1 {
+            r.violations.push(format!(
+                "one rank fault with --max-restarts 1 did not end in a restart that reached the step limit: {}",
+                tail(&log)
+            ));
+        }
+        if plan.restarts && rank_faults > 1 && !named("giving up after 1 restart(s)") {
+            r.violations.push(format!(
+                "the spent restart budget is not said: {}",
+                tail(&log)
+            ));
         }
         "failed naming the rank".into()
     } else if injected.contains(&Fault::Sigint) {
         // SIGINT before the handler is installed (startup) ends the job by the signal.
+        if killed_by != Some(libc::SIGINT) {
+            r.violations
+                .push(format!("after a SIGINT the job ended with {status}"));
+        }
         "interrupted during startup".into()
     } else {
         r.violations
             .push(format!("failed with no fault injected: {}", tail(&log)));
         "failed without a fault".into()
     };
+    // Every job ends within a bound of its first fault: the error bound for a failure (the
+    // rendezvous bound when the fault hit the rendezvous), the same for a killed launcher's
+    // ranks to be gone (measured by expect_gone above), the job's bound for a full disk.
     if !status.success()
         && code != Some(130)
-        && !injected.contains(&Fault::KillLauncher)
         && let Some(f) = first_fault
     {
         let dt = ended.duration_since(f);
@@ -580,14 +780,30 @@ fn run_job(n: usize, plan: &Plan) -> Report {
             .injected
             .first()
             .is_some_and(|f| f.1.starts_with("startup"));
-        let bound = if in_rendezvous {
+        let bound = if injected.contains(&Fault::DiskFull) {
+            BOUND
+        } else if in_rendezvous {
             RENDEZVOUS_BOUND
         } else {
             ERROR_BOUND
         };
-        if dt > bound && !injected.contains(&Fault::DiskFull) {
+        if dt > bound {
             r.violations
                 .push(format!("took {dt:?} from the fault to the end"));
+        }
+    }
+    // A restart started from the newest checkpoint there was when the fault hit, or a newer
+    // one (the survivors may save after it), as its run/resumed mark says.
+    let marks = resume_marks(&exp, &mut r.violations);
+    if restarted && let Some(at) = r.ckpt_at_fault {
+        match marks.first() {
+            Some(m) if m.0 < at.0 || m.1 < at.1 => r.violations.push(format!(
+                "the restart started from (env step, iteration) {m:?}, older than the checkpoint {at:?} there was"
+            )),
+            None => r.violations.push(format!(
+                "restarted without a run/resumed mark (the checkpoint there was: {at:?})"
+            )),
+            _ => {}
         }
     }
     // Counters: no checkpoint ahead of the run's final result.
@@ -652,19 +868,22 @@ fn every_fault_ends_the_job_cleanly_and_keeps_the_promises() {
             "job {n}: {:?}{} {:?} -> {}{}",
             plan.kind,
             if plan.restarts { " (restarts 1)" } else { "" },
-            r.injected,
+            (&r.injected, &r.missed),
             r.outcome,
             r.time_to_error
                 .map_or(String::new(), |d| format!(", error after {d:.1?}"))
         );
-        let faults = if r.injected.is_empty() {
-            vec![("none (ended first)".to_string(), "-")]
-        } else {
-            r.injected
-                .iter()
-                .map(|(f, p)| (format!("{f:?}"), *p))
-                .collect()
-        };
+        // Every drawn fault is counted: injected by phase, or not injected and why.
+        let faults: Vec<(String, &'static str)> = r
+            .injected
+            .iter()
+            .map(|(f, p)| (format!("{f:?}"), *p))
+            .chain(
+                r.missed
+                    .iter()
+                    .map(|(f, why)| (format!("{f:?} (not injected)"), *why)),
+            )
+            .collect();
         for (fault, phase) in faults {
             tally.count(fault, phase, &r.outcome);
         }
@@ -724,7 +943,7 @@ fn launch_on(
 }
 
 /// One job on two hosts with one network fault: what it did, and the phase the fault hit
-/// (`-`: the job ended first).
+/// (or that it was not injected: the job ended first).
 fn run_net_job(
     hosts: &Hosts,
     n: usize,
@@ -761,7 +980,7 @@ fn run_net_job(
         poll(&mut nodes, &mut ended);
         std::thread::sleep(Duration::from_millis(10));
     }
-    let (mut fault_at, mut phase) = (None, "-");
+    let (mut fault_at, mut phase) = (None, "not injected: the job ended first");
     // A fault that comes once the run has written its result is a fault after the job.
     let finished_first = exp.join("result.json").is_file();
     if ended.iter().all(Option::is_none) && !finished_first {
@@ -868,9 +1087,14 @@ fn run_net_job(
                     "host {h} succeeded despite the fault: {}",
                     tail(&text[h])
                 ));
-            } else if !text[h].contains("is gone") && !text[h].contains("rank ") {
-                r.violations
-                    .push(format!("host {h} fails naming nothing: {}", tail(&text[h])));
+            } else if !names_rank(&text[h], 1 - h) && !(h == 1 && text[h].contains("store")) {
+                // Host h's one rank is rank h; it must name the other (host 1 may instead
+                // name the store it reached on host 0).
+                r.violations.push(format!(
+                    "host {h} fails without naming rank {}: {}",
+                    1 - h,
+                    tail(&text[h])
+                ));
             }
             if let (Some((_, t)), Some(f)) = (ended[h], fault_at) {
                 let dt = t.saturating_duration_since(f);

@@ -309,13 +309,31 @@ fn srun_over_two_namespace_hosts_trains_with_shm_inside_and_tcp_between() {
     let hosts = common::netns::Hosts::up(2, "s");
     let cluster = Cluster::on_hosts(&hosts);
     let work = tempfile::tempdir().unwrap();
-    let t = Instant::now();
-    let out = srun_train(
-        &cluster,
-        work.path(),
-        &["-N2", "--ntasks-per-node=2"],
-        "two",
+    let srun = |token: Option<&str>| {
+        let mut c = cluster.client("timeout", work.path());
+        c.args(["120", "srun", "-N2", "--ntasks-per-node=2"]).args([
+            "drill",
+            "train",
+            &config(),
+            "--exp-dir",
+            "two",
+        ]);
+        match token {
+            Some(t) => c.env("DRILL_JOB_TOKEN", t),
+            None => c.env_remove("DRILL_JOB_TOKEN"),
+        };
+        c.output().unwrap()
+    };
+    // Across hosts without a shared secret: refused, with the fix, before anything listens.
+    let out = srun(None);
+    let all = text(&out);
+    assert!(!out.status.success(), "{all}");
+    assert!(
+        all.contains("DRILL_JOB_TOKEN is not set") && all.contains("export DRILL_JOB_TOKEN="),
+        "{all}"
     );
+    let t = Instant::now();
+    let out = srun(Some("two-hosts-secret"));
     let all = text(&out);
     assert!(out.status.success(), "{all}");
     println!(

@@ -21,6 +21,19 @@ pub enum CommError {
         /// What was observed (EOF, reset, abort notice from another rank).
         detail: String,
     },
+    /// A peer left the group in order (it said goodbye) while this rank still waited on it:
+    /// it stopped on a reason of its own, which it reports itself.
+    #[error(
+        "{op} on group '{group}': rank {rank} left the group while this rank still waits on it (it stopped on an error of its own, which it reports)"
+    )]
+    PeerLeft {
+        /// The operation that noticed it.
+        op: String,
+        /// The group's name.
+        group: String,
+        /// The global rank that left.
+        rank: usize,
+    },
     /// A blocking call ran past its deadline.
     #[error(
         "{op} on group '{group}' timed out after {timeout:?} waiting for rank {rank} (set DRILL_TIMEOUT or the group's timeout to wait longer)"
@@ -132,6 +145,7 @@ impl CommError {
     pub fn peer(&self) -> Option<usize> {
         match self {
             CommError::PeerLost { rank, .. }
+            | CommError::PeerLeft { rank, .. }
             | CommError::Timeout { rank, .. }
             | CommError::Protocol { rank, .. } => Some(*rank),
             _ => None,

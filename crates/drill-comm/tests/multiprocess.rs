@@ -20,6 +20,10 @@ fn main() {
         ("collectives_tcp", collectives_tcp),
         ("dead_peer_fails_fast", dead_peer_fails_fast),
         ("hung_peer_times_out", hung_peer_times_out),
+        (
+            "a_peer_that_leaves_in_order_is_not_called_lost",
+            peer_that_leaves_in_order,
+        ),
         ("stopped_peer_is_named_fast", stopped_peer_is_named_fast),
         (
             "busy_peer_is_not_taken_for_dead",
@@ -110,6 +114,29 @@ fn dead_peer_fails_fast() {
             "rank {}: {}",
             o.rank,
             o.stdout
+        );
+    }
+}
+
+/// A rank that shuts its group down while another waits on it (it stopped on an error of its
+/// own) is named as having left, not as lost: the waiter must not report it as the cause.
+/// Over shared memory and over TCP.
+fn peer_that_leaves_in_order() {
+    for shm in ["1", "0"] {
+        let outs = spawn("peer_left", 2).env("DRILL_SHM", shm).run().unwrap();
+        for o in &outs {
+            assert!(
+                o.success(),
+                "shm {shm} rank {}: {}\n{}",
+                o.rank,
+                o.stdout,
+                o.stderr
+            );
+        }
+        assert!(
+            outs[1].stdout.contains("rank 0 left the group"),
+            "shm {shm}: {}",
+            outs[1].stdout
         );
     }
 }
@@ -313,6 +340,23 @@ fn run_child(name: &str) {
             let again = pg.barrier().unwrap_err();
             assert_eq!(again.peer(), Some(2), "{again}");
             println!("named rank 2 after {dt:?}: {err}");
+        }
+        "peer_left" => {
+            pg.barrier().expect("first barrier");
+            if pg.rank() == 0 {
+                drop(pg);
+                return;
+            }
+            let t = Instant::now();
+            let mut buf = vec![1.0f32; 256];
+            let err = loop {
+                if let Err(e) = pg.all_reduce(&mut buf, ReduceOp::Sum) {
+                    break e;
+                }
+                assert!(t.elapsed() < Duration::from_secs(10), "no failure in 10 s");
+            };
+            assert!(matches!(err, CommError::PeerLeft { rank: 0, .. }), "{err}");
+            println!("{err}");
         }
         "stopped_peer" => {
             pg.barrier().expect("first barrier");

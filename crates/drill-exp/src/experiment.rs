@@ -257,8 +257,11 @@ impl Experiment {
     /// which took `train_seconds` of training to reach (`None`: unknown): a [`RESUMED_TAG`]
     /// scalar. `drill plot` drops the values an earlier attempt logged past that step (work
     /// done again) and counts `--x wall` in training time, without the pause.
-    pub fn mark_resume(&mut self, env_step: u64, train_seconds: Option<f64>) {
+    /// The checkpoint's train iteration goes beside it ([`RESUMED_ITER_TAG`]), so the folder
+    /// says exactly which state each part of the run started from.
+    pub fn mark_resume(&mut self, env_step: u64, train_iter: u64, train_seconds: Option<f64>) {
         self.scalar(RESUMED_TAG, train_seconds.unwrap_or(f64::NAN), env_step);
+        self.scalar(RESUMED_ITER_TAG, train_iter as f64, env_step);
     }
 
     /// Write `result.json` (durably), flush the logs and clear the progress bar.
@@ -302,6 +305,10 @@ impl Experiment {
 /// The metrics tag of [`Experiment::mark_resume`]: step the checkpoint's env step, value its
 /// training seconds (`null` when unknown).
 pub const RESUMED_TAG: &str = "run/resumed";
+
+/// The metrics tag beside [`RESUMED_TAG`]: step the checkpoint's env step, value its train
+/// iteration.
+pub const RESUMED_ITER_TAG: &str = "run/resumed_iteration";
 
 /// `result.json` in `dir`, written durably.
 fn write_result(dir: &Path, result: &TrainResult) -> std::io::Result<()> {

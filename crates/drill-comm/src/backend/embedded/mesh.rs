@@ -158,7 +158,15 @@ impl Mesh {
     /// Move every message to completion, never blocking on one peer while another could
     /// progress. Waits longer than `cx.timeout` without progress fail naming the peer.
     pub fn run(&mut self, cx: &Cx, sends: &mut [SendX], recvs: &mut [RecvX]) -> Result<()> {
-        let r = self.run_inner(cx, sends, recvs);
+        // A peer that said goodbye did not die: it stopped on an error it reports itself. Its
+        // data connection may close before the watcher has read the goodbye on the control
+        // one: an error path, so it may wait a moment for it.
+        let r = self.run_inner(cx, sends, recvs).map_err(|e| match e {
+            CommError::PeerLost {
+                op, group, rank, ..
+            } if self.left_in_order(rank) => CommError::PeerLeft { op, group, rank },
+            e => e,
+        });
         if let Err(e) = &r {
             let reason = match e {
                 CommError::Timeout { .. } => AbortReason::Timeout,
@@ -295,6 +303,21 @@ impl Mesh {
         Ok(())
     }
 
+    /// Whether peer `rank` said goodbye, waiting up to [`GOODBYE_GRACE`] for the watcher to
+    /// read it.
+    fn left_in_order(&self, rank: usize) -> bool {
+        let deadline = Instant::now() + GOODBYE_GRACE;
+        loop {
+            if self.health.left(rank) {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Tell peers we leave in order (before the connections close).
     pub fn goodbye(&mut self) {
         self.health.stop();
@@ -384,6 +407,9 @@ fn health_error(health: &Health, cx: &Cx) -> Option<CommError> {
         lost(cx, rank, detail)
     })
 }
+
+/// How long a lost peer's goodbye may trail its closed connection.
+const GOODBYE_GRACE: Duration = Duration::from_millis(250);
 
 fn lost(cx: &Cx, rank: usize, detail: String) -> CommError {
     CommError::PeerLost {
