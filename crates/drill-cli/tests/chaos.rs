@@ -390,10 +390,11 @@ fn checkpoints(exp: &Path, v: &mut Vec<String>) -> Vec<(String, u64, u64)> {
     out
 }
 
-/// Whether `log` names rank `r` as the one that failed: "rank R" not as the launcher's
-/// `[rank N] ` prefix (who printed a line) nor as "rank R of W" (who is speaking, which every
-/// rank says at start and every error begins with). A split run's survivors name a lost
-/// worker as "node R".
+/// Whether `log`'s failure lines (the launcher's, and the errors the ranks print) name rank
+/// `r` as the one that failed: "rank R" not as the launcher's `[rank N] ` prefix (who printed
+/// a line) nor as "rank R of W" (who is speaking, as every error begins). Lines that are not
+/// about the failure (each rank's "rank R on HOST: shared memory with ..." at start) do not
+/// count. A split run's survivors name a lost worker as "node R".
 fn names_rank(log: &str, r: usize) -> bool {
     let needles = [format!("rank {r}"), format!("node {r} is gone")];
     log.lines().any(|line| {
@@ -401,12 +402,16 @@ fn names_rank(log: &str, r: usize) -> bool {
             .strip_prefix("[rank ")
             .and_then(|l| l.split_once("] "))
             .map_or(line, |(_, b)| b);
-        needles.iter().any(|needle| {
-            body.match_indices(needle.as_str()).any(|(i, _)| {
-                let after = &body[i + needle.len()..];
-                !after.starts_with(|c: char| c.is_ascii_digit()) && !after.starts_with(" of ")
+        let about_the_failure = body.starts_with("drill launch:")
+            || body.starts_with("error:")
+            || body.contains(" ERROR ");
+        about_the_failure
+            && needles.iter().any(|needle| {
+                body.match_indices(needle.as_str()).any(|(i, _)| {
+                    let after = &body[i + needle.len()..];
+                    !after.starts_with(|c: char| c.is_ascii_digit()) && !after.starts_with(" of ")
+                })
             })
-        })
     })
 }
 
@@ -444,7 +449,10 @@ fn resume_marks(exp: &Path, v: &mut Vec<String>) -> Vec<(u64, u64)> {
         for e in d.flatten() {
             // A record cut short at the end (a kill -9 mid-write) is what TensorBoard skips.
             match drill_exp::read_scalars(&e.path()) {
-                Err(err) if !err.to_string().ends_with("truncated record") => {
+                Err(err)
+                    if !(err.to_string().ends_with("truncated record")
+                        || err.to_string().ends_with("truncated record header")) =>
+                {
                     v.push(format!("{} does not parse: {err}", e.path().display()))
                 }
                 _ => {}

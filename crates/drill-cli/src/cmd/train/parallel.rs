@@ -177,7 +177,7 @@ fn worker(
         Some(e) => e,
         None => &mut null,
     };
-    let result = drill_algo::train_roles(
+    let result = match drill_algo::train_roles(
         config,
         &mut RunContext {
             device,
@@ -190,7 +190,20 @@ fn worker(
         },
         task,
         &roles,
-    )?;
+    ) {
+        Ok(r) => r,
+        Err(e) => {
+            // The learner's worker holds the folder: its result.json says why the run failed
+            // (a full disk lets this small file through once the failed checkpoint's temporary
+            // file is gone).
+            if let Some(exp) = &mut exp
+                && let Err(w) = exp.fail(&e.to_string(), n, restarts)
+            {
+                tracing::warn!("cannot write {}/result.json: {w}", exp.dir().display());
+            }
+            return Err(e.into());
+        }
+    };
     let interrupted = result.as_ref().is_some_and(|r| r.interrupted);
     if let (Some(exp), Some(result)) = (exp, result) {
         let mut flags = format!(" --parallel-workers {n}");
