@@ -262,6 +262,11 @@ impl Experiment {
     pub fn mark_resume(&mut self, env_step: u64, train_iter: u64, train_seconds: Option<f64>) {
         self.scalar(RESUMED_TAG, train_seconds.unwrap_or(f64::NAN), env_step);
         self.scalar(RESUMED_ITER_TAG, train_iter as f64, env_step);
+        // On disk at once: a part of the run killed before its first checkpoint still says
+        // where it started.
+        if let Err(e) = self.metrics.sync() {
+            tracing::warn!("cannot write metrics to {}: {e}", self.dir.display());
+        }
     }
 
     /// Write `result.json` (durably), flush the logs and clear the progress bar.

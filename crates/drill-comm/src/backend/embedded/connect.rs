@@ -332,15 +332,15 @@ fn accept_peers(
             || None,
             |e| Some(CommError::io("accept a peer", e)),
         )
-        .or_else(|e| match e {
-            Some(e) => Err(e),
+        .map_err(|e| match e {
+            Some(e) => e,
             None => {
                 let missing: Vec<usize> = (rank + 1..world)
                     .filter(|j| got.get(j).is_none_or(|e| e.0.is_none()))
                     .collect();
-                Err(CommError::Env(format!(
+                CommError::Env(format!(
                     "rank {rank}: ranks {missing:?} did not connect in time"
-                )))
+                ))
             }
         })?;
     }
