@@ -1083,7 +1083,9 @@ fn run_net_job(
             "reached the step limit".into()
         }
     } else {
-        // The surviving side(s) fail naming the lost peer, within the bound.
+        // The surviving side(s) fail naming the lost peer (in the rendezvous: the node that
+        // never joined), within the bound.
+        let in_rendezvous = phase.starts_with("startup");
         let survivors: &[usize] = match fault {
             NetFault::CutLink => &[0, 1],
             NetFault::FreezeHost => &[0],
@@ -1095,7 +1097,10 @@ fn run_net_job(
                     "host {h} succeeded despite the fault: {}",
                     tail(&text[h])
                 ));
-            } else if !(names_rank(&text[h], 1 - h) || (h == 1 && text[h].contains("store"))) {
+            } else if !(names_rank(&text[h], 1 - h)
+                || (h == 1 && text[h].contains("store"))
+                || (in_rendezvous && text[h].contains(&format!("missing: node {}", 1 - h))))
+            {
                 // Host h's one rank is rank h; it must name the other (host 1 may instead
                 // name the store it reached on host 0).
                 r.violations.push(format!(
@@ -1107,7 +1112,12 @@ fn run_net_job(
             if let (Some((_, t)), Some(f)) = (ended[h], fault_at) {
                 let dt = t.saturating_duration_since(f);
                 r.time_to_error = Some(r.time_to_error.unwrap_or_default().max(dt));
-                if dt > ERROR_BOUND {
+                let bound = if in_rendezvous {
+                    RENDEZVOUS_BOUND
+                } else {
+                    ERROR_BOUND
+                };
+                if dt > bound {
                     r.violations
                         .push(format!("host {h} took {dt:?} from the fault to its end"));
                 }

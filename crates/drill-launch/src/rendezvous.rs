@@ -155,8 +155,18 @@ impl Rendezvous {
         let keys: Vec<String> = (0..self.nnodes).map(|n| format!("{r}/nproc/{n}")).collect();
         let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
         self.store.wait(&refs, self.timeout).map_err(|_| {
+            // Which nodes never came (the store may be out of reach too: then it says so).
+            let missing: Vec<String> = (0..self.nnodes)
+                .filter(|n| !self.store.check(&[refs[*n]]).unwrap_or(false))
+                .map(|n| format!("node {n}"))
+                .collect();
+            let who = if missing.is_empty() {
+                "the store stopped answering".to_string()
+            } else {
+                format!("missing: {}", missing.join(", "))
+            };
             LaunchError::Usage(format!(
-                "not all {} nodes joined the rendezvous within {:?}",
+                "not all {} nodes joined the rendezvous within {:?} ({who})",
                 self.nnodes, self.timeout
             ))
         })?;
