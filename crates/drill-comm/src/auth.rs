@@ -3,7 +3,6 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::sync::Once;
 use std::time::Duration;
 
 use hmac::{Hmac, Mac};
@@ -33,31 +32,6 @@ impl Token {
     /// A token from its secret (as `DRILL_JOB_TOKEN` gives it).
     pub fn new(secret: &str) -> Token {
         Token(secret.as_bytes().to_vec())
-    }
-
-    /// The token of a job whose store is at `endpoint_host`: `DRILL_JOB_TOKEN`'s (`secret`).
-    /// Without one, a job on loopback (one machine: only its own users can reach the ports)
-    /// uses a fixed token; a job reachable from other hosts is refused, since a well-known
-    /// secret would let anyone who reaches the port join it.
-    pub fn for_job(secret: Option<&str>, endpoint_host: &str) -> Result<Token> {
-        match secret {
-            Some(t) if !t.is_empty() => Ok(Token::new(t)),
-            _ if crate::net::is_loopback(endpoint_host) => {
-                static NOTE: Once = Once::new();
-                NOTE.call_once(|| {
-                    tracing::debug!(
-                        "DRILL_JOB_TOKEN is not set: a loopback-only job uses a fixed token"
-                    )
-                });
-                Ok(Token::new("drill-loopback-token"))
-            }
-            _ => Err(CommError::Env(format!(
-                "DRILL_JOB_TOKEN is not set and the job's store is at {endpoint_host:?}, \
-                 reachable from other hosts: set the same secret for every rank, e.g. \
-                 `export DRILL_JOB_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n')` \
-                 before srun or the ranks' commands (drill launch makes one for its ranks)"
-            ))),
-        }
     }
 
     /// A fresh random token (hex), as `drill launch` generates.

@@ -5,6 +5,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs, UdpSocket};
 use std::sync::Arc;
+use std::sync::Once;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -83,6 +84,31 @@ pub fn is_loopback(host: &str) -> bool {
     match (host, 0).to_socket_addrs() {
         Ok(mut a) => a.all(|a| a.ip().is_loopback()),
         Err(_) => false,
+    }
+}
+
+/// The token of a job whose store is at `endpoint_host`: `DRILL_JOB_TOKEN`'s (`secret`).
+/// Without one, a job on loopback (one machine: only its own users can reach the ports)
+/// uses a fixed token; a job reachable from other hosts is refused, since a well-known
+/// secret would let anyone who reaches the port join it.
+pub fn job_token(secret: Option<&str>, endpoint_host: &str) -> Result<Token> {
+    match secret {
+        Some(t) if !t.is_empty() => Ok(Token::new(t)),
+        _ if is_loopback(endpoint_host) => {
+            static NOTE: Once = Once::new();
+            NOTE.call_once(|| {
+                tracing::debug!(
+                    "DRILL_JOB_TOKEN is not set: a loopback-only job uses a fixed token"
+                )
+            });
+            Ok(Token::new("drill-loopback-token"))
+        }
+        _ => Err(CommError::Env(format!(
+            "DRILL_JOB_TOKEN is not set and the job's store is at {endpoint_host:?}, \
+             reachable from other hosts: set the same secret for every rank, e.g. \
+             `export DRILL_JOB_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n')` \
+             before srun or the ranks' commands (drill launch makes one for its ranks)"
+        ))),
     }
 }
 

@@ -97,7 +97,7 @@ impl ProcessGroup {
                 (Box::new(Embedded::single(info.timeout)?), None, None)
             }
             BackendKind::Embedded | BackendKind::Nccl => {
-                let token = Token::for_job(info.token.as_deref(), &info.master_addr)?;
+                let token = crate::net::job_token(info.token.as_deref(), &info.master_addr)?;
                 let server = if info.rank == 0 && !info.agent_store {
                     let ip = crate::net::listen_ip(&info.master_addr)?;
                     Some(StoreServer::bind(&std::net::SocketAddr::new(ip, info.master_port).to_string(), &token).map_err(|e| {

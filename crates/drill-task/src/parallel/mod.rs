@@ -258,7 +258,7 @@ impl Parallel {
                 self.n, info.source, info.world_size
             )));
         }
-        let token = Token::for_job(info.token.as_deref(), &info.master_addr)
+        let token = drill_comm::net::job_token(info.token.as_deref(), &info.master_addr)
             .map_err(|e| TaskError::msg(e.to_string()))?;
         // Without a launcher (Slurm), node 0 hosts the rendezvous store.
         let server = if info.rank == 0 && !info.agent_store {
