@@ -4,7 +4,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::auth::Token;
 use crate::backend::checked::Checked;
 use crate::backend::embedded::{Embedded, EmbeddedOptions};
 use crate::backend::{Backend, BackendKind};

@@ -24,7 +24,7 @@ pub(crate) mod router;
 
 use std::time::Duration;
 
-use drill_comm::{Store, Token};
+use drill_comm::Store;
 use drill_launch::{LaunchConfig, Outcome};
 
 use crate::{Context, Labels, Task, TaskError};
