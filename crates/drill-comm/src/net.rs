@@ -79,6 +79,15 @@ pub fn bind_override() -> Result<Option<IpAddr>> {
     }
 }
 
+/// The address a rank's own listener binds (the embedded backend's mesh, a split run's
+/// router): `DRILL_BIND` when set, else the local end of its connection to the store (the
+/// interface the others reach it through), else loopback.
+pub fn peer_listen_ip(store: &crate::store::Store) -> Result<IpAddr> {
+    Ok(bind_override()?
+        .or_else(|| store.local_ip().filter(|ip| !ip.is_unspecified()))
+        .unwrap_or(Ipv4Addr::LOCALHOST.into()))
+}
+
 /// Whether `host` names this machine's loopback only (a job that cannot span hosts).
 pub fn is_loopback(host: &str) -> bool {
     match (host, 0).to_socket_addrs() {

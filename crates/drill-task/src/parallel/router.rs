@@ -172,11 +172,7 @@ impl Router {
         }
         let mine: Vec<usize> = (0..node).filter(|&j| linked(node, j)).collect();
         let expect = (node + 1..n).filter(|&j| linked(node, j)).count();
-        // The interface that reaches the store is the one the other nodes reach this one on.
-        let ip = drill_comm::net::bind_override()
-            .map_err(|e| err(e.to_string()))?
-            .or_else(|| store.local_ip().filter(|ip| !ip.is_unspecified()))
-            .unwrap_or(std::net::Ipv4Addr::LOCALHOST.into());
+        let ip = drill_comm::net::peer_listen_ip(store).map_err(|e| err(e.to_string()))?;
         let listener = TcpListener::bind((ip, 0)).map_err(|e| err(format!("bind {ip}: {e}")))?;
         let addr = listener.local_addr().map_err(|e| err(e.to_string()))?;
         store

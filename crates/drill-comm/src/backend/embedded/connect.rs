@@ -25,10 +25,7 @@ pub(super) fn peers(
     token: &Token,
     opts: &EmbeddedOptions,
 ) -> Result<(Vec<Option<Peer>>, Vec<String>)> {
-    // The interface that reaches the store is the one the other ranks reach this one on.
-    let ip = crate::net::bind_override()?
-        .or_else(|| store.local_ip().filter(|ip| !ip.is_unspecified()))
-        .unwrap_or(std::net::Ipv4Addr::LOCALHOST.into());
+    let ip = crate::net::peer_listen_ip(store)?;
     let listener = TcpListener::bind((ip, 0))
         .map_err(|e| CommError::io(format!("bind a peer listener on {ip}"), e))?;
     let port = listener
