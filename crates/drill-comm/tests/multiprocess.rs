@@ -347,14 +347,7 @@ fn run_child(name: &str) {
                 drop(pg);
                 return;
             }
-            let t = Instant::now();
-            let mut buf = vec![1.0f32; 256];
-            let err = loop {
-                if let Err(e) = pg.all_reduce(&mut buf, ReduceOp::Sum) {
-                    break e;
-                }
-                assert!(t.elapsed() < Duration::from_secs(10), "no failure in 10 s");
-            };
+            let err = first_all_reduce_error(&pg);
             assert!(matches!(err, CommError::PeerLeft { rank: 0, .. }), "{err}");
             println!("{err}");
         }
@@ -374,13 +367,7 @@ fn run_child(name: &str) {
                 return;
             }
             let t = Instant::now();
-            let mut buf = vec![1.0f32; 256];
-            let err = loop {
-                if let Err(e) = pg.all_reduce(&mut buf, ReduceOp::Sum) {
-                    break e;
-                }
-                assert!(t.elapsed() < Duration::from_secs(10), "no failure in 10 s");
-            };
+            let err = first_all_reduce_error(&pg);
             let dt = t.elapsed();
             assert_eq!(err.peer(), Some(2), "{err}");
             assert!(dt < Duration::from_secs(5), "took {dt:?}: {err}");
@@ -464,6 +451,18 @@ fn run_child(name: &str) {
 
 /// Element `i` of rank `r`'s buffer: small integers, so sums, products and means are exact
 /// in every dtype (bf16 included) and the reference does not depend on reduction order.
+/// All-reduce until one fails (within 10 s) and return its error.
+fn first_all_reduce_error(pg: &ProcessGroup) -> CommError {
+    let t = Instant::now();
+    let mut buf = vec![1.0f32; 256];
+    loop {
+        if let Err(e) = pg.all_reduce(&mut buf, ReduceOp::Sum) {
+            return e;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "no failure in 10 s");
+    }
+}
+
 fn value<T: Element>(r: usize, i: usize) -> T {
     T::from_i64(((r + i) % 3 + 1) as i64)
 }
