@@ -38,6 +38,26 @@ pub fn write_atomic_with(
     written.map_err(|e| explain(e, size))
 }
 
+/// `std::fs::create_dir_all` whose new folders survive a crash: each folder it creates is
+/// `fsync`ed into its parent (a new folder's name lives in its parent's entries, which no
+/// write inside it makes durable), the deepest first and the pre-existing ancestor last.
+pub fn create_dir_all(dir: &Path) -> io::Result<()> {
+    let mut missing = Vec::new();
+    let mut at = dir;
+    while !at.as_os_str().is_empty() && !at.is_dir() {
+        missing.push(at);
+        match at.parent() {
+            Some(parent) => at = parent,
+            None => break,
+        }
+    }
+    std::fs::create_dir_all(dir)?;
+    for created in missing {
+        sync_dir(created)?;
+    }
+    Ok(())
+}
+
 /// `fsync` the folder holding `path`, so a rename or a new file in it is durable.
 pub fn sync_dir(path: &Path) -> io::Result<()> {
     let dir = match path.parent() {
@@ -118,5 +138,16 @@ mod tests {
         std::fs::write(tmp.path().join(".ck.tmp-123-4"), b"torn").unwrap();
         remove_temporaries(tmp.path());
         assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn create_dir_all_makes_every_missing_level_and_takes_an_existing_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        let deep = tmp.path().join("run/ckpt");
+        create_dir_all(&deep).unwrap();
+        assert!(deep.is_dir());
+        create_dir_all(&deep).unwrap();
+        std::fs::write(tmp.path().join("file"), b"").unwrap();
+        assert!(create_dir_all(&tmp.path().join("file/sub")).is_err());
     }
 }

@@ -77,6 +77,8 @@ impl Metrics {
             .write(true)
             .truncate(!append)
             .open(path)?;
+        // The file's name must outlive a crash for the lines each checkpoint syncs with it.
+        crate::durable::sync_dir(path)?;
         let len = if append {
             let whole = whole_lines_len(&mut file)?;
             file.set_len(whole)?;
@@ -187,7 +189,7 @@ impl Experiment {
     /// The writer then [`Self::reopen`]s it.
     pub fn reserve(dir: &Path) -> std::io::Result<PathBuf> {
         let chosen = fresh_dir(dir);
-        std::fs::create_dir_all(chosen.join("ckpt"))?;
+        crate::durable::create_dir_all(&chosen.join("ckpt"))?;
         Ok(chosen)
     }
 
@@ -199,7 +201,7 @@ impl Experiment {
     }
 
     fn open(chosen: PathBuf, config: &Config, quiet: bool, append: bool) -> std::io::Result<Self> {
-        std::fs::create_dir_all(chosen.join("ckpt"))?;
+        crate::durable::create_dir_all(&chosen.join("ckpt"))?;
         // A writer killed mid-write (kill -9, a lost machine) leaves its temporary file; the
         // run that takes the folder over removes it.
         for dir in [chosen.clone(), chosen.join("ckpt")] {

@@ -37,7 +37,7 @@ pub struct EventWriter {
 impl EventWriter {
     /// Create a new event file in `dir` (created if missing).
     pub fn create(dir: &Path) -> std::io::Result<Self> {
-        std::fs::create_dir_all(dir)?;
+        crate::durable::create_dir_all(dir)?;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();

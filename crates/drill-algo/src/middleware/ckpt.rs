@@ -119,7 +119,7 @@ impl<'a, P: Policy> CkptSaver<'a, P> {
             train_iters,
             world_size: self.ranks.world(),
         };
-        std::fs::create_dir_all(dir).map_err(|e| {
+        drill_exp::durable::create_dir_all(dir).map_err(|e| {
             task_err(crate::TrainError::io(
                 format!("cannot create {}", dir.display()),
                 e,
