@@ -1,9 +1,15 @@
-//! A full disk during a run: the experiment folder on a small tmpfs that fills up while
-//! checkpoints are written. The run stops by itself with exit code 1 and an error naming the
-//! checkpoint's path and the bytes it needed; every checkpoint left on disk loads; no
-//! temporary file is left; `result.json` says why. Needs root (it mounts the tmpfs and
-//! unmounts it, also when it fails): `cargo test --release -p drill-cli --features netns
-//! --test durability`.
+//! What a run leaves on disk when things go wrong under it.
+//! - A full disk: the experiment folder on a small tmpfs that fills up while checkpoints are
+//!   written. The run stops by itself with exit code 1 and an error naming the checkpoint's
+//!   path and the bytes it needed; every checkpoint left on disk loads; no temporary file is
+//!   left; `result.json` says why. Needs root (it mounts the tmpfs and unmounts it, also when
+//!   it fails).
+//! - A power cut at any point: a run's file operations recorded with `strace` and replayed
+//!   on a file system model whose write-back cache a crash loses (`durability/crashfs.rs`),
+//!   every prefix checked and every distinct state resumed; the same trace with an fsync or
+//!   the rename taken out must fail. Needs `strace`.
+//!
+//! `cargo test --release -p drill-cli --features netns --test durability -- --nocapture`
 #![cfg(feature = "netns")]
 
 use std::time::{Duration, Instant};
@@ -254,6 +260,9 @@ fn explore(
     (states, bad)
 }
 
+/// Op `i` as a planted bug changes it (`None`: taken out).
+type Plant<'a> = dyn Fn(usize) -> Option<Op> + 'a;
+
 /// The trace with every whole-file save written in place: each temporary file's ops go to
 /// its target and the rename is gone.
 fn in_place(ops: &[Op]) -> Vec<Option<Op>> {
@@ -437,8 +446,7 @@ fn every_crash_point_of_a_run_leaves_whole_files_and_resumes() {
                 let from = metrics
                     .lines()
                     .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-                    .filter(|v| v["tag"] == drill_exp::RESUMED_ITER_TAG)
-                    .last()
+                    .rfind(|v| v["tag"] == drill_exp::RESUMED_ITER_TAG)
                     .map(|v| v["value"].as_f64().unwrap() as u64);
                 assert_eq!(
                     from,
@@ -468,7 +476,7 @@ fn every_crash_point_of_a_run_leaves_whole_files_and_resumes() {
     let (kinds, trace) = (&survey.kind, &ops);
     let dropped = |k: Kind| move |i: usize| (kinds[i] != k).then(|| trace[i].clone());
     let rewritten = in_place(&ops);
-    let plants: [(&str, &dyn Fn(usize) -> Option<Op>); 4] = [
+    let plants: [(&str, &Plant); 4] = [
         (
             "no fsync of the temporary file",
             &dropped(Kind::SyncTemporary),
