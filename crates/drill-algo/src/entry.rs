@@ -139,6 +139,12 @@ pub fn train_here(
         Some(e) => e,
         None => &mut null,
     };
+    if rank == 1 && drill_plant::planted(drill_plant::Bug::RankExitsEarly) {
+        std::thread::spawn(|| {
+            std::thread::sleep(std::time::Duration::from_millis(1500));
+            std::process::exit(0)
+        });
+    }
     let trained = crate::train(
         &config,
         &mut RunContext {

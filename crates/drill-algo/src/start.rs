@@ -114,6 +114,11 @@ fn continue_in(
     config: &Config,
     opts: &StartOptions,
 ) -> Result<(Experiment, Option<Checkpoint>), TrainError> {
+    if drill_plant::planted(drill_plant::Bug::ResumeHangs) {
+        loop {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        }
+    }
     let ck = Checkpoint::newest_in(dir)?.ok_or_else(|| {
         TrainError::io(
             format!("--resume {}", dir.display()),
@@ -205,7 +210,8 @@ pub fn for_rank(
 fn resume_after_restart(dir: &Path, restarts: u32) -> Result<Option<Checkpoint>, TrainError> {
     // Checkpoint files that are all unreadable stop the restart: starting over would send
     // the counters back.
-    let resume = Checkpoint::newest_in(dir)?;
+    let resume = Checkpoint::newest_in(dir)?
+        .filter(|_| !drill_plant::planted(drill_plant::Bug::RestartIgnoresCheckpoint));
     match &resume {
         Some(ck) => tracing::info!(
             "restart {restarts}: resuming from {} (train iteration {}, env step {})",

@@ -30,6 +30,10 @@
 //! faults by kind and phase, outcomes, the longest time from a fault to the job's error and
 //! every violation is printed (`--nocapture`). Needs root (the tmpfs): `cargo test --release -p
 //! drill-cli --features netns --test chaos -- --nocapture --test-threads 1`.
+//!
+//! The checks proven: built with the planted bugs (`--features netns,plant`), one more test
+//! plants each bug of `drill-plant` in turn into `CHAOS_PLANT_JOBS` one-host jobs (default 20,
+//! seed `CHAOS_SEED`) and fails unless every bug makes the campaign report a violation.
 #![cfg(feature = "netns")]
 
 use std::collections::BTreeMap;
@@ -360,6 +364,7 @@ fn spawn(id: &str, kind: Kind, exp: &Path, extra: &[&str], log: &Path) -> Child 
         .env_remove("RANK")
         .env_remove("WORLD_SIZE")
         .env("DRILL_CHAOS", id)
+        .env("DRILL_PLANT", planted())
         .stdout(Stdio::from(std::fs::File::create(log).unwrap()))
         .stderr(Stdio::from(
             std::fs::OpenOptions::new().append(true).open(log).unwrap(),
@@ -641,6 +646,7 @@ fn run_job(n: usize, plan: &Plan) -> Report {
             .env_remove("RANK")
             .env_remove("WORLD_SIZE")
             .env("DRILL_CHAOS", &id)
+            .env("DRILL_PLANT", planted())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         if plan.kind == Kind::DqnDdp || plan.kind == Kind::PpoDdp {
@@ -863,10 +869,70 @@ fn cleanup(id: &str, root: &Path, logs: &Path, shm_before: &[String], r: &mut Re
     }
 }
 
+/// The bugs planted in the jobs this test process starts (`DRILL_PLANT`; empty: none).
+static PLANTED: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+
+fn planted() -> String {
+    PLANTED.lock().unwrap().clone()
+}
+
 #[test]
 fn every_fault_ends_the_job_cleanly_and_keeps_the_promises() {
     let jobs: usize = env_or("CHAOS_JOBS", 12);
     let seed: u64 = env_or("CHAOS_SEED", 0);
+    let tally = one_host_jobs(jobs, seed);
+    tally.report("chaos", "fault", jobs, seed);
+}
+
+/// Every bug of drill-plant, planted alone into the same jobs, must make the campaign
+/// report at least one violation.
+#[cfg(feature = "plant")]
+#[test]
+fn every_planted_bug_is_caught() {
+    let jobs: usize = env_or("CHAOS_PLANT_JOBS", 20);
+    let seed: u64 = env_or("CHAOS_SEED", 1);
+    let mut unseen = Vec::new();
+    let mut rows = Vec::new();
+    for bug in drill_plant::Bug::ALL {
+        *PLANTED.lock().unwrap() = bug.name().into();
+        let t = Instant::now();
+        let tally = one_host_jobs(jobs, seed);
+        PLANTED.lock().unwrap().clear();
+        let first = tally.violations.first().cloned().unwrap_or_default();
+        rows.push(format!(
+            "| {} | {jobs} | {} | {:.0} s | {} |",
+            bug.name(),
+            tally.violations.len(),
+            t.elapsed().as_secs_f64(),
+            first
+                .replace('|', "/")
+                .chars()
+                .take(160)
+                .collect::<String>()
+        ));
+        if tally.violations.is_empty() {
+            unseen.push(bug.name());
+        }
+    }
+    println!(
+        "\n| planted bug | jobs (seed {seed}) | violations | time | first |\n|---|---|---|---|---|"
+    );
+    for r in &rows {
+        println!("{r}");
+    }
+    println!(
+        "\nplanted bugs caught: {} of {}",
+        drill_plant::Bug::ALL.len() - unseen.len(),
+        drill_plant::Bug::ALL.len()
+    );
+    assert!(
+        unseen.is_empty(),
+        "planted bugs the campaign did not see: {unseen:?}"
+    );
+}
+
+/// `jobs` one-host jobs drawn from `seed`, each run and checked.
+fn one_host_jobs(jobs: usize, seed: u64) -> Tally {
     let mut rng = Rng::new(seed);
     let mut tally = Tally::new();
     for n in 0..jobs {
@@ -897,7 +963,7 @@ fn every_fault_ends_the_job_cleanly_and_keeps_the_promises() {
         }
         tally.note(&format!("job {n}"), &format!("{plan:?}"), &r);
     }
-    tally.report("chaos", "fault", jobs, seed);
+    tally
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

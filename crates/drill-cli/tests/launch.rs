@@ -105,7 +105,7 @@ fn the_group_restarts_with_an_incremented_restart_count() {
 
 #[test]
 fn sigterm_reaches_every_worker() {
-    let child = drill()
+    let mut child = drill()
         .args([
             "launch",
             "--standalone",
@@ -124,12 +124,35 @@ fn sigterm_reaches_every_worker() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(800));
+    // The signal goes once both workers say their trap is set, however slow they start.
+    let (lines, seen) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut all = String::new();
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = lines.send(line.clone());
+            all += &line;
+            all.push('\n');
+        }
+        all
+    });
+    let mut ready = 0;
+    while ready < 2 {
+        let line = seen
+            .recv_timeout(Duration::from_secs(60))
+            .expect("both workers say ready within 60 s");
+        ready += usize::from(line.ends_with("] ready"));
+    }
     // SAFETY: kill(2) touches no memory of this process.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let t = Instant::now();
     let out = child.wait_with_output().unwrap();
-    let (so, se) = text(&out);
+    let so = reader.join().unwrap();
+    let se = String::from_utf8_lossy(&out.stderr);
     assert!(t.elapsed() < Duration::from_secs(4), "{so}\n{se}");
     assert_eq!(out.status.code(), Some(128 + libc::SIGTERM), "{so}\n{se}");
     assert!(

@@ -279,7 +279,20 @@ fn a_job_whose_link_is_cut_and_restored_restarts_and_reaches_the_stop_value() {
     let mut nodes = train(&hosts, 1, &["--max-restarts", "1"], tmp.path(), "rs", &[]);
     wait_connected(&nodes);
     hosts.link(1, "cut", &[]);
-    std::thread::sleep(Duration::from_secs(5));
+    // Restored once a launcher has seen the cut and restarts, however long noticing takes.
+    let cut = Instant::now();
+    while nodes
+        .iter()
+        .all(|n| n.line("restarting the group").is_none())
+    {
+        let all: String = nodes.iter().map(Node::text).collect();
+        assert!(
+            cut.elapsed() < Duration::from_secs(60),
+            "nobody noticed the cut:\n{all}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let noticed = cut.elapsed();
     hosts.link(1, "restore", &[]);
     let restored = Instant::now();
     for (h, n) in nodes.iter_mut().enumerate() {
@@ -294,7 +307,8 @@ fn a_job_whose_link_is_cut_and_restored_restarts_and_reaches_the_stop_value() {
         );
     }
     println!(
-        "cut for 5 s, restarted, stop value {:.1} s after the link came back",
+        "cut for {:.1} s (until a restart began), stop value {:.1} s after the link came back",
+        noticed.as_secs_f64(),
         restored.elapsed().as_secs_f64()
     );
     let result = result(&tmp.path().join("rs"));

@@ -10,7 +10,7 @@ pub type Result<T, E = CommError> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 pub enum CommError {
     /// A peer process is gone (its connection closed or reset).
-    #[error("{op} on group '{group}': rank {rank} is gone ({detail})")]
+    #[error("{op} on group '{group}': {} is gone ({detail})", peer_name(*.rank))]
     PeerLost {
         /// The operation that noticed it.
         op: String,
@@ -150,5 +150,14 @@ impl CommError {
             | CommError::Protocol { rank, .. } => Some(*rank),
             _ => None,
         }
+    }
+}
+
+/// How an error names a peer: "rank N" (the campaign's planted bug says "a peer").
+fn peer_name(rank: usize) -> String {
+    if drill_plant::planted(drill_plant::Bug::ErrorNamesNoRank) {
+        "a peer".into()
+    } else {
+        format!("rank {rank}")
     }
 }

@@ -23,6 +23,10 @@ pub fn write_atomic_with(
     size: u64,
     fill: impl FnOnce(&Path) -> io::Result<()>,
 ) -> io::Result<()> {
+    if drill_plant::planted(drill_plant::Bug::CheckpointInPlace) {
+        let in_place = fill(path).and_then(|_| File::open(path)?.sync_all());
+        return in_place.map_err(|e| explain(e, size));
+    }
     let tmp = temporary(path);
     let written = (|| {
         fill(&tmp)?;

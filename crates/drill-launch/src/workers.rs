@@ -54,6 +54,13 @@ impl fmt::Display for Failure {
             return write!(f, "another node failed: {r}");
         }
         let how = self.status.map_or("failed".into(), describe);
+        if drill_plant::planted(drill_plant::Bug::ErrorNamesNoRank) {
+            return write!(
+                f,
+                "a worker (node {}, pid {}) {how}",
+                self.node_rank, self.pid
+            );
+        }
         write!(
             f,
             "rank {} (node {}, pid {}) {how}",

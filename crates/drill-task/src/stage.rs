@@ -112,14 +112,18 @@ mod tests {
     use crate::{OnlineRLContext, Shared, Stage, Task, TaskError, TaskHandle};
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
 
-    /// Adds 1 to one counter field, taking 30 ms, and records how many stages overlap.
+    /// Adds 1 to one counter field and records how many stages overlap. It first waits
+    /// (up to 20 s) until `together` stages have been running at once: stages that really
+    /// run concurrently all get there however slowly their threads start, and serial ones
+    /// (`together` = 1) do not wait.
     struct Count {
         field: &'static str,
         reads: Vec<&'static str>,
         active: Arc<AtomicUsize>,
         most: Arc<AtomicUsize>,
+        together: usize,
     }
 
     impl Stage<OnlineRLContext> for Count {
@@ -142,7 +146,10 @@ mod tests {
             for r in &self.reads {
                 ctx.read(r, |c| c.env_step)?;
             }
-            std::thread::sleep(Duration::from_millis(30));
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while self.most.load(Ordering::SeqCst) < self.together && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
             ctx.write(self.field, |c| match self.field {
                 "env_step" => c.env_step += 1,
                 "train_iter" => c.train_iter += 1,
@@ -169,6 +176,7 @@ mod tests {
                 reads,
                 active: active.clone(),
                 most: most.clone(),
+                together: if async_mode { 3 } else { 1 },
             });
         }
         t.async_mode(async_mode);

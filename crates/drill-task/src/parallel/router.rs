@@ -280,7 +280,12 @@ impl Router {
                                     } else {
                                         format!("{e}; it crashed or was killed")
                                     };
-                                    bus.fail(format!("node {peer} is gone ({why})"));
+                                    let who = if drill_plant::planted(drill_plant::Bug::ErrorNamesNoRank) {
+                                        "a node".to_string()
+                                    } else {
+                                        format!("node {peer}")
+                                    };
+                                    bus.fail(format!("{who} is gone ({why})"));
                                 }
                                 return;
                             }

@@ -186,7 +186,9 @@ fn share_memory(
         ctrl.set_read_timeout(Some(timeout)).ok();
         let mut ack = [0u8; 1];
         let r = ctrl.read_exact(&mut ack);
-        let _ = std::fs::remove_file(path);
+        if !drill_plant::planted(drill_plant::Bug::LeakedShm) {
+            let _ = std::fs::remove_file(path);
+        }
         r.map_err(|e| CommError::io(format!("shared-memory acknowledgement from rank {j}"), e))?;
         ctrl.set_read_timeout(None).ok();
     }
