@@ -274,19 +274,13 @@ fn in_place(ops: &[Op]) -> Vec<Option<Op>> {
                 target.insert(from.clone(), to.clone());
                 None
             }
-            Op::Open {
-                fd,
-                path,
-                create,
-                trunc,
-                append,
-            } if target.contains_key(path) => Some(Op::Open {
-                fd: *fd,
-                path: target[path].clone(),
-                create: *create,
-                trunc: *trunc,
-                append: *append,
-            }),
+            Op::Open { path, .. } if target.contains_key(path) => {
+                let mut moved = op.clone();
+                if let Op::Open { path: p, .. } = &mut moved {
+                    *p = target[path].clone();
+                }
+                Some(moved)
+            }
             other => Some(other.clone()),
         };
     }
