@@ -134,7 +134,7 @@ fn survey(ops: &[Op]) -> Survey {
     let (mut waiting, mut waiting_sync) = (Vec::<(String, usize)>::new(), Vec::<String>::new());
     for (i, op) in ops.iter().enumerate() {
         let folder_tail = match op {
-            Op::Open { path, .. } => fs.read(path).is_none(),
+            Op::Open { path, .. } => fs.is_dir(path),
             Op::Sync { fd } | Op::Close { fd } => fs.fd_is_dir(*fd) == Some(true),
             _ => false,
         };

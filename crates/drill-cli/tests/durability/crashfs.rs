@@ -424,7 +424,7 @@ enum Handle {
 pub struct Dirty {
     /// A rename into it or out of it (an atomic replacement waiting for its sync).
     pub renamed: bool,
-    /// A new name: a folder, a file.
+    /// A name added or removed: a new folder or file, an unlink.
     pub created: bool,
 }
 
@@ -488,6 +488,11 @@ impl Fs {
             Handle::Dir(d) => Some((d, self.dirty.get(d).copied().unwrap_or_default())),
             _ => None,
         }
+    }
+
+    /// Whether `path` is a folder now.
+    pub fn is_dir(&self, path: &str) -> bool {
+        self.live.get(path) == Some(&Node::Dir)
     }
 
     /// The live contents of the file at `path`.
