@@ -268,10 +268,17 @@ pub fn launch_ranks(
         env: Vec::new(),
         bind: None,
     })?;
-    if let drill_launch::Outcome::Success { restarts } = &outcome
-        && *restarts > 0
-    {
-        tracing::info!("training succeeded after {restarts} restart(s)");
+    match &outcome {
+        drill_launch::Outcome::Success { restarts } if *restarts > 0 => {
+            tracing::info!("training succeeded after {restarts} restart(s)")
+        }
+        // The ranks stop early on an interrupt (exit 130); all exiting 0 means the run had
+        // finished when it came, as result.json says: the job succeeded.
+        drill_launch::Outcome::Interrupted { finished: true, .. } => {
+            tracing::info!("the run had finished when the interrupt came");
+            return Ok(0);
+        }
+        _ => {}
     }
     Ok(outcome.exit_code())
 }

@@ -166,11 +166,26 @@ pub(crate) fn connect_on(
     token: &Token,
     ident: &[u8],
 ) -> Result<()> {
+    // No answer in time is not a refusal: the other side may not be accepting yet (its
+    // rendezvous is slower than ours) or the network loses packets. Callers retry an I/O
+    // error until their own deadline, and give up at once on an authentication error.
     let io = |e: std::io::Error| {
-        auth_err(
-            peer,
-            format!("handshake I/O: {e} (the other side may have rejected our DRILL_JOB_TOKEN)"),
-        )
+        if matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ) {
+            CommError::io(
+                format!("handshake with {peer}: no answer within {HANDSHAKE_TIMEOUT:?}"),
+                e,
+            )
+        } else {
+            auth_err(
+                peer,
+                format!(
+                    "handshake I/O: {e} (the other side may have rejected our DRILL_JOB_TOKEN)"
+                ),
+            )
+        }
     };
     let mut hello = [0u8; 38];
     stream.read_exact(&mut hello).map_err(io)?;
@@ -199,6 +214,33 @@ pub(crate) fn connect_on(
 mod tests {
     use super::*;
     use std::net::TcpListener;
+
+    /// A stream whose reads find nothing before their timeout.
+    struct Silent;
+
+    impl Read for Silent {
+        fn read(&mut self, _: &mut [u8]) -> std::io::Result<usize> {
+            Err(std::io::ErrorKind::WouldBlock.into())
+        }
+    }
+
+    impl Write for Silent {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// An acceptor that does not answer in time is an I/O error (callers retry it), not a
+    /// refusal (they give up on that).
+    #[test]
+    fn no_answer_in_time_is_retryable_not_a_refusal() {
+        let e = connect_on(&mut Silent, "10.0.0.1:1", &Token::new("t"), b"rank 1").unwrap_err();
+        assert!(matches!(e, CommError::Io { .. }), "{e}");
+        assert!(e.to_string().contains("no answer within 5s"), "{e}");
+    }
 
     fn pair(server_token: &str, client_token: &str) -> (Result<Vec<u8>>, Result<()>) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();

@@ -91,6 +91,9 @@ pub enum Outcome {
     Interrupted {
         /// The signal number.
         signal: i32,
+        /// Every rank exited 0: they had finished when the signal reached them (a program
+        /// that stops early on the signal, as `drill train` does, exits otherwise).
+        finished: bool,
     },
 }
 
@@ -101,7 +104,7 @@ impl Outcome {
         match self {
             Outcome::Success { .. } => 0,
             Outcome::Failed { failure, .. } => failure.exit_code(),
-            Outcome::Interrupted { signal } => 128 + signal,
+            Outcome::Interrupted { signal, .. } => 128 + signal,
         }
     }
 }
@@ -165,7 +168,9 @@ pub fn launch(cfg: &LaunchConfig) -> Result<Outcome, LaunchError> {
                 rdzv.finish(restarts);
                 return Ok(Outcome::Success { restarts });
             }
-            workers::RoundEnd::Interrupted(sig) => return Ok(Outcome::Interrupted { signal: sig }),
+            workers::RoundEnd::Interrupted(signal, finished) => {
+                return Ok(Outcome::Interrupted { signal, finished });
+            }
             workers::RoundEnd::Failed(failure) => {
                 eprintln!("drill launch: {failure}");
                 if restarts >= cfg.max_restarts {

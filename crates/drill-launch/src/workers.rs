@@ -85,8 +85,8 @@ pub enum RoundEnd {
     Success,
     /// A rank (here or elsewhere) failed.
     Failed(Failure),
-    /// The launcher was signalled.
-    Interrupted(i32),
+    /// The launcher was signalled (the signal; whether every rank exited 0 all the same).
+    Interrupted(i32, bool),
 }
 
 struct Worker {
@@ -269,7 +269,7 @@ fn watch(
                 return end_with(
                     &mut workers,
                     Some((sig, cfg.grace)),
-                    RoundEnd::Interrupted(sig),
+                    RoundEnd::Interrupted(sig, false),
                 );
             }
             eprintln!(
@@ -358,7 +358,14 @@ fn reap(workers: &mut [Worker], p: &Placement, interrupt: &mut Option<i32>) -> O
 /// failed) leaves the others unable to agree on their last step: they are stopped.
 fn end_of_interrupt(workers: &mut [Worker], sig: i32, grace: Duration) -> Option<RoundEnd> {
     if workers.iter().all(|w| w.status.is_some()) {
-        return Some(end_with(workers, None, RoundEnd::Interrupted(sig)));
+        let finished = workers
+            .iter()
+            .all(|w| w.status.is_some_and(|s| s.success()));
+        return Some(end_with(
+            workers,
+            None,
+            RoundEnd::Interrupted(sig, finished),
+        ));
     }
     let (rank, status) = workers
         .iter()
@@ -371,7 +378,7 @@ fn end_of_interrupt(workers: &mut [Worker], sig: i32, grace: Duration) -> Option
     Some(end_with(
         workers,
         Some((libc::SIGTERM, grace)),
-        RoundEnd::Interrupted(sig),
+        RoundEnd::Interrupted(sig, false),
     ))
 }
 

@@ -233,11 +233,13 @@ impl Parallel {
         })
         .map_err(|e| TaskError::msg(format!("parallel runner: {e}")))?;
         match outcome {
-            Outcome::Success { .. } => Ok(()),
+            // Workers stop early on an interrupt (exit 130): all exiting 0 means they had
+            // finished when it came.
+            Outcome::Success { .. } | Outcome::Interrupted { finished: true, .. } => Ok(()),
             Outcome::Failed { failure, .. } => {
                 Err(TaskError::msg(format!("parallel runner: {failure}")))
             }
-            Outcome::Interrupted { signal } => Err(TaskError::Interrupted { signal }),
+            Outcome::Interrupted { signal, .. } => Err(TaskError::Interrupted { signal }),
         }
     }
 
