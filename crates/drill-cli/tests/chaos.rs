@@ -8,6 +8,8 @@
 //! Every drawn fault is injected (the pid it hits found, or the job's own) or counted as not
 //! injected with the reason; none is dropped. Every job is checked against what its faults
 //! must lead to:
+//! - a single process killed (kill -9): `--resume` starts from the newest checkpoint and
+//!   reaches the step limit; stopped (SIGSTOP, continued 1.5 s later): it reaches the limit;
 //! - a lost rank (kill -9, SIGSTOP): a non-zero exit whose log names that rank by number
 //!   (not the `[rank N]` prefixes nor the "rank R of W" every rank says); with
 //!   `--max-restarts 1`, one such fault ends in a restart that reaches the step limit, a
@@ -142,9 +144,16 @@ fn draw(rng: &mut Rng) -> Plan {
     let kind = *rng.pick(&[Kind::DqnDdp, Kind::PpoDdp, Kind::Split, Kind::Single]);
     let multi = kind != Kind::Single;
     let restarts = multi && rng.below(2) == 0;
-    let mut kinds = vec![Fault::Sigint, Fault::DiskFull];
+    // A single process is killed or stopped as a rank is (it is its own rank); a stopped one
+    // is continued 1.5 s later.
+    let mut kinds = vec![
+        Fault::Sigint,
+        Fault::DiskFull,
+        Fault::KillRank,
+        Fault::StopRank,
+    ];
     if multi {
-        kinds.extend([Fault::KillRank, Fault::KillLauncher, Fault::StopRank]);
+        kinds.push(Fault::KillLauncher);
     }
     let first = *rng.pick(&kinds);
     // A third of the faults land in the first 300 ms (rendezvous, the first broadcast), the
@@ -507,17 +516,10 @@ fn run_job(n: usize, plan: &Plan) -> Report {
             r.missed.push((fault, "the job ended first"));
             continue;
         }
-        let so_far = std::fs::read_to_string(log_dir.join("job.log")).unwrap_or_default();
-        let phase = if !r.injected.is_empty() {
-            "after a restart"
-        } else if !so_far.contains("INFO training ") {
-            "startup (rendezvous)"
-        } else if !so_far.contains("eval at env step") {
-            "first broadcast, first evaluation"
-        } else {
-            "training"
-        };
         let target = match fault {
+            Fault::KillRank | Fault::StopRank if plan.kind == Kind::Single => {
+                Some((child.id() as i32, None))
+            }
             Fault::KillRank | Fault::StopRank => {
                 // A second fault hits the restarted group (attempt 1), waiting for it.
                 let rank = rng_rank(n + r.hit.len(), plan.kind.processes());
@@ -534,6 +536,22 @@ fn run_job(n: usize, plan: &Plan) -> Report {
             r.missed.push((fault, "its rank's process never appeared"));
             continue;
         };
+        let so_far = std::fs::read_to_string(log_dir.join("job.log")).unwrap_or_default();
+        // The restarted group is in its rendezvous until one of its ranks says it trains.
+        let restarted_part = so_far.rsplit("restarting the group").next().unwrap_or("");
+        let phase = if !r.injected.is_empty() {
+            if restarted_part.contains("INFO training ") {
+                "after a restart (training)"
+            } else {
+                "after a restart (rendezvous)"
+            }
+        } else if !so_far.contains("INFO training ") {
+            "startup (rendezvous)"
+        } else if !so_far.contains("eval at env step") {
+            "first broadcast, first evaluation"
+        } else {
+            "training"
+        };
         if r.injected.is_empty() {
             r.ckpt_at_fault = newest(&exp);
         }
@@ -546,6 +564,10 @@ fn run_job(n: usize, plan: &Plan) -> Report {
         }
         first_fault.get_or_insert_with(Instant::now);
         r.injected.push((fault, phase));
+        if fault == Fault::StopRank && plan.kind == Kind::Single {
+            std::thread::sleep(Duration::from_millis(1500));
+            signal(pid, libc::SIGCONT);
+        }
     }
     let status = status.or_else(|| wait_until(&mut child, start + BOUND));
     let ended = Instant::now();
@@ -634,83 +656,7 @@ fn run_job(n: usize, plan: &Plan) -> Report {
             r.violations
                 .push("exit 130 without result.json saying why".into());
         }
-        // Interrupted before the run created its folder: nothing to resume.
-        let started = exp.join("config.toml").is_file();
-        // The state the resume must start from.
-        let from = newest(&exp);
-        let marks_before = resume_marks(&exp, &mut vec![]).len();
-        let mut resume = Command::new(env!("CARGO_BIN_EXE_drill"));
-        resume
-            .args(["train", "--quiet", "--resume"])
-            .arg(&exp)
-            .env_remove("RANK")
-            .env_remove("WORLD_SIZE")
-            .env("DRILL_CHAOS", &id)
-            .env("DRILL_PLANT", planted())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        if plan.kind == Kind::DqnDdp || plan.kind == Kind::PpoDdp {
-            resume.args(["--nproc-per-node", "2"]);
-        }
-        let out = if started {
-            // Bounded like the job: a resume that hangs is a violation, not a hung test.
-            let mut c = resume.spawn().unwrap();
-            let t = Instant::now();
-            match wait_until(&mut c, t + BOUND) {
-                Some(_) => Some(c.wait_with_output().unwrap()),
-                None => {
-                    kill_job(&id);
-                    let _ = c.kill();
-                    let _ = c.wait();
-                    None
-                }
-            }
-        } else {
-            None
-        };
-        let after = result(&exp);
-        match (out, after) {
-            _ if !started => "interrupted before the run started".into(),
-            (None, _) => {
-                r.violations
-                    .push(format!("the resume hung: still running after {BOUND:?}"));
-                "interrupted, resume hung".into()
-            }
-            (Some(out), Some(a)) if out.status.success() && reached(&a) => {
-                // It started from the newest checkpoint there was, as its mark says, and
-                // ended at or past it.
-                let marks = resume_marks(&exp, &mut r.violations);
-                match (from, marks.get(marks_before)) {
-                    (Some(f), Some(m)) if *m != f => r.violations.push(format!(
-                        "the resume started from (env step, iteration) {m:?}, the newest checkpoint is {f:?}"
-                    )),
-                    (Some(f), None) => r.violations.push(format!(
-                        "the resume left no run/resumed mark (the newest checkpoint is {f:?})"
-                    )),
-                    _ => {}
-                }
-                if let Some(f) = from
-                    && (a["env_steps"].as_u64() < Some(f.0)
-                        || a["train_iters"].as_u64() < Some(f.1))
-                {
-                    r.violations
-                        .push(format!("counters went backwards: {f:?} then {a}"));
-                }
-                "interrupted, resumed to the step limit".into()
-            }
-            (Some(out), _) => {
-                r.violations.push(format!(
-                    "the resume did not reach the step limit ({}): {}",
-                    out.status,
-                    tail(&format!(
-                        "{}{}",
-                        String::from_utf8_lossy(&out.stdout),
-                        String::from_utf8_lossy(&out.stderr)
-                    ))
-                ));
-                "interrupted, resume failed".into()
-            }
-        }
+        resume_to_the_limit(&id, plan.kind, &exp, "interrupted", &mut r)
     } else if injected.contains(&Fault::KillLauncher) {
         if killed_by != Some(libc::SIGKILL) {
             r.violations.push(format!(
@@ -744,6 +690,20 @@ fn run_job(n: usize, plan: &Plan) -> Report {
                 .push("no result.json, and the log does not say it could not be written".into()),
         }
         "failed naming the full disk".into()
+    } else if plan.kind == Kind::Single && injected.contains(&Fault::KillRank) {
+        // kill -9 of a lone process: nothing to name it, but the folder must resume.
+        if killed_by != Some(libc::SIGKILL) {
+            r.violations.push(format!(
+                "the killed process ended with {status}, not SIGKILL"
+            ));
+        }
+        resume_to_the_limit(&id, plan.kind, &exp, "killed", &mut r)
+    } else if plan.kind == Kind::Single && injected.contains(&Fault::StopRank) {
+        r.violations.push(format!(
+            "stopped and continued, it ended with {status}: {}",
+            tail(&log)
+        ));
+        "stopped and continued, failed".into()
     } else if let Some(rank) = last_rank {
         if code.is_none() || code == Some(0) {
             r.violations
@@ -790,10 +750,7 @@ fn run_job(n: usize, plan: &Plan) -> Report {
     {
         let dt = ended.duration_since(f);
         r.time_to_error = Some(dt);
-        let in_rendezvous = r
-            .injected
-            .first()
-            .is_some_and(|f| f.1.starts_with("startup"));
+        let in_rendezvous = r.injected.iter().any(|f| f.1.contains("rendezvous"));
         let bound = if injected.contains(&Fault::DiskFull) {
             BOUND
         } else if in_rendezvous {
@@ -845,6 +802,92 @@ fn run_job(n: usize, plan: &Plan) -> Report {
 }
 
 /// The rank a job's fault hits (a function of the job number, so a seed repeats the campaign).
+/// `drill train --resume` of job `id`'s folder `exp` after it stopped (`how`: interrupted,
+/// killed): bounded like a job, it must start from the newest checkpoint there was, as its
+/// `run/resumed` mark says, and reach the step limit with no counter going back. Returns the
+/// outcome.
+fn resume_to_the_limit(id: &str, kind: Kind, exp: &Path, how: &str, r: &mut Report) -> String {
+    let reached = |res: &serde_json::Value| {
+        res["env_steps"].as_u64().unwrap_or(0) >= kind.step_limit() || res["stop_reached"] == true
+    };
+    // Interrupted before the run created its folder: nothing to resume.
+    let started = exp.join("config.toml").is_file();
+    // The state the resume must start from.
+    let from = newest(&exp);
+    let marks_before = resume_marks(&exp, &mut vec![]).len();
+    let mut resume = Command::new(env!("CARGO_BIN_EXE_drill"));
+    resume
+        .args(["train", "--quiet", "--resume"])
+        .arg(&exp)
+        .env_remove("RANK")
+        .env_remove("WORLD_SIZE")
+        .env("DRILL_CHAOS", id)
+        .env("DRILL_PLANT", planted())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if kind == Kind::DqnDdp || kind == Kind::PpoDdp {
+        resume.args(["--nproc-per-node", "2"]);
+    }
+    let out = if started {
+        // Bounded like the job: a resume that hangs is a violation, not a hung test.
+        let mut c = resume.spawn().unwrap();
+        let t = Instant::now();
+        match wait_until(&mut c, t + BOUND) {
+            Some(_) => Some(c.wait_with_output().unwrap()),
+            None => {
+                kill_job(id);
+                let _ = c.kill();
+                let _ = c.wait();
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let after = result(&exp);
+    match (out, after) {
+        _ if !started => format!("{how} before the run started"),
+        (None, _) => {
+            r.violations
+                .push(format!("the resume hung: still running after {BOUND:?}"));
+            format!("{how}, resume hung")
+        }
+        (Some(out), Some(a)) if out.status.success() && reached(&a) => {
+            // It started from the newest checkpoint there was, as its mark says, and
+            // ended at or past it.
+            let marks = resume_marks(&exp, &mut r.violations);
+            match (from, marks.get(marks_before)) {
+                (Some(f), Some(m)) if *m != f => r.violations.push(format!(
+                    "the resume started from (env step, iteration) {m:?}, the newest checkpoint is {f:?}"
+                )),
+                (Some(f), None) => r.violations.push(format!(
+                    "the resume left no run/resumed mark (the newest checkpoint is {f:?})"
+                )),
+                _ => {}
+            }
+            if let Some(f) = from
+                && (a["env_steps"].as_u64() < Some(f.0) || a["train_iters"].as_u64() < Some(f.1))
+            {
+                r.violations
+                    .push(format!("counters went backwards: {f:?} then {a}"));
+            }
+            format!("{how}, resumed to the step limit")
+        }
+        (Some(out), _) => {
+            r.violations.push(format!(
+                "the resume did not reach the step limit ({}): {}",
+                out.status,
+                tail(&format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                ))
+            ));
+            format!("{how}, resume failed")
+        }
+    }
+}
+
 fn rng_rank(n: usize, processes: usize) -> usize {
     (n * 7 + 3) % processes
 }

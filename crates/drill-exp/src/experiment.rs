@@ -356,25 +356,58 @@ pub fn fail_in(
     {
         return Ok(());
     }
-    let (env_steps, train_iters) = kept_counters(dir);
+    let wall = since.elapsed().map_or(f64::NAN, |d| d.as_secs_f64());
+    write_result(dir, &kept_failure(dir, error, wall, world_size, restarts))
+}
+
+/// [`fail_in`] for the process that started a split run's workers and outlived them: when
+/// the folder's writer (the learner's worker) was the one lost, `result.json` is an earlier
+/// attempt's, or absent. Unless it speaks for the last attempt (`restarts` restarts in), it
+/// is written with the newest checkpoint's counters and `error`.
+pub fn fail_after_workers(
+    dir: &Path,
+    error: &str,
+    world_size: usize,
+    restarts: u32,
+) -> std::io::Result<()> {
+    let said = std::fs::read(dir.join("result.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .is_some_and(|r| r["restarts"].as_u64() == Some(u64::from(restarts)));
+    if said {
+        return Ok(());
+    }
     write_result(
         dir,
-        &TrainResult {
-            stop_reached: false,
-            env_steps,
-            train_iters,
-            wall_seconds: since.elapsed().map_or(f64::NAN, |d| d.as_secs_f64()),
-            total_wall_seconds: None,
-            env_steps_per_sec: f64::NAN,
-            eval_reward_mean: f64::NAN,
-            eval_reward_std: f64::NAN,
-            eval_episodes: 0,
-            world_size,
-            restarts,
-            interrupted: false,
-            error: Some(error.to_string()),
-        },
+        &kept_failure(dir, error, f64::NAN, world_size, restarts),
     )
+}
+
+/// A failed run's result from its folder alone: the newest checkpoint's counters, `error`;
+/// what no evaluation measured is `null`.
+fn kept_failure(
+    dir: &Path,
+    error: &str,
+    wall_seconds: f64,
+    world_size: usize,
+    restarts: u32,
+) -> TrainResult {
+    let (env_steps, train_iters) = kept_counters(dir);
+    TrainResult {
+        stop_reached: false,
+        env_steps,
+        train_iters,
+        wall_seconds,
+        total_wall_seconds: None,
+        env_steps_per_sec: f64::NAN,
+        eval_reward_mean: f64::NAN,
+        eval_reward_std: f64::NAN,
+        eval_episodes: 0,
+        world_size,
+        restarts,
+        interrupted: false,
+        error: Some(error.to_string()),
+    }
 }
 
 impl Reporter for Experiment {
@@ -560,6 +593,36 @@ mod tests {
         )
         .unwrap();
         assert_eq!(read()["error"], "newer");
+    }
+
+    /// The split run's parent replaces an earlier attempt's result.json (the learner was
+    /// killed in the last one) with the newest checkpoint's counters, and leaves the last
+    /// attempt's own.
+    #[test]
+    fn fail_after_workers_speaks_for_the_last_attempt_only() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let read = || -> serde_json::Value {
+            serde_json::from_str(&std::fs::read_to_string(dir.join("result.json")).unwrap())
+                .unwrap()
+        };
+        std::fs::create_dir(dir.join("ckpt")).unwrap();
+        let mut ck = Checkpoint::default();
+        ck.meta.insert("env_steps".into(), "4584".into());
+        ck.meta.insert("train_iters".into(), "2805".into());
+        ck.save(&dir.join("ckpt/latest.safetensors")).unwrap();
+        fail_in(dir, "attempt 0: node 0 is gone", SystemTime::now(), 3, 0).unwrap();
+        fail_after_workers(dir, "attempt 1: the learner was killed", 3, 1).unwrap();
+        let r = read();
+        assert_eq!(r["error"], "attempt 1: the learner was killed");
+        assert_eq!(
+            (r["env_steps"].as_u64(), r["train_iters"].as_u64()),
+            (Some(4584), Some(2805))
+        );
+        assert_eq!(r["restarts"].as_u64(), Some(1));
+        // The last attempt's own word stays.
+        fail_after_workers(dir, "something else", 3, 1).unwrap();
+        assert_eq!(read()["error"], "attempt 1: the learner was killed");
     }
 
     #[test]

@@ -20,7 +20,9 @@ mod report;
 mod tensorboard;
 
 pub use checkpoint::{Checkpoint, CheckpointError, TRAIN_SECONDS};
-pub use experiment::{Experiment, RESUMED_ITER_TAG, RESUMED_TAG, fail_in, suspend_bar};
+pub use experiment::{
+    Experiment, RESUMED_ITER_TAG, RESUMED_TAG, fail_after_workers, fail_in, suspend_bar,
+};
 pub use report::{NullReporter, Progress, Reporter, TrainResult};
 pub use tensorboard::{EventWriter, read_scalars};
 

@@ -48,6 +48,15 @@ pub enum TaskError {
         /// The signal number.
         signal: i32,
     },
+    /// The Parallel runner's workers failed past its restart budget: the last attempt's
+    /// first failure, after `restarts` restarts.
+    #[error("parallel runner: {failure}")]
+    WorkersFailed {
+        /// Which worker failed and how.
+        failure: String,
+        /// Restarts used.
+        restarts: usize,
+    },
     /// A middleware's own error, as a message.
     #[error("{0}")]
     Msg(String),

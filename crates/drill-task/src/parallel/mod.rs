@@ -236,9 +236,10 @@ impl Parallel {
             // Workers stop early on an interrupt (exit 130): all exiting 0 means they had
             // finished when it came.
             Outcome::Success { .. } | Outcome::Interrupted { finished: true, .. } => Ok(()),
-            Outcome::Failed { failure, .. } => {
-                Err(TaskError::msg(format!("parallel runner: {failure}")))
-            }
+            Outcome::Failed { failure, restarts } => Err(TaskError::WorkersFailed {
+                failure: failure.to_string(),
+                restarts,
+            }),
             Outcome::Interrupted { signal, .. } => Err(TaskError::Interrupted { signal }),
         }
     }

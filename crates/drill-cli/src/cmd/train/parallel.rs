@@ -80,6 +80,7 @@ pub fn run(args: &Args, config: Config, env_spec: &EnvSpec, n: usize) -> anyhow:
         local = args.node_ids.clone();
     }
     let learner_here = local.contains(&plan.learner());
+    let mut claimed = None;
     if args.platform == PlatformArg::Local && !drill_task::parallel::in_worker() && learner_here {
         // The parent claims the folder so that a restarted group writes into the same one
         // (`--resume EXP_DIR`: that folder, which the learner continues in).
@@ -92,6 +93,7 @@ pub fn run(args: &Args, config: Config, env_spec: &EnvSpec, n: usize) -> anyhow:
             }
         };
         runner = runner.env(EXP_DIR_ENV, &dir.display().to_string());
+        claimed = Some(dir);
     }
     let mut interrupted = false;
     let ran = runner.run::<OnlineRLContext>(|task| {
@@ -105,6 +107,17 @@ pub fn run(args: &Args, config: Config, env_spec: &EnvSpec, n: usize) -> anyhow:
     match ran {
         // The workers stopped on a signal; the learner's said where and how to continue.
         Err(TaskError::Interrupted { .. }) => Ok(130),
+        Err(TaskError::WorkersFailed { failure, restarts }) => {
+            // The learner's worker says why in result.json; killed, it said nothing, and
+            // the folder would keep an earlier attempt's word (or none).
+            let error = format!("parallel runner: {failure}");
+            if let Some(dir) = &claimed
+                && let Err(w) = drill_exp::fail_after_workers(dir, &error, n, restarts as u32)
+            {
+                tracing::warn!("cannot write {}/result.json: {w}", dir.display());
+            }
+            Err(anyhow::anyhow!("{error}"))
+        }
         Err(e) => Err(anyhow::anyhow!("{e}")),
         Ok(()) if interrupted => Ok(130),
         Ok(()) => Ok(0),

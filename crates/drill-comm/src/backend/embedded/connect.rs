@@ -271,7 +271,18 @@ fn dial(
         match attempt {
             Ok(s) => return Ok(s),
             Err(e @ CommError::Auth { .. }) => return Err(e),
-            Err(e) if Instant::now() >= deadline => return Err(e),
+            // Refused, reset or unanswered until the deadline: the peer is stopped, frozen,
+            // unreachable or gone (a live one still in its rendezvous answers in time).
+            Err(e) if Instant::now() >= deadline => {
+                return Err(CommError::PeerLost {
+                    op: "connect".into(),
+                    group: "world".into(),
+                    rank: peer,
+                    detail: format!(
+                        "no connection to it at {addr} by the rendezvous deadline: it is stopped, frozen, unreachable or gone; last: {e}"
+                    ),
+                });
+            }
             Err(_) => std::thread::sleep(Duration::from_millis(10)),
         }
     }
