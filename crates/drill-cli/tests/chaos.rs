@@ -502,11 +502,14 @@ fn run_job(n: usize, plan: &Plan) -> Report {
     let start = Instant::now();
     let mut child = spawn(&id, plan.kind, &exp, &extra, &log_dir.join("job.log"));
     let mut first_fault: Option<Instant> = None;
+    // The fault that ends the job: the second of a restart job's two, once it is injected.
+    let mut last_fault: Option<Instant> = None;
     let mut status = None;
     for &(fault, at) in &plan.faults {
         if fault == Fault::DiskFull {
             r.injected.push((fault, "checkpoint write"));
             first_fault.get_or_insert(start);
+            last_fault = Some(start);
             continue;
         }
         // The second fault of a restart job counts from the first.
@@ -563,6 +566,7 @@ fn run_job(n: usize, plan: &Plan) -> Report {
             Fault::DiskFull => unreachable!(),
         }
         first_fault.get_or_insert_with(Instant::now);
+        last_fault = Some(Instant::now());
         r.injected.push((fault, phase));
         if fault == Fault::StopRank && plan.kind == Kind::Single {
             std::thread::sleep(Duration::from_millis(1500));
@@ -741,12 +745,13 @@ fn run_job(n: usize, plan: &Plan) -> Report {
             .push(format!("failed with no fault injected: {}", tail(&log)));
         "failed without a fault".into()
     };
-    // Every job ends within a bound of its first fault: the error bound for a failure (the
-    // rendezvous bound when the fault hit the rendezvous), the same for a killed launcher's
-    // ranks to be gone (measured by expect_gone above), the job's bound for a full disk.
+    // Every job ends within a bound of the fault that ended it (the last injected): the
+    // error bound for a failure (the rendezvous bound when a fault hit a rendezvous), the
+    // same for a killed launcher's ranks to be gone (measured by expect_gone above), the
+    // job's bound for a full disk.
     if !status.success()
         && code != Some(130)
-        && let Some(f) = first_fault
+        && let Some(f) = last_fault
     {
         let dt = ended.duration_since(f);
         r.time_to_error = Some(dt);
