@@ -408,9 +408,10 @@ fn checkpoints(exp: &Path, v: &mut Vec<String>) -> Vec<(String, u64, u64)> {
 /// `r` as the one that failed: "rank R" not as the launcher's `[rank N] ` prefix (who printed
 /// a line) nor as "rank R of W" (who is speaking, as every error begins). Lines that are not
 /// about the failure (each rank's "rank R on HOST: shared memory with ..." at start) do not
-/// count. A split run's survivors name a lost worker as "node R".
+/// count. A split run's survivors name a lost worker as "node R" (not the launcher's
+/// "(node N, pid P)", which names the host, nor a speaker's "node N: ").
 fn names_rank(log: &str, r: usize) -> bool {
-    let needles = [format!("rank {r}"), format!("node {r} is gone")];
+    let needles = [format!("rank {r}"), format!("node {r}")];
     log.lines().any(|line| {
         let body = line
             .strip_prefix("[rank ")
@@ -423,7 +424,10 @@ fn names_rank(log: &str, r: usize) -> bool {
             && needles.iter().any(|needle| {
                 body.match_indices(needle.as_str()).any(|(i, _)| {
                     let after = &body[i + needle.len()..];
-                    !after.starts_with(|c: char| c.is_ascii_digit()) && !after.starts_with(" of ")
+                    !after.starts_with(|c: char| c.is_ascii_digit())
+                        && !after.starts_with(" of ")
+                        && !after.starts_with(':')
+                        && !body[..i].ends_with('(')
                 })
             })
     })

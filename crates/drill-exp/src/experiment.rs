@@ -560,16 +560,17 @@ mod tests {
         assert_eq!(steps, [1, 2, 3], "{text:?}");
     }
 
+    fn read_result(dir: &Path) -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(dir.join("result.json")).unwrap()).unwrap()
+    }
+
     /// A rank that noticed rank 0 lost writes `result.json` with the error, unless rank 0
     /// wrote one since that rank started.
     #[test]
     fn fail_in_writes_the_error_unless_a_newer_result_is_there() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
-        let read = || -> serde_json::Value {
-            serde_json::from_str(&std::fs::read_to_string(dir.join("result.json")).unwrap())
-                .unwrap()
-        };
+        let read = || read_result(dir);
         let before = SystemTime::now() - Duration::from_secs(60);
         fail_in(dir, "rank 0 is gone", before, 2, 1).unwrap();
         let r = read();
@@ -602,10 +603,7 @@ mod tests {
     fn fail_after_workers_speaks_for_the_last_attempt_only() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
-        let read = || -> serde_json::Value {
-            serde_json::from_str(&std::fs::read_to_string(dir.join("result.json")).unwrap())
-                .unwrap()
-        };
+        let read = || read_result(dir);
         std::fs::create_dir(dir.join("ckpt")).unwrap();
         let mut ck = Checkpoint::default();
         ck.meta.insert("env_steps".into(), "4584".into());

@@ -221,9 +221,18 @@ impl Router {
                 )
                 .map_err(|e| {
                     e.unwrap_or_else(|| {
+                        let missing: Vec<usize> = (node + 1..n)
+                            .filter(|&j| linked(node, j) && streams.iter().all(|(p, _)| *p != j))
+                            .collect();
+                        let who = if drill_plant::planted(drill_plant::Bug::ErrorNamesNoRank) {
+                            "a node".to_string()
+                        } else {
+                            let ids: Vec<String> = missing.iter().map(usize::to_string).collect();
+                            let s = if missing.len() == 1 { "" } else { "s" };
+                            format!("node{s} {}", ids.join(", "))
+                        };
                         err(format!(
-                            "only {} of the {expect} nodes that link to node {node} connected within {timeout:?}",
-                            streams.len()
+                            "node {node}: {who} did not connect within {timeout:?} (stopped, crashed or unreachable)"
                         ))
                     })
                 })?;
