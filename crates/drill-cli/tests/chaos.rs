@@ -822,12 +822,12 @@ fn resume_to_the_limit(id: &str, kind: Kind, exp: &Path, how: &str, r: &mut Repo
     // Interrupted before the run created its folder: nothing to resume.
     let started = exp.join("config.toml").is_file();
     // The state the resume must start from.
-    let from = newest(&exp);
-    let marks_before = resume_marks(&exp, &mut vec![]).len();
+    let from = newest(exp);
+    let marks_before = resume_marks(exp, &mut vec![]).len();
     let mut resume = Command::new(env!("CARGO_BIN_EXE_drill"));
     resume
         .args(["train", "--quiet", "--resume"])
-        .arg(&exp)
+        .arg(exp)
         .env_remove("RANK")
         .env_remove("WORLD_SIZE")
         .env("DRILL_CHAOS", id)
@@ -853,7 +853,7 @@ fn resume_to_the_limit(id: &str, kind: Kind, exp: &Path, how: &str, r: &mut Repo
     } else {
         None
     };
-    let after = result(&exp);
+    let after = result(exp);
     match (out, after) {
         _ if !started => format!("{how} before the run started"),
         (None, _) => {
@@ -864,7 +864,7 @@ fn resume_to_the_limit(id: &str, kind: Kind, exp: &Path, how: &str, r: &mut Repo
         (Some(out), Some(a)) if out.status.success() && reached(&a) => {
             // It started from the newest checkpoint there was, as its mark says, and
             // ended at or past it.
-            let marks = resume_marks(&exp, &mut r.violations);
+            let marks = resume_marks(exp, &mut r.violations);
             match (from, marks.get(marks_before)) {
                 (Some(f), Some(m)) if *m != f => r.violations.push(format!(
                     "the resume started from (env step, iteration) {m:?}, the newest checkpoint is {f:?}"
