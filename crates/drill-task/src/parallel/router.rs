@@ -193,7 +193,16 @@ impl Router {
                     let mut st = TcpStream::connect(&addr)
                         .map_err(|e| err(format!("connect to node {peer} at {addr}: {e}")))?;
                     drill_comm::auth::connect(&mut st, token, node.to_string().as_bytes())
-                        .map_err(|e| err(e.to_string()))?;
+                        .map_err(|e| {
+                            // Its listener is up from the moment its address is published: no
+                            // answer means it is stopped or frozen.
+                            let who = if drill_plant::planted(drill_plant::Bug::ErrorNamesNoRank) {
+                                "a node".to_string()
+                            } else {
+                                format!("node {peer}")
+                            };
+                            err(format!("{who} at {addr}: {e}"))
+                        })?;
                     out.push((peer, st));
                 }
                 Ok(out)
