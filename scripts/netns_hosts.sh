@@ -99,9 +99,18 @@ on_host() {
 
 # Stop (or continue) every process on host K: a frozen machine, as far as its peers can tell.
 freeze() {
-  local pid
+  local pid now before=""
   pid=$(holder_pid "$1")
-  on_host "$pid" | xargs -r kill "-$2" 2>/dev/null || true
+  # Pass after pass until one finds no process the last missed: a rank the launcher was
+  # starting while it was being stopped would otherwise run on (at most a few passes).
+  for _ in 1 2 3 4 5 6; do
+    now=$(on_host "$pid" | sort)
+    [[ -n $now ]] && echo "$now" | xargs -r kill "-$2" 2>/dev/null
+    [[ $now == "$before" ]] && break
+    before=$now
+    sleep 0.05
+  done
+  return 0
 }
 
 down() {
