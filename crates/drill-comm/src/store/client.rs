@@ -304,15 +304,26 @@ impl Store {
         })?))
     }
 
-    /// Store-based barrier among `n` participants under `name` (each call site a new name).
-    pub fn barrier(&self, name: &str, n: usize, timeout: Duration) -> Result<()> {
+    /// Store-based barrier among the `n` ranks `0..n` under `name` (each call site a new
+    /// name), this one being `rank`. On a timeout the error names the ranks that never came.
+    pub fn barrier(&self, name: &str, rank: usize, n: usize, timeout: Duration) -> Result<()> {
+        self.set(&format!("{name}/in/{rank}"), b"1")?;
         let arrived = self.add(&format!("{name}/count"), 1)?;
         if arrived as usize == n {
             self.set(&format!("{name}/done"), b"1")?;
         }
         self.wait(&[&format!("{name}/done")], timeout).map_err(|_| {
+            let missing: Vec<usize> = (0..n)
+                .filter(|r| !self.check(&[&format!("{name}/in/{r}")]).unwrap_or(true))
+                .collect();
             self.err(format!(
-                "barrier {name:?}: not all {n} participants arrived within {timeout:?}"
+                "barrier {name:?}: rank{} {} did not arrive within {timeout:?} (stopped, crashed or stuck)",
+                if missing.len() == 1 { "" } else { "s" },
+                missing
+                    .iter()
+                    .map(usize::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ))
         })
     }
@@ -369,6 +380,39 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("not all set"), "{e}");
+    }
+
+    /// Ranks 0 and 2 of 3 meet at a barrier rank 1 never reaches: rank 0 is told rank 1 is
+    /// the one missing. All three: it passes.
+    #[test]
+    fn a_barrier_names_the_ranks_that_never_came() {
+        let token = Token::new("t");
+        let srv = StoreServer::bind("127.0.0.1:0", &token).unwrap();
+        let port = srv.addr().port();
+        // One connection each, as one per process (a connection serves one request at a time).
+        let connect = || Store::connect("127.0.0.1", port, &token, Duration::from_secs(5)).unwrap();
+        let t = Duration::from_secs(1);
+        let other = {
+            let s = connect();
+            std::thread::spawn(move || s.barrier("b", 2, 3, t))
+        };
+        // Rank 0 comes once rank 2 is there, however slowly its thread starts.
+        let s = connect();
+        while !s.check(&["b/in/2"]).unwrap() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let e = s.barrier("b", 0, 3, t).unwrap_err().to_string();
+        assert!(e.contains("barrier \"b\": rank 1 did not arrive"), "{e}");
+        assert!(other.join().unwrap().is_err());
+        let all: Vec<_> = (0..3)
+            .map(|r| {
+                let s = connect();
+                std::thread::spawn(move || s.barrier("c", r, 3, Duration::from_secs(5)))
+            })
+            .collect();
+        for h in all {
+            h.join().unwrap().unwrap();
+        }
     }
 
     #[test]

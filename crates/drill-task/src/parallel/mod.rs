@@ -323,22 +323,23 @@ impl Parallel {
         };
         // Everyone linked before anyone emits, so no early event is lost.
         store
-            .barrier("linked", info.world_size, self.timeout)
+            .barrier("linked", info.rank, info.world_size, self.timeout)
             .map_err(|e| TaskError::msg(e.to_string()))?;
         link.arm();
-        let (barrier_store, world, timeout) = (store.clone(), info.world_size, self.timeout);
+        let (barrier_store, me, world, timeout) =
+            (store.clone(), info.rank, info.world_size, self.timeout);
         let count = std::sync::atomic::AtomicU64::new(0);
         task.handle().set_barrier(move || {
             let k = count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             barrier_store
-                .barrier(&format!("user{k}"), world, timeout)
+                .barrier(&format!("user{k}"), me, world, timeout)
                 .map_err(|e| TaskError::msg(e.to_string()))
         });
         let result = main(&mut task);
         // Nobody leaves while others may still send to it.
         if result.is_ok() {
             store
-                .barrier("done", info.world_size, self.timeout)
+                .barrier("done", info.rank, info.world_size, self.timeout)
                 .map_err(|e| TaskError::msg(e.to_string()))?;
             // A store hosted here (Slurm) serves until the others are past the barrier too.
             store

@@ -72,7 +72,7 @@ impl Embedded {
             places[rank]
         );
         let mesh = Mesh::new(rank, peers, &places, opts.heartbeat)?;
-        store.barrier("connected", world, opts.timeout)?;
+        store.barrier("connected", rank, world, opts.timeout)?;
         Ok(Embedded {
             mesh: Arc::new(Mutex::new(mesh)),
             ranks: (0..world).collect(),
