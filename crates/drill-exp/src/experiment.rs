@@ -290,22 +290,12 @@ impl Experiment {
         let wall_seconds = self.start.elapsed().as_secs_f64();
         // The counters of the work kept: an attempt that failed before reporting any (a
         // restart on a full disk) still says where the run's newest checkpoint stands.
-        let kept = kept_counters(&self.dir);
-        self.finish(&TrainResult {
-            stop_reached: false,
-            env_steps: p.env_steps.max(kept.0),
-            train_iters: p.train_iters.max(kept.1),
-            wall_seconds,
-            total_wall_seconds: None,
-            env_steps_per_sec: p.env_steps_per_sec,
-            eval_reward_mean: p.last_eval.unwrap_or(f64::NAN),
-            eval_reward_std: f64::NAN,
-            eval_episodes: 0,
-            world_size,
-            restarts,
-            interrupted: false,
-            error: Some(error.to_string()),
-        })
+        let mut result = kept_failure(&self.dir, error, wall_seconds, world_size, restarts);
+        result.env_steps = result.env_steps.max(p.env_steps);
+        result.train_iters = result.train_iters.max(p.train_iters);
+        result.env_steps_per_sec = p.env_steps_per_sec;
+        result.eval_reward_mean = p.last_eval.unwrap_or(f64::NAN);
+        self.finish(&result)
     }
 }
 
