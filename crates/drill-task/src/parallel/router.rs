@@ -196,12 +196,7 @@ impl Router {
                         .map_err(|e| {
                             // Its listener is up from the moment its address is published: no
                             // answer means it is stopped or frozen.
-                            let who = if drill_plant::planted(drill_plant::Bug::ErrorNamesNoRank) {
-                                "a node".to_string()
-                            } else {
-                                format!("node {peer}")
-                            };
-                            err(format!("{who} at {addr}: {e}"))
+                            err(format!("{} at {addr}: {e}", nodes(&[peer])))
                         })?;
                     out.push((peer, st));
                 }
@@ -233,15 +228,9 @@ impl Router {
                         let missing: Vec<usize> = (node + 1..n)
                             .filter(|&j| linked(node, j) && streams.iter().all(|(p, _)| *p != j))
                             .collect();
-                        let who = if drill_plant::planted(drill_plant::Bug::ErrorNamesNoRank) {
-                            "a node".to_string()
-                        } else {
-                            let ids: Vec<String> = missing.iter().map(usize::to_string).collect();
-                            let s = if missing.len() == 1 { "" } else { "s" };
-                            format!("node{s} {}", ids.join(", "))
-                        };
                         err(format!(
-                            "node {node}: {who} did not connect within {timeout:?} (stopped, crashed or unreachable)"
+                            "node {node}: {} did not connect within {timeout:?} (stopped, crashed or unreachable)",
+                            nodes(&missing)
                         ))
                     })
                 })?;
@@ -298,12 +287,7 @@ impl Router {
                                     } else {
                                         format!("{e}; it crashed or was killed")
                                     };
-                                    let who = if drill_plant::planted(drill_plant::Bug::ErrorNamesNoRank) {
-                                        "a node".to_string()
-                                    } else {
-                                        format!("node {peer}")
-                                    };
-                                    bus.fail(format!("{who} is gone ({why})"));
+                                    bus.fail(format!("{} is gone ({why})", nodes(&[peer])));
                                 }
                                 return;
                             }
@@ -369,6 +353,17 @@ impl Router {
             let _ = out.shutdown(std::net::Shutdown::Write);
         }
     }
+}
+
+/// How an error names the nodes it is about: "node 1", "nodes 1, 2" (the campaign's planted
+/// bug says "a node").
+fn nodes(ids: &[usize]) -> String {
+    if drill_plant::planted(drill_plant::Bug::ErrorNamesNoRank) {
+        return "a node".into();
+    }
+    let list: Vec<String> = ids.iter().map(usize::to_string).collect();
+    let s = if ids.len() == 1 { "" } else { "s" };
+    format!("node{s} {}", list.join(", "))
 }
 
 #[cfg(test)]
