@@ -57,6 +57,9 @@ const ERROR_BOUND: Duration = Duration::from_secs(15);
 /// The same for a fault in the rendezvous, before any heartbeat runs: the rendezvous
 /// timeout (60 s for the ranks and workers `drill train` starts) bounds it.
 const RENDEZVOUS_BOUND: Duration = Duration::from_secs(70);
+/// Less than the soonest a rank can call a silent peer lost (drill-comm's heartbeat timeout,
+/// 3 s): a survivor that ends sooner after a network fault had all it needed before it.
+const BEFORE_NOTICED: Duration = Duration::from_secs(1);
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Kind {
@@ -1217,7 +1220,26 @@ fn run_net_job(
     let expect_success = fault_at.is_none()
         || fault == NetFault::PacketLoss
         || (fault == NetFault::CutLink && restarts);
-    r.outcome = if expect_success {
+    let survivors: &[usize] = match fault {
+        NetFault::CutLink => &[0, 1],
+        NetFault::FreezeHost => &[0],
+        _ => &[1],
+    };
+    // A fault that lands after the peer's last message is a fault after the job: the
+    // survivors finish, each sooner after the fault than a lost peer can be noticed
+    // (a rank that gave up on its peer cannot have ended before the heartbeat timeout).
+    let after_last_message = !expect_success
+        && limit_reached
+        && survivors.iter().all(|&h| {
+            ended[h].is_some_and(|(s, t)| {
+                s.success()
+                    && fault_at.is_some_and(|f| t.saturating_duration_since(f) < BEFORE_NOTICED)
+            })
+        });
+    r.outcome = if after_last_message {
+        phase = "after the peer's last message";
+        "reached the step limit".into()
+    } else if expect_success {
         if !(ok(0) && ok(1) && limit_reached) {
             r.violations.push(format!(
                 "expected the step limit: {} | {}",
@@ -1234,11 +1256,6 @@ fn run_net_job(
         // The surviving side(s) fail naming the lost peer (in the rendezvous: the node that
         // never joined), within the bound.
         let in_rendezvous = phase.starts_with("startup");
-        let survivors: &[usize] = match fault {
-            NetFault::CutLink => &[0, 1],
-            NetFault::FreezeHost => &[0],
-            _ => &[1],
-        };
         for &h in survivors {
             if ok(h) {
                 r.violations.push(format!(
@@ -1305,7 +1322,11 @@ fn network_faults_on_two_hosts_end_the_job_cleanly() {
             NetFault::KillStoreHost,
         ]);
         let restarts = fault == NetFault::CutLink && rng.below(2) == 0;
-        let at = Duration::from_millis(300 + rng.below(3200) as u64);
+        let mut at = Duration::from_millis(300 + rng.below(3200) as u64);
+        // `CHAOS_NET_AT=MS`: every fault at that moment (to aim at a phase of the run).
+        if let Ok(ms) = std::env::var("CHAOS_NET_AT") {
+            at = Duration::from_millis(ms.parse().expect("CHAOS_NET_AT: milliseconds"));
+        }
         let (r, phase) = run_net_job(&hosts, n, fault, at, restarts);
         println!(
             "net job {n}: {fault:?}{} at {at:?} ({phase}) -> {}{}",
