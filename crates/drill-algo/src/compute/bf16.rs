@@ -49,8 +49,8 @@ pub fn set_enabled(on: bool) {
 }
 
 /// Why bf16 products would be slower than f32 ones on this CPU, if they would: without
-/// AVX-512 BF16 they run on [`Level::Portable`] (the Nature-CNN update at 0.27-0.36x the f32
-/// one on an AMD EPYC Zen 3, `drill bench learner --case nature-cnn-update`, 2026-11-26).
+/// AVX-512 BF16 they run on [`Level::Portable`], about a third of f32's speed
+/// (`drill bench learner --case nature-cnn-update` prints both).
 pub fn slow_here() -> Option<&'static str> {
     (Level::detect() == Level::Portable).then_some(
         "this CPU has no AVX-512 BF16, so bf16 products run on the portable kernel, several \

@@ -458,10 +458,9 @@ pub(super) fn reads_right_once(m: usize, n: usize, k: usize) -> bool {
 
 /// Products of at most this many rows also go to [`few_rows`] when their right operand
 /// holds at least [`LARGE_RIGHT`] values: `gemm` reads a right operand in place for up to 32
-/// rows, and the DQN learner's batch of 32 through the Nature CNN's 3136 x 512 weight waited
-/// on memory there (the update 1.07x faster this way on one thread, AMD EPYC Zen 3). The
-/// convolutions' products of 32 rows (patches smaller than L2) stay in `gemm`, which ran them
-/// faster.
+/// rows, and the DQN learner's batch of 32 through the Nature CNN's 3136 x 512 weight waits
+/// on memory there. The convolutions' products of 32 rows (patches smaller than L2) stay in
+/// `gemm`, which runs them faster.
 const SOME_ROWS: usize = 32;
 
 /// A right operand of at least this many values (4 MiB) is larger than L2.
@@ -477,9 +476,9 @@ const SHALLOW_ROWS: usize = 256;
 /// A product of depth at most [`SHALLOW`] with a row-major right operand (the Nature CNN's
 /// dense weight gradient at batch 32: 3136 x 512 outputs of 32 multiply-adds each) in
 /// [`small_gemm`], one block of rows per thread. Each tile reads its whole depth of both
-/// operands (a few KiB, in L1 and L2) and stores its outputs once; `gemm` packed both operands
-/// for a depth of only 32 and ran it at 65 % of the FMA peak (`drill bench learner --case
-/// nature-cnn-products`, AMD EPYC Zen 1).
+/// operands (a few KiB, in L1 and L2) and stores its outputs once, where `gemm` would pack
+/// both operands for a depth of only 32 (`drill bench learner --case nature-cnn-products`
+/// times the two).
 ///
 /// # Safety
 /// As [`gemm_into`]'s, with `dst` row-major (row stride `ldc`, column stride 1).
@@ -546,8 +545,7 @@ thread_local! {
 
 /// Rows of the right operand one pass of [`few_rows`] takes: 64 rows of a 512-column weight
 /// are 128 KiB, so that the copy computed from and the next one prefetched fill half an L2
-/// cache. Measured against 32-128 (`drill bench learner --case nature-cnn-products`, 8
-/// interleaved runs, AMD EPYC Zen 1): 64 the fastest, 128 without prefetching 1.12x slower.
+/// cache: the fastest of 32-128 (`drill bench learner --case nature-cnn-products`).
 const FEW_ROWS_DEPTH: usize = 64;
 
 /// A product of at most [`small_gemm::FEW_ROWS`] rows (or [`SOME_ROWS`] with a large right

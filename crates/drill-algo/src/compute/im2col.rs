@@ -208,9 +208,8 @@ fn scratch_len(g: &Geometry, group: usize) -> usize {
 }
 
 /// Output positions a grouped product aims at: enough that `gemm` packs the weight once for
-/// several batch elements and fills its tiles. On the Nature CNN's 7x7 and 9x9 layers,
-/// groups of 4 to 8 frames ran the forward and input-gradient products 10-35 % faster than
-/// one frame at a time (AMD EPYC Zen 4, 1 thread).
+/// several batch elements and fills its tiles (groups of 4 to 8 frames ran the Nature CNN's
+/// forward and input-gradient products 10-35 % faster than one frame at a time).
 const GROUP_COLUMNS: usize = 320;
 
 /// Batch elements per product for this layer: at most [`GROUP_COLUMNS`] output positions,
@@ -258,9 +257,8 @@ fn split_level() -> u8 {
 }
 
 /// [`split_rows`] at SIMD level `level` (at most [`split_level`]'s; the tests run each). The
-/// SIMD levels take every row of the element in one call: one call per row, with its
-/// permutation indices made again each time, made the Nature CNN's update at batch 256 about
-/// 3 % slower (Intel Xeon with AVX-512, 1 thread).
+/// SIMD levels take every row of the element in one call, so that the permutation indices
+/// are made once per element, not once per row.
 fn split_rows_at<const S: usize>(x: &[f32], g: &Geometry, xs: &mut [f32], level: u8) {
     assert!(level <= split_level(), "SIMD level {level} on this CPU");
     let pw = phase_width(g);
@@ -634,9 +632,7 @@ pub(super) fn per_group<T: Send>(
 
 /// [`per_group`] over a new buffer of `n` floats, each group's chunk set to zeros by its own
 /// thread just before `f` gets it, in cache: a `memset` of the whole buffer first (13 MB for
-/// the first Nature-CNN layer's output at batch 256) was a pass over memory of its own, 3 % of
-/// the minibatch-256 update's samples on 1 thread; without it the update ran 1-2 % faster on
-/// 1 thread and 3-4 % on 2 (Intel Xeon with AVX-512).
+/// the first Nature-CNN layer's output at batch 256) would be a pass over memory of its own.
 fn per_group_zeroed(
     n: usize,
     chunk_len: usize,

@@ -16,14 +16,10 @@
 //! A first layer's `u8` frames are converted an element (forward) or a group (weight
 //! gradient) at a time into the thread's scratch, in cache, just before its products.
 //!
-//! Chosen ([`chosen`]) where the CPU has AVX2 and FMA. On the 2-core AMD EPYC Zen 1 box
-//! (AVX2, 2026-11-28) the Nature CNN's three layers ran forward about 1.2x as fast as im2col
-//! and `gemm`, its update 1.14x and `pong_ppo` 1.07x. On the Intel Xeon with AVX-512
-//! (2026-11-29), once the tile took 24 accumulators there ([`super::small_gemm::tile_shape`])
-//! and frames were converted here rather than on the host, the update at batch 32 on 1
-//! thread ran 1.2x as fast as with `gemm`'s AVX-512 kernels, at batch 256 on 2 threads 1.25x,
-//! and `pong_ppo` in f32 1.165x (docs/figures.md). AMD's AVX-512 CPUs (Zen 4) have not run
-//! them since.
+//! Chosen ([`chosen`]) where the CPU has AVX2 and FMA: without the patch matrix's pass over
+//! memory the Nature-CNN update ran 1.14-1.25x as fast as im2col with `gemm`, on AVX2 and on
+//! AVX-512 (there with the 24-accumulator tile of [`super::small_gemm::tile_shape`];
+//! `drill --threads 1 bench learner --case nature-cnn-update`).
 
 use super::gemm;
 use super::im2col::{

@@ -19,17 +19,14 @@ use pulp::{Simd, WithSimd};
 /// for a product of `vectors` vectors of columns.
 ///
 /// AVX-512 (32 registers) takes up to 24 accumulators, shaped by the columns: 6 rows by 4
-/// vectors from 4 vectors on, 8 rows by 3, 2 or 1 vectors below. On the Intel Xeon with
-/// AVX-512, 4 rows by 3 vectors (12 accumulators) left the Nature CNN's gathered
-/// convolutions no faster than `gemm` (2026-11-28); with 6 x 4 and 8 x 2 their products
-/// reached 65-70 % of the FMA peak with operands hot, while 12 x 2 (the row pointers
-/// spilled), 4 x 4, 5 x 4 and 7 x 4 were slower (2026-11-29, `drill --threads 1 bench
-/// learner --case nature-cnn-products`; docs/figures.md).
+/// vectors from 4 vectors on, 8 rows by 3, 2 or 1 vectors below: the fastest of the shapes
+/// tried for the gathered convolutions (12 accumulators left them no faster than `gemm`;
+/// 12 x 2 spills its row pointers; `drill --threads 1 bench learner --case
+/// nature-cnn-products`).
 ///
 /// AVX2 has 16 registers, and 4 x 3 needs all of them (12 accumulators, 3 right-operand
-/// vectors, a broadcast): the compiler kept an accumulator on the stack, a store and a reload
-/// in every depth step's dependency chain (AMD EPYC Zen 3: the CartPole DQN update took 1.24x
-/// as long, docs/figures.md). 6 rows by 2 vectors leaves a register spare. Tiles of at most 3
+/// vectors, a broadcast): the compiler would keep an accumulator on the stack, a store and a
+/// reload in every depth step's dependency chain. 6 rows by 2 vectors leaves a register spare. Tiles of at most 3
 /// rows take 3 vectors at every level (9 accumulators fit), or 4 on AVX-512.
 pub const fn tile_shape(lanes: usize, vectors: usize) -> (usize, usize) {
     if lanes < 16 {

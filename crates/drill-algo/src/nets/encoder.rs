@@ -137,9 +137,7 @@ impl ConvEncoder {
 /// draws of burn's generator (so seeding burn fixes it). Written here because burn 0.22's
 /// `Initializer::Orthogonal` runs its QR through per-column tensor operations, which took
 /// over 100 s for the Nature trunk's 3136x512 layer; Gram-Schmidt in f64 ([`GramSchmidt`])
-/// takes 0.42-0.51 s (AMD EPYC Zen 3, 2026-11-27; 1.05-1.14 s with one running sum per dot
-/// product, whose f32 weights for seeds 0-3 of the trunk's four layers were the same to the
-/// bit), 2.4 s on an AMD EPYC Zen 1.
+/// takes under a second to a few seconds, by the CPU.
 fn orthogonal<const D: usize>(dims: [usize; D], gain: f64, device: &Device) -> Tensor<D> {
     let rows = dims[0];
     let cols: usize = dims[1..].iter().product();
@@ -165,9 +163,8 @@ fn orthogonal<const D: usize>(dims: [usize; D], gain: f64, device: &Device) -> T
 }
 
 /// Modified Gram-Schmidt, re-orthogonalised, over `n` vectors of length `m` in `v`, through
-/// pulp's dispatch: compiled for the machine's widest vectors. (A closure handed to
-/// `dispatch` was left out of line and compiled for SSE2: 3.3 s against 2.4 s of a
-/// `pong_ppo` start on an AMD EPYC Zen 1, by `perf` samples, the same weights to the bit.)
+/// pulp's dispatch: compiled for the machine's widest vectors (a closure handed to
+/// `dispatch` is left out of line and compiled for SSE2).
 /// The sums' order is fixed by [`dot`]'s lanes, so every machine gets the same values.
 struct GramSchmidt<'a> {
     v: &'a mut [f64],

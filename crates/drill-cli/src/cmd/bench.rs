@@ -759,7 +759,7 @@ fn nature_cnn_update_us(device: &Device, bs: usize, n: usize) -> f64 {
 /// One Nature-CNN DQN update per call (batch `bs`, 4x84x84, 6 actions: target forward,
 /// online forward, gather, MSE, backward, Adam), on a net seeded 0. The observations are
 /// made once, as `scripts/bench_torch_learner.py` makes its own: each call shares them
-/// instead of copying 3.6 MB twice (1.5 ms of a batch-32 update on one AMD EPYC Zen 1 core).
+/// instead of copying 3.6 MB twice, which the timed update would count.
 fn nature_cnn_update(device: &Device, bs: usize) -> impl FnMut() {
     device.seed(0);
     let ad = device.clone().autodiff();
