@@ -634,7 +634,7 @@ mod tests {
         let drill_config::Policy::Dqn(p) = &cfg.policy else {
             unreachable!()
         };
-        let mut null = crate::NullReporter;
+        let mut null = crate::run::NullReporter;
         let mut run = RunContext {
             device: Device::flex(),
             spec: session::env_spec(&cfg).unwrap(),

@@ -14,8 +14,8 @@ use drill_exp::Experiment;
 
 use crate::compute::select_device;
 use crate::error::TrainError;
+use crate::run::{NullReporter, Reporter, RunContext, TrainResult};
 use crate::start::{self, RankStart, StartOptions};
-use crate::{NullReporter, Reporter, RunContext, TrainResult};
 
 /// A config ready to train: loaded, its environment's spec built once, checked.
 pub struct Prepared {
@@ -59,7 +59,7 @@ pub fn prepare(
     }
     // Before validate, which builds the networks: a size that cannot fit is named, not hit.
     crate::memory::check(&config, &spec, processes)?;
-    crate::validate(&config, &spec)?;
+    crate::dispatch::validate(&config, &spec)?;
     Ok(Prepared { config, spec })
 }
 
@@ -113,10 +113,10 @@ pub fn train_here(
     } = start::for_rank(&config, opts, dist.as_ref(), restarts).map_err(whose)?;
     log_file(&dir.join("logs").join(format!("rank_{rank}.log")));
     let threads = rayon::current_num_threads();
-    let precision = if crate::compute::bf16::enabled() {
+    let precision = if drill_kernels::precision::enabled() {
         format!(
             ", bf16 products ({:?})",
-            crate::compute::bf16::Level::current()
+            drill_kernels::precision::Level::current()
         )
     } else {
         String::new()
@@ -128,9 +128,9 @@ pub fn train_here(
         dir.display(),
         if threads == 1 { "" } else { "s" }
     );
-    if crate::compute::bf16::enabled()
+    if drill_kernels::precision::enabled()
         && rank == 0
-        && let Some(why) = crate::compute::bf16::slow_here()
+        && let Some(why) = drill_kernels::precision::slow_here()
     {
         tracing::warn!("policy.precision = \"bf16\": {why}");
     }
@@ -145,7 +145,7 @@ pub fn train_here(
             std::process::exit(0)
         });
     }
-    let trained = crate::train(
+    let trained = crate::dispatch::train(
         &config,
         &mut RunContext {
             device,

@@ -27,13 +27,13 @@ use drill_env::{Actions, ObsBuf};
 use drill_exp::Checkpoint;
 use rand::{Rng, SeedableRng};
 
-use crate::compute::gemm::View;
 use crate::ddp::Ranks;
 use crate::dqn::Dqn;
 use crate::error::TrainError;
 use crate::policy::Policy as _;
 use crate::ppo::Ppo;
 use crate::session;
+use drill_kernels::View;
 
 /// Name → (shape, values) in PyTorch's layout.
 pub type StateDict = BTreeMap<String, (Vec<usize>, Vec<f32>)>;

@@ -44,7 +44,7 @@ pub fn resume<P: Policy>(policy: &mut P, resume: Option<&Checkpoint>) -> Result<
 
 /// The start of every pipeline: the DDP ranks of `run`, with the device seeded with
 /// `config.seed` (the same initial weights everywhere).
-pub fn setup(cfg: &Config, run: &crate::RunContext<'_>) -> Ranks {
+pub fn setup(cfg: &Config, run: &crate::run::RunContext<'_>) -> Ranks {
     run.device.seed(cfg.seed);
     Ranks::new(run.dist.clone())
 }

@@ -6,10 +6,9 @@
 //! the precision is process-wide.
 
 use burn::tensor::{Device, Tensor, TensorData};
-use drill_algo::compute::bf16::{self, Level};
-use drill_algo::compute::dense::{self, Dims};
-use drill_algo::compute::gemm::{Epilogue, View};
 use drill_algo::compute::linear;
+use drill_kernels::dense::{self, Dims, Packing};
+use drill_kernels::precision::{self, Level};
 
 mod common;
 use common::{rel_err, values};
@@ -34,10 +33,6 @@ fn a_kept_packing_gives_its_own_weight_s_product() {
     // Two weights alive at once, read in turn five times each: neither may be read through
     // the other's packing.
     let weights: Vec<Vec<f32>> = [10, 11].iter().map(|&s| values(k * d, s)).collect();
-    let epilogue = Epilogue {
-        bias: Some(&bias),
-        relu: true,
-    };
     let dims = Dims {
         n,
         d_in: k,
@@ -53,27 +48,15 @@ fn a_kept_packing_gives_its_own_weight_s_product() {
             Level::force(Some(level));
         }
         let held: Vec<Tensor<2>> = weights.iter().map(|w| tensor(w, [k, d])).collect();
-        bf16::set_enabled(precision.is_some());
+        precision::set_enabled(precision.is_some());
         let sights: Vec<Vec<Vec<f32>>> =
             (0..5).map(|_| held.iter().map(&layer).collect()).collect();
-        bf16::set_enabled(false);
+        precision::set_enabled(false);
         for (j, w) in weights.iter().enumerate() {
             let bf16_y = precision.map(|level| {
-                let mut y = vec![0f32; n * d];
-                // SAFETY: `y` is a row-major n x d buffer of its own.
-                unsafe {
-                    bf16::gemm(
-                        level,
-                        y.as_mut_ptr(),
-                        (n, d, k),
-                        (d, 1),
-                        false,
-                        View::rows(&x, k),
-                        View::rows(w, d),
-                        false,
-                    );
-                }
-                epilogue.apply(&mut y, d);
+                // The same weight packed for this call alone.
+                let packing = Packing::new(w, (k, d), Some(level));
+                let y = dense::forward_packed(&x, &packing, &bias, dims, true);
                 let e = rel_err(&y, &f32_y[j]);
                 assert!(
                     e > 0.0 && e < 1e-2,

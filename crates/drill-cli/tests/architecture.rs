@@ -1,13 +1,15 @@
-//! The workspace's layering, checked from the sources: inside every crate, the modules under
-//! one parent import each other without cycles (layers call down only), and drill-exp (the
-//! experiment folder) does not depend on the training crates or burn.
+//! The workspace's layering, checked from the sources against ARCHITECTURE.md's "Layers"
+//! tables: each crate depends (`[dependencies]`) only on crates of lower layers; drill-algo's
+//! top-level modules name only modules of their own layer or lower ones; inside every crate
+//! the modules under one parent import each other without cycles; drill-exp and drill-kernels
+//! build without burn, and drill-kernels without any other drill crate.
 //!
 //! An edge `a → b` between two sibling modules means some file inside `a` names `crate::…::b`
 //! or `super::b` (with `use` or in a path), or names an item that a `pub use` elsewhere
 //! re-exports from `b` (`use crate::{Name}` with `pub use b::Name` in `lib.rs`: followed
-//! through chains of re-exports to the module that defines it). The unit tests at the bottom
-//! of a file (from `#[cfg(test)]` on), which may drive a layer through the ones above it, do
-//! not count.
+//! through chains of re-exports to the module that defines it). Files are read whole, without
+//! comments and string literals; an item under `#[cfg(test)]` (a unit test module, inline or
+//! `mod tests;`), which may drive a layer through the ones above it, does not count.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -48,13 +50,134 @@ fn modules(src: &Path) -> Vec<(Vec<String>, String)> {
     out
 }
 
-/// A file's code without its unit tests and line comments.
+/// A file's code: comments and the contents of string and char literals blanked, and every
+/// item under `#[cfg(test)]` taken out (to its `;` or its closing brace).
 fn code_of(text: &str) -> String {
-    let text = text.split("#[cfg(test)]").next().unwrap_or("");
-    text.lines()
-        .map(|l| l.split("//").next().unwrap_or(""))
-        .collect::<Vec<_>>()
-        .join("\n")
+    without_test_items(&blank_comments_and_literals(text))
+}
+
+/// `text` with comments (line, block, nested) and the insides of string, raw string, byte
+/// string and char literals replaced by spaces, so that no brace or path inside them counts.
+/// Lengths and line breaks are kept.
+fn blank_comments_and_literals(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = b.to_vec();
+    let blank = |out: &mut Vec<u8>, from: usize, to: usize| {
+        for c in &mut out[from..to.min(b.len())] {
+            if *c != b'\n' {
+                *c = b' ';
+            }
+        }
+    };
+    let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        if c == b'/' && b.get(i + 1) == Some(&b'/') {
+            let end = b[i..]
+                .iter()
+                .position(|&c| c == b'\n')
+                .map_or(b.len(), |e| i + e);
+            blank(&mut out, i, end);
+            i = end;
+        } else if c == b'/' && b.get(i + 1) == Some(&b'*') {
+            let (mut depth, mut j) = (1, i + 2);
+            while j < b.len() && depth > 0 {
+                if b[j] == b'/' && b.get(j + 1) == Some(&b'*') {
+                    depth += 1;
+                    j += 2;
+                } else if b[j] == b'*' && b.get(j + 1) == Some(&b'/') {
+                    depth -= 1;
+                    j += 2;
+                } else {
+                    j += 1;
+                }
+            }
+            blank(&mut out, i, j);
+            i = j;
+        } else if (c == b'r' || (c == b'b' && b.get(i + 1) == Some(&b'r')))
+            && (i == 0 || !ident(b[i - 1]))
+            && {
+                let s = if c == b'b' { i + 2 } else { i + 1 };
+                let h = b[s..].iter().take_while(|&&c| c == b'#').count();
+                b.get(s + h) == Some(&b'"')
+            }
+        {
+            // A raw string: r"…", r#"…"#, br"…".
+            let s = if c == b'b' { i + 2 } else { i + 1 };
+            let hashes = b[s..].iter().take_while(|&&c| c == b'#').count();
+            let body = s + hashes + 1;
+            let close = format!("\"{}", "#".repeat(hashes));
+            let end = text[body..].find(&close).map_or(b.len(), |e| body + e);
+            blank(&mut out, body, end);
+            i = end + close.len();
+        } else if c == b'"' {
+            let mut j = i + 1;
+            while j < b.len() && b[j] != b'"' {
+                j += if b[j] == b'\\' { 2 } else { 1 };
+            }
+            blank(&mut out, i + 1, j);
+            i = j + 1;
+        } else if c == b'\'' {
+            // A char literal ('x', '\n', '\u{…}'), or a lifetime ('a), left alone.
+            if b.get(i + 1) == Some(&b'\\') {
+                let end = b[i + 2..]
+                    .iter()
+                    .position(|&c| c == b'\'')
+                    .map_or(b.len(), |e| i + 2 + e);
+                blank(&mut out, i + 1, end);
+                i = end + 1;
+            } else if b.get(i + 2) == Some(&b'\'') {
+                blank(&mut out, i + 1, i + 2);
+                i += 3;
+            } else if let Some(len) = text[i + 1..].chars().next().map(char::len_utf8)
+                && len > 1
+                && b.get(i + 1 + len) == Some(&b'\'')
+            {
+                blank(&mut out, i + 1, i + 1 + len);
+                i += 2 + len;
+            } else {
+                i += 1;
+            }
+        } else {
+            i += 1;
+        }
+    }
+    String::from_utf8(out).expect("blanking keeps UTF-8: whole characters become spaces")
+}
+
+/// `code` (comments and literals blanked) without the items `#[cfg(test)]` marks: each runs
+/// from the attribute to its first `;` outside braces or to the brace that closes its body.
+fn without_test_items(code: &str) -> String {
+    let mut out = String::with_capacity(code.len());
+    let mut rest = code;
+    while let Some(at) = rest.find("#[cfg(test)]") {
+        out.push_str(&rest[..at]);
+        let item = &rest[at + "#[cfg(test)]".len()..];
+        let (mut depth, mut braces, mut end) = (0i32, 0i32, item.len());
+        for (i, c) in item.char_indices() {
+            match c {
+                '(' | '[' => depth += 1,
+                ')' | ']' => depth -= 1,
+                '{' => braces += 1,
+                '}' => {
+                    braces -= 1;
+                    if braces == 0 && depth == 0 {
+                        end = i + 1;
+                        break;
+                    }
+                }
+                ';' if depth == 0 && braces == 0 => {
+                    end = i + 1;
+                    break;
+                }
+                _ => {}
+            }
+        }
+        rest = &item[end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Split `s` at the commas outside braces.
@@ -259,13 +382,15 @@ fn references(text: &str, me: &[String]) -> Vec<Vec<String>> {
     out
 }
 
-/// Cycles among siblings, as `parent: a <-> b` for each pair that reach each other.
-fn sibling_cycles(src: &Path) -> Vec<String> {
+/// Who names whom among siblings: parent module → (child → the siblings it names).
+type Graphs = BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>>;
+
+/// The sibling edges of the crate whose sources are `src`.
+fn sibling_graphs(src: &Path) -> Graphs {
     let mods = modules(src);
     let known: BTreeSet<Vec<String>> = mods.iter().map(|(m, _)| m.clone()).collect();
     let reexported = reexports(&mods, &known);
-    // parent → (child → the siblings it names)
-    let mut graphs: BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    let mut graphs = Graphs::new();
     for (me, text) in &mods {
         for target in references(text, me) {
             let target = resolve(target, &known, &reexported);
@@ -290,8 +415,13 @@ fn sibling_cycles(src: &Path) -> Vec<String> {
                 .insert(target[common].clone());
         }
     }
+    graphs
+}
+
+/// Cycles among siblings, as `parent: a <-> b` for each pair that reach each other.
+fn sibling_cycles(src: &Path) -> Vec<String> {
     let mut cycles = Vec::new();
-    for (parent, g) in &graphs {
+    for (parent, g) in &sibling_graphs(src) {
         let name = if parent.is_empty() {
             "crate".to_string()
         } else {
@@ -307,6 +437,137 @@ fn sibling_cycles(src: &Path) -> Vec<String> {
         }
     }
     cycles
+}
+
+/// A "Layers" table of ARCHITECTURE.md (`text`): the rows under the header line that starts
+/// with `| {header}`, top layer first, each the names written in backticks in its second
+/// column (`drill-algo`, `compute/`, `dqn.rs`: a module's `/` or `.rs` dropped).
+fn layer_table(text: &str, header: &str) -> Vec<Vec<String>> {
+    let start = format!("| {header}");
+    let mut lines = text.lines().skip_while(|l| !l.starts_with(&start));
+    assert!(
+        lines.next().is_some(),
+        "ARCHITECTURE.md has no table headed {start:?}"
+    );
+    lines
+        .skip(1) // |---|---|
+        .take_while(|l| l.starts_with('|'))
+        .map(|row| {
+            let names = row.split('|').nth(2).unwrap_or("");
+            names
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(|n| n.trim_end_matches('/').trim_end_matches(".rs").to_string())
+                .collect()
+        })
+        .collect()
+}
+
+/// The layer (0 = top) `name` is in.
+fn layer_of(layers: &[Vec<String>], name: &str) -> Option<usize> {
+    layers.iter().position(|l| l.iter().any(|n| n == name))
+}
+
+/// The workspace crates (folders under `crates_dir` with a Cargo.toml) whose
+/// `[dependencies]` name a drill crate of the same or a higher layer, or that no layer holds.
+fn crate_layer_breaches(crates_dir: &Path, layers: &[Vec<String>]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(crates_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|d| d.join("Cargo.toml").is_file())
+        .collect();
+    dirs.sort();
+    for dir in dirs {
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let Some(me) = layer_of(layers, &name) else {
+            out.push(format!("{name} is in no layer"));
+            continue;
+        };
+        let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
+        let deps = manifest
+            .lines()
+            .skip_while(|l| l.trim() != "[dependencies]")
+            .skip(1)
+            .take_while(|l| !l.trim_start().starts_with('['));
+        for line in deps {
+            let dep: String = line
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '-' || *c == '_')
+                .collect();
+            if !dep.starts_with("drill-") {
+                continue;
+            }
+            match layer_of(layers, &dep) {
+                Some(l) if l > me => {}
+                Some(_) => out.push(format!(
+                    "{name} depends on {dep}, of its own layer or a higher one"
+                )),
+                None => out.push(format!("{name} depends on {dep}, which is in no layer")),
+            }
+        }
+    }
+    out
+}
+
+/// drill-algo's top-level modules (its `src`) that name a module of a higher layer, or that
+/// no layer holds.
+fn module_layer_breaches(src: &Path, layers: &[Vec<String>]) -> Vec<String> {
+    let graphs = sibling_graphs(src);
+    let mut out = Vec::new();
+    let top: BTreeSet<String> = modules(src)
+        .into_iter()
+        .filter_map(|(m, _)| m.first().cloned())
+        .collect();
+    for m in &top {
+        if layer_of(layers, m).is_none() {
+            out.push(format!("module {m} is in no layer"));
+        }
+    }
+    for (from, to) in graphs.get(&Vec::new()).into_iter().flatten() {
+        let Some(a) = layer_of(layers, from) else {
+            continue;
+        };
+        for t in to {
+            if layer_of(layers, t).is_some_and(|b| b < a) {
+                out.push(format!("{from} names {t}, of a higher layer"));
+            }
+        }
+    }
+    out
+}
+
+/// Files of the crate at `src` (lib.rs aside) that name an item through the crate root
+/// (`crate::Item`, an item lib.rs defines or re-exports) instead of its own module: lib.rs is
+/// the façade for other crates, not a layer the crate's own modules import from.
+fn imports_through_the_root(src: &Path) -> Vec<String> {
+    let mods = modules(src);
+    let top: BTreeSet<&str> = mods
+        .iter()
+        .filter_map(|(m, _)| m.first().map(String::as_str))
+        .collect();
+    let mut out = Vec::new();
+    for (me, text) in &mods {
+        if me.is_empty() {
+            continue;
+        }
+        for target in references(text, me) {
+            // A path whose first segment is no top-level module names an item of the root.
+            if let Some(first) = target.first()
+                && !top.contains(first.as_str())
+            {
+                out.push(format!("{}: crate::{first}", me.join("::")));
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+fn architecture_md() -> String {
+    std::fs::read_to_string(crates().join("../ARCHITECTURE.md")).unwrap()
 }
 
 /// `from` names `to`, directly or through other siblings.
@@ -342,17 +603,52 @@ fn no_crate_has_an_import_cycle_between_sibling_modules() {
 }
 
 #[test]
-fn the_experiment_folder_needs_no_tensor_library() {
+fn every_crate_depends_only_on_lower_layers() {
+    let layers = layer_table(&architecture_md(), "crate layer");
+    let breaches = crate_layer_breaches(&crates(), &layers);
+    assert!(
+        breaches.is_empty(),
+        "layer breaches:\n{}",
+        breaches.join("\n")
+    );
+}
+
+#[test]
+fn drill_algo_modules_name_only_their_layer_or_lower_ones() {
+    let layers = layer_table(&architecture_md(), "drill-algo layer");
+    let breaches = module_layer_breaches(&crates().join("drill-algo/src"), &layers);
+    assert!(
+        breaches.is_empty(),
+        "layer breaches:\n{}",
+        breaches.join("\n")
+    );
+}
+
+#[test]
+fn drill_algo_modules_do_not_import_through_lib_rs() {
+    let found = imports_through_the_root(&crates().join("drill-algo/src"));
+    assert!(
+        found.is_empty(),
+        "imports through lib.rs:\n{}",
+        found.join("\n")
+    );
+    // Planted: a module naming a re-exported item through the root must be seen.
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    copy_tree(&crates().join("drill-algo/src"), &src);
+    let session = src.join("session.rs");
+    let text = std::fs::read_to_string(&session).unwrap();
+    std::fs::write(&session, format!("{text}\nuse crate::TrainResult;\n")).unwrap();
+    assert_eq!(
+        imports_through_the_root(&src),
+        ["session: crate::TrainResult"]
+    );
+}
+
+/// Normal dependencies (`cargo tree -e normal`) of `package`, one crate name per line.
+fn dependency_tree(package: &str) -> String {
     let out = std::process::Command::new(env!("CARGO"))
-        .args([
-            "tree",
-            "-p",
-            "drill-exp",
-            "-e",
-            "normal",
-            "--prefix",
-            "none",
-        ])
+        .args(["tree", "-p", package, "-e", "normal", "--prefix", "none"])
         .current_dir(crates())
         .output()
         .unwrap();
@@ -361,14 +657,32 @@ fn the_experiment_folder_needs_no_tensor_library() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let tree = String::from_utf8_lossy(&out.stdout);
-    assert!(tree.contains("drill-exp"), "{tree}");
+    let tree = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(tree.contains(package), "{tree}");
+    tree
+}
+
+#[test]
+fn the_experiment_folder_needs_no_tensor_library() {
+    let tree = dependency_tree("drill-exp");
     for heavy in ["burn", "drill-algo"] {
         assert!(
             !tree.lines().any(|l| l.starts_with(heavy)),
             "drill-exp depends on {heavy}:\n{tree}"
         );
     }
+}
+
+#[test]
+fn the_kernels_need_no_tensor_library_and_no_other_drill_crate() {
+    let tree = dependency_tree("drill-kernels");
+    let bad: Vec<&str> = tree
+        .lines()
+        .filter(|l| {
+            l.starts_with("burn") || (l.starts_with("drill-") && !l.starts_with("drill-kernels"))
+        })
+        .collect();
+    assert!(bad.is_empty(), "drill-kernels depends on {bad:?}");
 }
 
 #[test]
@@ -424,4 +738,93 @@ fn the_cycle_check_follows_reexports() {
     append("lib.rs", "pub use time_limit::Again as Renamed;");
     append("time_limit.rs", "pub use crate::vector::VecEnv as Again;");
     assert_eq!(sibling_cycles(&src), ["crate: error <-> vector"]);
+}
+
+/// The cycle check reads a file whole: in a scratch copy of drill-task, whose `lib.rs` has
+/// `#[cfg(test)] mod fuzz;` above its `pub use` lines (through which `parallel` names `task`),
+/// `task.rs` naming `parallel` closes a loop the check must see.
+#[test]
+fn the_cycle_check_reads_past_a_test_module() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    copy_tree(&crates().join("drill-task/src"), &src);
+    let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+    let fuzz = lib
+        .find("#[cfg(test)]")
+        .expect("drill-task's lib.rs has a test module");
+    assert!(
+        lib[fuzz..].contains("pub use task::"),
+        "the re-exports are no longer below the test module: move this test's plant"
+    );
+    assert_eq!(sibling_cycles(&src), Vec::<String>::new());
+    let task = src.join("task.rs");
+    let text = std::fs::read_to_string(&task).unwrap();
+    std::fs::write(&task, format!("{text}\nuse crate::parallel::Parallel;\n")).unwrap();
+    assert_eq!(sibling_cycles(&src), ["crate: parallel <-> task"]);
+}
+
+/// Test items are left out by their extent, not by where the first one starts: code after a
+/// test module counts, code inside one (or in a string, or a comment) does not.
+#[test]
+fn test_items_comments_and_strings_do_not_count() {
+    let code = code_of(
+        "use crate::a;\n#[cfg(test)]\nmod tests {\n    use crate::b;\n    fn f() { let s = \"}\"; }\n}\n\
+         #[cfg(test)]\nmod fuzz;\nuse crate::c; // crate::d\nconst S: &str = r#\"crate::e\"#;\n\
+         /* crate::f /* nested */ crate::g */ fn h<'a>(x: &'a str) -> char { '{' }\nuse crate::i;\n",
+    );
+    let names: Vec<Vec<String>> = references(&code, &["m".to_string()]);
+    let firsts: Vec<&str> = names.iter().map(|p| p[0].as_str()).collect();
+    assert_eq!(firsts, ["a", "c", "i"], "{code}");
+}
+
+/// A layer breach that closes no loop: in a scratch copy of drill-algo, `compute/` (low)
+/// naming `middleware` (high) must fail the layer check while the cycle check passes; and a
+/// crate depending on a higher crate must fail the crate check.
+#[test]
+fn the_layer_checks_see_a_breach() {
+    let md = architecture_md();
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    copy_tree(&crates().join("drill-algo/src"), &src);
+    let layers = layer_table(&md, "drill-algo layer");
+    assert_eq!(module_layer_breaches(&src, &layers), Vec::<String>::new());
+    let compute = src.join("compute/mod.rs");
+    let text = std::fs::read_to_string(&compute).unwrap();
+    std::fs::write(
+        &compute,
+        format!("{text}\nuse crate::middleware::Epsilon;\n"),
+    )
+    .unwrap();
+    assert_eq!(sibling_cycles(&src), Vec::<String>::new());
+    assert_eq!(
+        module_layer_breaches(&src, &layers),
+        ["compute names middleware, of a higher layer"]
+    );
+
+    let layers = layer_table(&md, "crate layer");
+    let scratch = tmp.path().join("crates");
+    for entry in std::fs::read_dir(crates()).unwrap() {
+        let dir = entry.unwrap().path();
+        if dir.join("Cargo.toml").is_file() {
+            let to = scratch.join(dir.file_name().unwrap());
+            std::fs::create_dir_all(&to).unwrap();
+            std::fs::copy(dir.join("Cargo.toml"), to.join("Cargo.toml")).unwrap();
+        }
+    }
+    assert_eq!(
+        crate_layer_breaches(&scratch, &layers),
+        Vec::<String>::new()
+    );
+    let comm = scratch.join("drill-comm/Cargo.toml");
+    let text = std::fs::read_to_string(&comm).unwrap();
+    let text = text.replacen(
+        "[dependencies]\n",
+        "[dependencies]\ndrill-exp.workspace = true\n",
+        1,
+    );
+    std::fs::write(&comm, text).unwrap();
+    assert_eq!(
+        crate_layer_breaches(&scratch, &layers),
+        ["drill-comm depends on drill-exp, of its own layer or a higher one"]
+    );
 }

@@ -19,7 +19,7 @@ pub fn select_device(config: &drill_config::Config) -> Result<Device, TrainError
             )
             .into());
     }
-    super::bf16::set_enabled(bf16);
+    drill_kernels::precision::set_enabled(bf16);
     if !config.policy.cuda() {
         return Ok(Device::flex());
     }

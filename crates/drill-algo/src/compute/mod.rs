@@ -1,35 +1,21 @@
 //! Where the tensor work runs, and fast: [`select_device`] (CPU, or a GPU for `policy.cuda`),
 //! and [`conv2d`] and [`linear`], each a whole layer (bias and ReLU included) as one
-//! operation ([`conv2d_frames`]: a first layer reading `u8` frames, [`frames`]).
+//! operation ([`conv2d_frames`]: a first layer reading `u8` frames).
 //!
-//! On the CPU (flex) device with `f32` tensors they run drill's own kernels and backward
-//! pass ([`ops`]: the burn backend extension; [`im2col`], [`implicit`], [`dense`]: the
-//! kernels; [`gemm`]: the matrix product under them). Anywhere else (the GPU, other dtypes) they are burn's own
-//! operations. Why: burn-flex 0.22.1 builds convolution patches through NHWC copies, computes
-//! the weight gradient as a convolution with the output gradient as kernel, and allocates
-//! every matmul output twice; the Nature-DQN update spent most of its time there
-//! (`drill bench learner --case nature-cnn-update`).
+//! On the CPU (flex) device with `f32` tensors they run the `drill-kernels` crate's kernels
+//! and drill's own backward pass ([`ops`]: the burn backend extension; [`packed_weights`]:
+//! dense weights kept packed between calls). Anywhere else (the GPU, other dtypes) they are
+//! burn's own operations. Why: burn-flex 0.22.1 builds convolution patches through NHWC
+//! copies, computes the weight gradient as a convolution with the output gradient as kernel,
+//! and allocates every matmul output twice; the Nature-DQN update spent most of its time
+//! there (`drill bench learner --case nature-cnn-update`).
 //!
-//! With `policy.precision = "bf16"` their large products run in [`bf16`] (operands rounded
-//! to bfloat16, f32 accumulation; on Intel AMX tiles where the CPU has them: [`amx`], and
-//! [`amx_conv`] for the convolutions); [`peak`] measures the f32 FMA roof they are compared
-//! with.
+//! With `policy.precision = "bf16"` their large products run in bf16 (operands rounded to
+//! bfloat16, f32 accumulation; on Intel AMX tiles where the CPU has them: `drill_kernels::bf16`).
 
-pub mod amx;
-#[cfg(target_arch = "x86_64")]
-pub mod amx_conv;
-pub mod bf16;
-pub mod dense;
 pub mod device;
-pub mod frames;
-pub mod gemm;
-pub mod im2col;
-pub mod implicit;
 pub mod ops;
 pub mod packed_weights;
-pub mod peak;
-pub mod small_gemm;
-pub mod view;
 
 use burn::backend::Dispatch;
 use burn::tensor::activation::relu as relu_op;
@@ -69,10 +55,10 @@ pub fn conv2d(
 }
 
 /// [`conv2d`] over `u8` frames `x [batch, c_in, h, w]` (an int tensor of dtype `U8`), each
-/// byte read as `b / 255` ([`frames::value`]): a network's first layer. On the CPU device
-/// drill's kernels take the bytes, with the same results as [`conv2d`] over the converted
-/// batch: [`im2col`] and the [`implicit`] kernels convert each element (or group of them) in
-/// cache as they reach it (no float copy of the batch, a quarter of the memory traffic).
+/// byte read as `b / 255` ([`drill_kernels::frames::value`]): a network's first layer. On
+/// the CPU device drill's kernels take the bytes, with the same results as [`conv2d`] over
+/// the converted batch: they convert each element (or group of them) in cache as they reach
+/// it (no float copy of the batch, a quarter of the memory traffic).
 /// Anywhere else the batch is converted first.
 pub fn conv2d_frames(
     x: Tensor<4, Int>,
@@ -106,15 +92,6 @@ pub fn linear(x: Tensor<2>, weight: Tensor<2>, bias: Tensor<1>, relu: bool) -> T
     }
     let y = x.matmul(weight) + bias.unsqueeze();
     if relu { relu_op(y) } else { y }
-}
-
-/// ReLU over a buffer, as burn-flex's (NaN stays NaN). Written as a select, not a branch:
-/// the sign of a pre-activation is a coin flip, and a mispredicted branch per element cost
-/// more than the layer's GEMM.
-fn relu_in_place(v: &mut [f32]) {
-    for x in v {
-        *x = if *x > 0.0 || x.is_nan() { *x } else { 0.0 };
-    }
 }
 
 /// Buffers of at least this many floats (1 MiB) are masked over the rayon pool's threads
@@ -244,7 +221,10 @@ mod tests {
         let device = Device::flex().autodiff();
         device.seed(4);
         let bytes: Vec<u8> = (0..2 * 4 * 21 * 17).map(|i| (i * 73 % 256) as u8).collect();
-        let floats: Vec<f32> = bytes.iter().map(|&b| frames::value(b)).collect();
+        let floats: Vec<f32> = bytes
+            .iter()
+            .map(|&b| drill_kernels::frames::value(b))
+            .collect();
         let shape = [2, 4, 21, 17];
         let wd = Tensor::<1>::random([5 * 4 * 8 * 8], Distribution::Uniform(-1.0, 1.0), &device)
             .into_data();

@@ -6,9 +6,6 @@
 //! [`FastOps::fast_conv2d_frames`]); [`super::conv2d`] and [`super::linear`] send everything
 //! else to burn's own operations.
 
-use super::dense::{self, Dims};
-use super::im2col::{self, Geometry, Source};
-use super::implicit;
 use burn::backend::TensorMetadata;
 use burn::backend::autodiff::NodeId;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
@@ -19,6 +16,8 @@ use burn::backend::flex::{FlexTensor, Layout};
 use burn::backend::tensor::{FloatTensor, IntTensor};
 use burn::backend::{Autodiff, Backend, Flex, backend_extension};
 use burn::tensor::{Bytes, DType, Shape};
+use drill_kernels::conv::{self, Geometry, Source};
+use drill_kernels::dense::{self, Dims};
 use std::borrow::Cow;
 
 /// Layers as single backend operations (see the module docs).
@@ -36,7 +35,7 @@ pub trait FastOps: Backend {
     ) -> FloatTensor<Self>;
 
     /// [`FastOps::fast_conv2d`] over `u8` frames `x` (an int tensor of dtype `U8`), each
-    /// byte read as `b / 255` ([`super::frames::value`]): a network's first layer without a
+    /// byte read as `b / 255` ([`drill_kernels::frames::value`]): a network's first layer without a
     /// float copy of its input. No gradient flows to `x`.
     fn fast_conv2d_frames(
         x: IntTensor<Self>,
@@ -55,13 +54,6 @@ pub trait FastOps: Backend {
         bias: FloatTensor<Self>,
         relu: bool,
     ) -> FloatTensor<Self>;
-}
-
-/// Whether this f32 convolution runs without a patch matrix ([`implicit`]): where the CPU
-/// suits it, and not in bf16 precision (whose products im2col packs, or `amx_conv` runs on
-/// AMX tiles).
-pub(super) fn implicit_conv() -> bool {
-    implicit::chosen() && !super::bf16::enabled()
 }
 
 fn geometry(x: &FlexTensor, weight: &FlexTensor, stride: [usize; 2]) -> Geometry {
@@ -132,50 +124,6 @@ fn elements<'t, E: burn::tensor::Element + bytemuck::Pod>(
     }
 }
 
-/// A convolution's forward pass on the kernels this process runs it with: on AMX tiles in
-/// bf16 where [`super::amx_conv::chosen`] says so, without a patch matrix in f32 where
-/// [`super::implicit::chosen`] does (and bf16 is off), else im2col.
-pub fn conv_forward(
-    x: Source<'_>,
-    weight: &[f32],
-    bias: &[f32],
-    g: &Geometry,
-    relu: bool,
-) -> Vec<f32> {
-    #[cfg(target_arch = "x86_64")]
-    if super::amx_conv::chosen(g) {
-        return super::amx_conv::forward(x, weight, bias, g, relu);
-    }
-    if implicit_conv() {
-        implicit::forward(x, weight, bias, g, relu)
-    } else {
-        im2col::forward(x, weight, bias, g, relu)
-    }
-}
-
-/// A convolution's weight and bias gradients, as [`conv_forward`] chooses its kernels.
-pub fn conv_params(x: Source<'_>, dz: &[f32], g: &Geometry) -> (Vec<f32>, Vec<f32>) {
-    #[cfg(target_arch = "x86_64")]
-    if super::amx_conv::chosen(g) {
-        return super::amx_conv::backward_params(x, dz, g);
-    }
-    if implicit_conv() {
-        implicit::backward_params(x, dz, g)
-    } else {
-        im2col::backward_params(x, dz, g)
-    }
-}
-
-/// A convolution's input gradient: on AMX tiles where [`super::amx_conv::chosen`] says so,
-/// else im2col's product and col2im.
-pub fn conv_input(weight: &[f32], dz: &[f32], g: &Geometry) -> Vec<f32> {
-    #[cfg(target_arch = "x86_64")]
-    if super::amx_conv::chosen(g) {
-        return super::amx_conv::backward_input(weight, dz, g);
-    }
-    im2col::backward_input(weight, dz, g)
-}
-
 fn tensor(v: Vec<f32>, shape: impl Into<Shape>) -> FlexTensor {
     FlexTensor::new(
         Bytes::from_elems(v),
@@ -218,7 +166,7 @@ impl FastOps for Flex {
     ) -> FlexTensor {
         let g = geometry(&x, &weight, [stride_h, stride_w]);
         let (x, weight, bias) = (values(&x), values(&weight), values(&bias));
-        let y = conv_forward(Source::F32(&x), &weight, &bias, &g, relu);
+        let y = conv::forward(Source::F32(&x), &weight, &bias, &g, relu);
         tensor(y, [g.batch, g.c_out, g.oh(), g.ow()])
     }
 
@@ -232,7 +180,7 @@ impl FastOps for Flex {
     ) -> FlexTensor {
         let g = geometry(&x, &weight, [stride_h, stride_w]);
         let (x, weight, bias) = (frame_bytes(&x), values(&weight), values(&bias));
-        let y = conv_forward(Source::Frames(&x), &weight, &bias, &g, relu);
+        let y = conv::forward(Source::Frames(&x), &weight, &bias, &g, relu);
         tensor(y, [g.batch, g.c_out, g.oh(), g.ow()])
     }
 
@@ -276,10 +224,10 @@ impl Backward<Flex, 3> for LayerBackward {
             Layer::Conv { stride } => {
                 let g = geometry(&x, &weight, stride);
                 let params = (node_w.is_some() || node_b.is_some())
-                    .then(|| conv_params(Source::F32(&values(&x)), &dz, &g));
+                    .then(|| conv::backward_params(Source::F32(&values(&x)), &dz, &g));
                 let dx = node_x
                     .is_some()
-                    .then(|| conv_input(&values(&weight), &dz, &g));
+                    .then(|| conv::backward_input(&values(&weight), &dz, &g));
                 (params, dx)
             }
             Layer::Linear => {
@@ -322,7 +270,7 @@ impl Backward<Flex, 2> for FramesBackward {
         let (x, w_shape, stride, relu_out) = ops.state;
         let g = geometry_of(&x.shape(), &w_shape, stride);
         let dz = through_relu(dy, relu_out.as_ref());
-        let params = conv_params(Source::Frames(&frame_bytes(&x)), &values(&dz), &g);
+        let params = conv::backward_params(Source::Frames(&frame_bytes(&x)), &values(&dz), &g);
         register_params(
             grads,
             [node_w, node_b].map(|n| n.map(|n| n.id)),

@@ -1,7 +1,7 @@
 //! Packings of large dense-layer weights that are read again unchanged: the acting copy's (a
 //! `pong_ppo` rollout runs 128 forward passes of a batch of 8 through the same 3136 x 512
 //! weight), a DQN target net's. A product of a few rows through such a weight reads all of
-//! it from memory on every call ([`super::gemm`]'s few-row case):
+//! it from memory on every call (a product of few rows):
 //! - in f32 it copies each depth step of the weight into a buffer first (rows 2 KB apart,
 //!   read in place, fall into a few cache sets); kept as contiguous panels
 //!   (`gemm::panels`), the weight streams straight into the product, same bits;
@@ -15,10 +15,10 @@
 //! passes) and never packed. A weight that only the cache still holds is dropped, and the
 //! least recently used of [`ENTRIES`] for a new one.
 
-use super::bf16::{Level, PackedRight};
-use super::view::View;
 use burn::backend::flex::{FlexTensor, Layout};
 use burn::tensor::Bytes;
+use drill_kernels::dense::{self, Packing};
+use drill_kernels::precision::{self, Level};
 use std::sync::{Arc, Mutex};
 
 /// Weights remembered at once: a collector's and an evaluator's acting copies, a target net,
@@ -27,20 +27,6 @@ pub const ENTRIES: usize = 4;
 
 /// Sights of a weight after which it is packed.
 const PACK_AT: u32 = 3;
-
-/// A kept weight, `k x n`.
-#[derive(Debug)]
-pub enum Packing {
-    /// f32 values as `gemm::panels`.
-    F32(Vec<f32>),
-    /// Packed for bf16 products at `level`.
-    Bf16 {
-        /// The packed weight.
-        weight: PackedRight,
-        /// The kernel level it was packed for.
-        level: Level,
-    },
-}
 
 /// One weight seen: its storage and view, the precision it was seen in (`None`: f32), its
 /// sights, and its packing once it has one.
@@ -57,7 +43,7 @@ struct Entry {
 static CACHE: Mutex<(Vec<Entry>, u64)> = Mutex::new((Vec::new(), 0));
 
 /// For a dense layer over `m` rows whose product reads its weight once a call (a few rows
-/// through a weight larger than L2: `gemm::reads_right_once`), the kept packing of
+/// through a weight larger than L2: [`dense::reads_weight_once`]), the kept packing of
 /// `weight` (its `values`, `k x n`) for this process's precision: the kept one, or a new one
 /// at the weight's third sight (`PACK_AT`). `None` for other layers and before that. The packing
 /// runs outside the lock, on the rayon pool (a caller outside the pool that held the lock
@@ -67,10 +53,10 @@ pub fn packed(
     values: &[f32],
     (m, k, n): (usize, usize, usize),
 ) -> Option<Arc<Packing>> {
-    if !super::gemm::reads_right_once(m, n, k) {
+    if !dense::reads_weight_once(m, k, n) {
         return None;
     }
-    let precision = super::bf16::enabled().then(Level::current);
+    let precision = precision::enabled().then(Level::current);
     let data = weight.data_arc();
     let same = |e: &Entry| {
         Arc::ptr_eq(&e.data, &data) && e.layout == *weight.layout() && e.precision == precision
@@ -111,13 +97,7 @@ pub fn packed(
             }
         }
     }
-    let packed = Arc::new(match precision {
-        None => Packing::F32(super::gemm::panels(values, n, (k, n))),
-        Some(level) => Packing::Bf16 {
-            weight: PackedRight::new(level, View::rows(values, n), k, n, true),
-            level,
-        },
-    });
+    let packed = Arc::new(Packing::new(values, (k, n), precision));
     let mut guard = CACHE.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(e) = guard.0.iter_mut().find(|e| same(e)) {
         e.packed.get_or_insert_with(|| packed.clone());

@@ -120,7 +120,7 @@ impl<'a, P: Policy> CkptSaver<'a, P> {
             world_size: self.ranks.world(),
         };
         drill_exp::durable::create_dir_all(dir).map_err(|e| {
-            task_err(crate::TrainError::io(
+            task_err(crate::error::TrainError::io(
                 format!("cannot create {}", dir.display()),
                 e,
             ))

@@ -187,6 +187,6 @@ pub(crate) fn account_collection(
 }
 
 /// A training error as a middleware error (kept as its typed source).
-pub(crate) fn task_err(e: impl Into<crate::TrainError>) -> TaskError {
+pub(crate) fn task_err(e: impl Into<crate::error::TrainError>) -> TaskError {
     TaskError::source(e.into())
 }

@@ -20,10 +20,10 @@ pub use encoder::ConvEncoder;
 pub use q::QNet;
 pub use sac::{SquashedGaussian, TwinQ};
 
-use crate::compute::frames;
 use burn::nn::{Initializer, LinearConfig};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use drill_env::Obs;
+use drill_kernels::frames;
 
 /// A network's input batch `[n, dim]`: float features, or `u8` frames, which a
 /// convolutional trunk's first layer reads as they are ([`crate::compute::conv2d_frames`]),

@@ -647,9 +647,9 @@ fn learner_bench(
             }
             for bs in [4, 8] {
                 let n = iters.unwrap_or(400);
-                drill_algo::compute::bf16::set_enabled(bf16);
+                drill_kernels::precision::set_enabled(bf16);
                 let us = nature_cnn_inference_us(&device, bs, n);
-                drill_algo::compute::bf16::set_enabled(false);
+                drill_kernels::precision::set_enabled(false);
                 report.row(
                     &format!(
                         "nature-cnn-inference-b{bs}{}",
@@ -679,7 +679,7 @@ fn learner_bench(
         let gflop = 2.0 * bs as f64 * (4.0 * fwd - first) / 1e9;
         let on_cpu = device == Device::flex();
         let peak = on_cpu.then(|| {
-            let peak: f64 = rayon::broadcast(|_| drill_algo::compute::peak::fma_peak_gflops())
+            let peak: f64 = rayon::broadcast(|_| drill_kernels::peak::fma_peak_gflops())
                 .into_iter()
                 .sum();
             report.row(
@@ -704,13 +704,13 @@ fn learner_bench(
             if !(want(name) || want("nature-cnn-update")) || (bf16 && !on_cpu) {
                 continue;
             }
-            drill_algo::compute::bf16::set_enabled(bf16);
+            drill_kernels::precision::set_enabled(bf16);
             let us = nature_cnn_update_us(&device, bs, iters.unwrap_or(30));
-            drill_algo::compute::bf16::set_enabled(false);
+            drill_kernels::precision::set_enabled(false);
             let level = if bf16 {
                 format!(
                     ", bf16 products ({:?})",
-                    drill_algo::compute::bf16::Level::current()
+                    drill_kernels::precision::Level::current()
                 )
             } else {
                 String::new()
@@ -789,9 +789,9 @@ fn nature_cnn_update(device: &Device, bs: usize) -> impl FnMut() {
 
 /// `--case nature-cnn-products` (asked for by name only): the matrix products of
 /// [`nature_cnn_update`], each shape timed inside `n` updates on the CPU
-/// ([`drill_algo::compute::gemm::profile`]): calls and microseconds per update, GFLOP/s and
+/// ([`drill_kernels::profile`]): calls and microseconds per update, GFLOP/s and
 /// share of the FMA peak of one thread, the kernel that ran it, and the same product alone
-/// with its operands hot in cache ([`drill_algo::compute::gemm::time_alone`]: what the
+/// with its operands hot in cache ([`drill_kernels::time_alone`]: what the
 /// kernel reaches); then the products' share of the update, the Adam step alone (a pass over
 /// the parameters, bound by memory: [`adam_step_us`]) and what the two leave as the most the
 /// update (`gflop` of work) can reach. A `^T` after the shape marks a transposed operand
@@ -808,7 +808,7 @@ fn nature_cnn_products(
     update();
     update();
     let start = Instant::now();
-    let timed = drill_algo::compute::gemm::profile(|| (0..n).for_each(|_| update()));
+    let timed = drill_kernels::profile(|| (0..n).for_each(|_| update()));
     let wall = start.elapsed().as_secs_f64() / n as f64;
     // (shape, kernel, layout) -> (one of its calls, calls, seconds)
     let mut shapes = BTreeMap::new();
@@ -830,7 +830,7 @@ fn nature_cnn_products(
         let flop = per_call * calls as f64;
         let rate = flop / seconds / 1e9;
         let alone_seconds =
-            drill_algo::compute::gemm::time_alone(t, 0.05_f64.max(2.0 * seconds / calls as f64));
+            drill_kernels::time_alone(t, 0.05_f64.max(2.0 * seconds / calls as f64));
         let alone = per_call / alone_seconds / 1e9;
         total = (total.0 + flop, total.1 + seconds);
         total_alone += alone_seconds * calls as f64;

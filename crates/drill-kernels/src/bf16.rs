@@ -38,7 +38,7 @@ static ENABLED: AtomicBool = AtomicBool::new(false);
 static FORCED: AtomicU8 = AtomicU8::new(0);
 
 /// Whether large products run in bf16 in this process (`policy.precision`; set by
-/// [`super::select_device`]).
+/// the caller from `policy.precision` at start-up).
 pub fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
@@ -880,7 +880,7 @@ pub unsafe fn gemm_left_packed(
 }
 
 /// `dst (m x n) = [dst +] a (m x k) * b` in bf16 at `b`'s level with `b` packed already (a
-/// dense layer's weight, kept packed by [`super::packed_weights`]) and `a` packed into this
+/// dense layer's weight kept packed: [`crate::dense::Packing`]) and `a` packed into this
 /// thread's buffer, on the rayon pool when `parallel`.
 ///
 /// # Safety

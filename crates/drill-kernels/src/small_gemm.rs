@@ -231,8 +231,8 @@ unsafe fn dispatch<L: Left, P: Prefetch>(
 
 /// Where the left operand's elements lie: its row `i` starts at [`Left::row`], and depth step
 /// `d` is [`Left::offset`] on from there. One [`Product`] per kind, so each compiles its own
-/// tile loop: the strided one is the same code as before gathered operands existed (the
-/// CartPole DQN update's instruction count, docs/figures.md).
+/// tile loop: the strided one pays nothing for the gathered one (the CartPole DQN update's
+/// instruction count, callgrind).
 trait Left: Copy {
     /// The offset of row `i`'s first element from the operand's start.
     ///

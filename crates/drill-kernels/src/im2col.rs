@@ -1,4 +1,4 @@
-//! The CPU convolution kernels behind [`super::conv2d`]: im2col and one GEMM per batch
+//! Convolution kernels through a patch matrix: im2col and one GEMM per batch
 //! element or per small group of them (the `gemm` crate, with its AVX-512 kernels enabled), on
 //! contiguous NCHW `f32`.
 //!
@@ -18,7 +18,7 @@
 //! weight gradients run in [`super::implicit`] instead (no patch matrix); the input gradient
 //! and bf16 stay here, but for bf16 on Intel AMX, whose convolutions run in
 //! [`super::amx_conv`] (no patch matrix either) where the layer's shape suits its tiles
-//! ([`super::ops::conv_forward`] chooses).
+//! ([`crate::conv`] chooses).
 
 use super::gemm::{View, matmul};
 use super::{bf16, frames};

@@ -4,12 +4,9 @@
 //! the portable path). Its own test binary:
 //! the precision is process-wide, and one test sets it for the others' duration.
 
-#[cfg(target_arch = "x86_64")]
-use drill_algo::compute::amx_conv;
-use drill_algo::compute::bf16::{self, Level};
-use drill_algo::compute::gemm::{View, product};
-use drill_algo::compute::im2col::{Geometry, Source};
-use drill_algo::compute::ops::{conv_forward, conv_input, conv_params};
+use drill_kernels::conv::{self, Geometry, Source};
+use drill_kernels::precision::{self, Level};
+use drill_kernels::{View, product};
 
 mod common;
 use common::{rel_err, values};
@@ -29,7 +26,7 @@ fn layers() -> Vec<Vec<f32>> {
         sw,
     };
     // The Nature CNN's three convolutions, batch 3; then shapes that suit AMX's tiles
-    // (`amx_conv::chosen`) with odd corners: rows of positions that split unevenly (37 into
+    // (`conv::kernel` says "amx") with odd corners: rows of positions that split unevenly (37 into
     // tiles of 13, the last overlapping), an odd number of positions, 8 and 16 channels,
     // three blocks of 32 output channels (each product past `small_gemm::MAX_MACS`, so that
     // every level computes it in bf16).
@@ -41,32 +38,31 @@ fn layers() -> Vec<Vec<f32>> {
         shape(3, 16, (14, 45), 64, (4, 2), (1, 3)),
     ] {
         let (c_in, c_out) = (g.c_in, g.c_out);
-        #[cfg(target_arch = "x86_64")]
-        if bf16::enabled() && Level::current() == Level::Amx {
-            assert!(amx_conv::chosen(&g), "{g:?} on AMX's tiles");
+        if precision::enabled() && Level::current() == Level::Amx {
+            assert_eq!(conv::kernel(&g), "amx", "{g:?} on AMX's tiles");
         }
         let x = values(g.batch * c_in * g.h * g.w, c_in as u32);
         let w = values(c_out * g.k(), c_out as u32 + 1);
         let b = values(c_out, 3);
         let dy = values(g.batch * c_out * g.p(), 4);
-        let y = conv_forward(Source::F32(&x), &w, &b, &g, false);
-        let (dw, db) = conv_params(Source::F32(&x), &dy, &g);
+        let y = conv::forward(Source::F32(&x), &w, &b, &g, false);
+        let (dw, db) = conv::backward_params(Source::F32(&x), &dy, &g);
         if c_in == 4 {
             // The first layer reads frames too: the same bits as from their values.
             let bytes: Vec<u8> = x.iter().map(|v| ((v + 1.0) * 127.5) as u8).collect();
             let converted: Vec<f32> = bytes.iter().map(|&b| f32::from(b) / 255.0).collect();
-            let from_frames = conv_forward(Source::Frames(&bytes), &w, &b, &g, false);
-            let from_values = conv_forward(Source::F32(&converted), &w, &b, &g, false);
+            let from_frames = conv::forward(Source::Frames(&bytes), &w, &b, &g, false);
+            let from_values = conv::forward(Source::F32(&converted), &w, &b, &g, false);
             assert!(from_frames == from_values, "first layer from frames");
-            let from_frames = conv_params(Source::Frames(&bytes), &dy, &g);
-            let from_values = conv_params(Source::F32(&converted), &dy, &g);
+            let from_frames = conv::backward_params(Source::Frames(&bytes), &dy, &g);
+            let from_values = conv::backward_params(Source::F32(&converted), &dy, &g);
             assert!(
                 from_frames == from_values,
                 "its weight gradient from frames"
             );
         }
         out.push(y);
-        out.extend([dw, db, conv_input(&w, &dy, &g)]);
+        out.extend([dw, db, conv::backward_input(&w, &dy, &g)]);
     }
     // The dense layer after them: 3136 features to 512, batch 40, and its input gradient
     // (a transposed right operand).
@@ -96,10 +92,10 @@ fn bf16_layers_match_f32_within_bf16_rounding_at_every_level() {
     let f32_out = layers();
     let mut per_level = Vec::new();
     for level in Level::available() {
-        bf16::set_enabled(true);
+        precision::set_enabled(true);
         Level::force(Some(level));
         let out = layers();
-        bf16::set_enabled(false);
+        precision::set_enabled(false);
         Level::force(None);
         for (i, (got, want)) in out.iter().zip(&f32_out).enumerate() {
             let e = rel_err(got, want);

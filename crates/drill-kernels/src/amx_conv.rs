@@ -1,7 +1,7 @@
 //! bf16 convolutions on Intel AMX tiles that read their operands where they lie, with no
 //! patch matrix: [`super::im2col`]'s bf16 forward pass, weight and input gradients where the
 //! process runs bf16 products on AMX and the layer's shape suits the tiles ([`chosen`];
-//! [`super::ops::conv_forward`] and its siblings choose).
+//! [`crate::conv`] chooses).
 //!
 //! Each batch element's input is first written channels-last in bf16 (`h x w x c_in`,
 //! `channels_last`). Then the `kw * c_in` inputs under one kernel row at one output position

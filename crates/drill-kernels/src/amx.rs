@@ -208,7 +208,10 @@ impl Tiles {
         ldc: usize,
         accumulate: bool,
     ) {
-        debug_assert!(steps > 0 && self.rows == TILE, "a block needs 16-row tiles");
+        debug_assert!(
+            steps > 0 && self.rows() == TILE,
+            "a block needs 16-row tiles"
+        );
         // SAFETY: the caller vouches for the extent of `c` (32 rows of 32 floats, ldc apart;
         // the right tiles 16 floats in, the lower ones 16 rows down) and of the operands (the
         // lower row tile 16 rows of `lda` pairs down); tiles 0 to 3 hold the accumulators

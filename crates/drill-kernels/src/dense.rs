@@ -1,8 +1,8 @@
-//! The CPU kernels of [`super::linear`]: `y = x W + b` (burn's `Linear` layout: `W` is
+//! A dense layer on the CPU: `y = x W + b` (burn's `Linear` layout: `W` is
 //! `[in, out]`) and its gradients, each one GEMM on the batch, threaded by `gemm` itself.
 
+use super::bf16::{Level, PackedRight};
 use super::gemm::{Epilogue, View, product, product_then};
-use super::packed_weights::Packing;
 use super::small_gemm::MAX_MACS;
 
 /// Shapes of one dense layer.
@@ -34,7 +34,44 @@ pub fn forward(x: &[f32], weight: &[f32], bias: &[f32], d: Dims, relu: bool) -> 
     )
 }
 
-/// [`forward`] through a weight kept packed ([`super::packed_weights`]): f32 panels (the same
+/// A dense layer's weight (`k x n`) packed once, for layers that read the same weight again
+/// and again through products of few rows ([`reads_weight_once`]): in f32 as contiguous
+/// panels (the same bits as [`forward`]), or for bf16 products at a kernel level.
+#[derive(Debug)]
+pub enum Packing {
+    /// f32 values as `gemm::panels`.
+    F32(Vec<f32>),
+    /// Packed for bf16 products at `level`.
+    Bf16 {
+        /// The packed weight.
+        weight: PackedRight,
+        /// The kernel level it was packed for.
+        level: Level,
+    },
+}
+
+impl Packing {
+    /// `weight` (`k x n`, row-major) packed for f32 products (`precision` `None`) or for bf16
+    /// ones at a level.
+    pub fn new(weight: &[f32], (k, n): (usize, usize), precision: Option<Level>) -> Self {
+        match precision {
+            None => Packing::F32(super::gemm::panels(weight, n, (k, n))),
+            Some(level) => Packing::Bf16 {
+                weight: PackedRight::new(level, View::rows(weight, n), k, n, true),
+                level,
+            },
+        }
+    }
+}
+
+/// Whether a dense layer over `m` rows through a `k x n` weight reads the whole weight from
+/// memory on every call (a few rows through a weight larger than L2): where keeping it packed
+/// ([`Packing`]) pays.
+pub fn reads_weight_once(m: usize, k: usize, n: usize) -> bool {
+    super::gemm::reads_right_once(m, n, k)
+}
+
+/// [`forward`] through a weight kept packed ([`Packing`]): f32 panels (the same
 /// bits as [`forward`]) or bf16 (at the level it was packed for).
 pub fn forward_packed(x: &[f32], weight: &Packing, bias: &[f32], d: Dims, relu: bool) -> Vec<f32> {
     assert_eq!(x.len(), d.n * d.d_in, "linear input size");

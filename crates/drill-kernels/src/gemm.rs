@@ -7,7 +7,7 @@
 //! instead. [`gathered`] is the entry for the products of [`super::implicit`]'s
 //! convolutions, whose left operand is no strided matrix. A dense layer's weight that few-row
 //! products read again unchanged (the acting copy's) is kept packed by
-//! [`super::packed_weights`] and multiplied by `few_rows_panels` or in bf16.
+//! [`crate::dense::Packing`] and multiplied by `few_rows_panels` or in bf16.
 
 use super::small_gemm;
 pub use super::small_gemm::Epilogue;
@@ -373,7 +373,7 @@ unsafe fn dispatch(
     // In bf16 precision, all but the few-row products above: those read the right operand
     // once either way, and converting it would cost what bf16 saves (an acting batch through
     // a wide dense layer; one whose weight is read again unchanged is kept packed in bf16 by
-    // `super::packed_weights`, and does not come here).
+    // `dense::Packing`, and does not come here).
     if super::bf16::enabled() {
         // SAFETY: as for `gemm` below: the operands were checked, the caller vouches for
         // the destination.
@@ -451,7 +451,7 @@ unsafe fn dispatch(
 
 /// Whether an `m x n x k` product has so few rows for its right operand, one larger than L2,
 /// that it reads it once from memory whatever the kernel: [`few_rows`]'s second case, and
-/// the weights [`super::packed_weights`] keeps packed.
+/// the weights [`crate::dense::Packing`] keeps packed.
 pub(super) fn reads_right_once(m: usize, n: usize, k: usize) -> bool {
     m <= SOME_ROWS && k * n >= LARGE_RIGHT
 }
@@ -660,7 +660,7 @@ unsafe fn depth_steps(
     }
 }
 
-/// Columns of one panel of a weight kept by [`super::packed_weights`] for `few_rows_panels`.
+/// Columns of one panel of a weight kept by [`crate::dense::Packing`] for `few_rows_panels`.
 pub(super) const PANEL: usize = 64;
 
 /// `b (k x n)`, row-major with row stride `ldb`, as contiguous panels of [`PANEL`] columns
@@ -677,7 +677,7 @@ pub(super) fn panels(b: &[f32], ldb: usize, (k, n): (usize, usize)) -> Vec<f32> 
 }
 
 /// [`few_rows`] with its right operand already laid out as [`panels`] (a weight read again
-/// unchanged: [`super::packed_weights`]), into a row-major `m x n` `dst` (row stride `ldc`):
+/// unchanged: [`crate::dense::Packing`]), into a row-major `m x n` `dst` (row stride `ldc`):
 /// no copy of the weight, which streams from memory once, a whole panel contiguous. The same
 /// depth steps of [`FEW_ROWS_DEPTH`] rows, added in the same order, so the same bits as
 /// [`few_rows`] from the weight itself. Whole panels per thread.
