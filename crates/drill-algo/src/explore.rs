@@ -5,7 +5,7 @@ use drill_config::{EpsConfig, EpsKind};
 
 /// Epsilon at env step `t`: `exp`: `end + (start - end) * exp(-t / decay)`;
 /// `linear`: from `start` to `end` over `decay` steps, then `end`.
-pub fn epsilon(cfg: &EpsConfig, t: u64) -> f64 {
+pub(crate) fn epsilon(cfg: &EpsConfig, t: u64) -> f64 {
     let t = t as f64;
     match cfg.kind {
         EpsKind::Exp => cfg.end + (cfg.start - cfg.end) * (-t / cfg.decay).exp(),

@@ -1,24 +1,24 @@
 //! drill's reinforcement-learning algorithms and the data plumbing around them.
 //!
-//! - [`dqn`], [`ppo`], [`sac`]: each algorithm in one file, read top to bottom: its
+//! - [`dqn`], [`ppo`], `sac.rs`: each algorithm in one file, read top to bottom: its
 //!   networks' use, exploration, update and pipeline. Each implements [`policy::Policy`].
 //! - [`policy`]: the one abstraction every middleware takes (collect, eval, learn, state).
 //! - [`middleware`]: the built-in, generic middlewares the pipelines are composed of.
 //! - [`nets`]: the networks; [`optim`]: flat parameters and Adam; [`compute`]: the device a
-//!   run uses and drill's own CPU kernels for convolution and dense layers.
-//! - [`data`]: replay buffer, n-step returns, rollouts, GAE; [`explore`]: epsilon schedules.
+//!   run uses and drill-kernels' layers as burn operations.
+//! - [`data`]: replay buffer, n-step returns, rollouts, GAE; `explore.rs`: epsilon schedules.
 //! - [`eval`]: the evaluator; [`checkpoint`]: safetensors checkpoints; [`session`]: the
 //!   setup every pipeline shares; [`start`]: the experiment folder and checkpoint a run (or
 //!   a restarted rank) starts from.
 //! - [`ddp`]: data-parallel training (gradient averaging, the ranks as the pipeline sees
 //!   them, distributed sampler).
-//! - [`error`]: [`TrainError`] and [`checkpoint::CheckpointError`], below everything else;
-//!   [`interrupt`]: Ctrl-C / SIGTERM asking a run to stop after its step; [`memory`]: what a
+//! - [`TrainError`] (`error.rs`) and [`checkpoint::CheckpointError`], below everything else;
+//!   [`interrupt`]: Ctrl-C / SIGTERM asking a run to stop after its step; `memory.rs`: what a
 //!   config will allocate, checked against the machine before anything is built.
 //! - [`inference`]: a trained policy loaded for inference (Python's `drill.load`).
 //! - [`entry`]: a whole run from a config file, as `drill train` and Python's `drill.train`
 //!   start it (load and check, train here or launch ranks, close the folder).
-//! - [`run`]: what a run reports ([`run::Reporter`]) and returns ([`run::TrainResult`]);
+//! - `run.rs`: what a run reports ([`Reporter`]) and returns ([`TrainResult`]);
 //!   [`train()`], [`evaluate()`] and their siblings (`dispatch.rs`) pick the algorithm from
 //!   the config.
 //!
@@ -32,20 +32,20 @@ pub mod ddp;
 mod dispatch;
 pub mod dqn;
 pub mod entry;
-pub mod error;
+mod error;
 pub mod eval;
-pub mod explore;
+mod explore;
 pub mod export;
 pub mod inference;
 pub mod interrupt;
-pub mod memory;
+mod memory;
 pub mod middleware;
 pub mod nets;
 pub mod optim;
 pub mod policy;
 pub mod ppo;
-pub mod run;
-pub mod sac;
+mod run;
+mod sac;
 pub mod session;
 pub mod start;
 

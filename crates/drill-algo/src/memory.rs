@@ -13,17 +13,17 @@ use crate::error::TrainError;
 
 /// One allocation: the config key that sizes it, what it is, and its bytes.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Item {
+pub(crate) struct Item {
     /// The config key that sizes it.
-    pub key: &'static str,
+    pub(crate) key: &'static str,
     /// What it is, with the numbers behind it.
-    pub what: String,
+    pub(crate) what: String,
     /// Estimated bytes.
-    pub bytes: f64,
+    pub(crate) bytes: f64,
 }
 
 /// The estimate of one training process's memory.
-pub fn estimate(cfg: &Config, spec: &EnvSpec) -> Vec<Item> {
+pub(crate) fn estimate(cfg: &Config, spec: &EnvSpec) -> Vec<Item> {
     let obs = spec.obs.dim() as f64;
     let obs_bytes = obs * spec.obs.dtype.size() as f64;
     let image = spec.obs.shape.len() == 3;
@@ -123,7 +123,7 @@ pub fn estimate(cfg: &Config, spec: &EnvSpec) -> Vec<Item> {
 /// Refuse `cfg` when `processes` training processes on this machine would need more memory
 /// than it has available (`MemAvailable`), naming the key of the largest allocation. Skipped
 /// where that is unknown, or with `DRILL_MEMORY_CHECK=0`.
-pub fn check(cfg: &Config, spec: &EnvSpec, processes: usize) -> Result<(), TrainError> {
+pub(crate) fn check(cfg: &Config, spec: &EnvSpec, processes: usize) -> Result<(), TrainError> {
     if std::env::var("DRILL_MEMORY_CHECK").is_ok_and(|v| v == "0") {
         return Ok(());
     }

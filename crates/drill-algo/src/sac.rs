@@ -82,11 +82,11 @@ fn noise(rng: &mut ChaCha8Rng, b: usize, dim: usize, device: &Device) -> Tensor<
 
 /// SAC: the actor and twin critics with their flat parameters and Adam states, the critics'
 /// targets, the temperature, and the actor copy the collector and evaluator act with.
-pub struct Sac {
+pub(crate) struct Sac {
     /// The actor.
-    pub actor: Trainer<SquashedGaussian>,
+    pub(crate) actor: Trainer<SquashedGaussian>,
     /// Both critics.
-    pub critic: Trainer<TwinQ>,
+    pub(crate) critic: Trainer<TwinQ>,
     target: TwinQ,
     target_params: Vec<f32>,
     /// `ln alpha` and its Adam state.
@@ -101,24 +101,13 @@ pub struct Sac {
     device: Device,
     ad: Device,
     /// Updates done.
-    pub iters: u64,
+    pub(crate) iters: u64,
 }
 
 impl Sac {
-    /// SAC for `cfg`'s environment on `device` (the plain device), its spec built here;
-    /// `ranks` average the temperature's gradient under DDP.
-    pub fn from_config(
-        cfg: &Config,
-        p: &SacPolicy,
-        device: &Device,
-        ranks: Ranks,
-    ) -> Result<Self, TrainError> {
-        Self::from_spec(cfg, p, &session::env_spec(cfg)?, device, ranks)
-    }
-
     /// SAC for the environment `spec` describes, on `device` (the plain device); `ranks`
     /// average the temperature's gradient under DDP.
-    pub fn from_spec(
+    pub(crate) fn from_spec(
         cfg: &Config,
         p: &SacPolicy,
         spec: &EnvSpec,
@@ -172,7 +161,7 @@ impl Sac {
 
     /// Train data-parallel on `pg`: rank 0's networks are broadcast; every update averages
     /// gradients across ranks.
-    pub fn distribute(
+    pub(crate) fn distribute(
         &mut self,
         pg: drill_comm::ProcessGroup,
         opts: crate::ddp::DdpOptions,
@@ -365,7 +354,7 @@ impl Policy for Sac {
 }
 
 /// Train SAC as configured; stops at `env.stop_value`, `max_env_step` or `max_train_iter`.
-pub fn train(
+pub(crate) fn train(
     cfg: &Config,
     p: &SacPolicy,
     run: &mut RunContext<'_>,
