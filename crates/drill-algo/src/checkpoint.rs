@@ -93,13 +93,13 @@ impl CheckpointExt for Checkpoint {
 }
 
 /// A generator's position, to save in checkpoints (`rng.{rank}` in their meta).
-pub fn rng_state(rng: &ChaCha8Rng) -> String {
+pub(crate) fn rng_state(rng: &ChaCha8Rng) -> String {
     let seed: String = rng.get_seed().iter().map(|b| format!("{b:02x}")).collect();
     format!("{seed}:{}:{}", rng.get_stream(), rng.get_word_pos())
 }
 
 /// The generator [`rng_state`] describes (`None` when malformed).
-pub fn parse_rng_state(s: &str) -> Option<ChaCha8Rng> {
+pub(crate) fn parse_rng_state(s: &str) -> Option<ChaCha8Rng> {
     let mut it = s.split(':');
     let hex = it.next()?;
     let stream: u64 = it.next()?.parse().ok()?;

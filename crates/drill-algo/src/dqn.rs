@@ -33,7 +33,7 @@ use rand_chacha::ChaCha8Rng;
 
 /// The Q-network for the environment `spec` describes, as `[policy.model]` says, checking
 /// its shapes.
-pub fn build_qnet(
+pub(crate) fn build_qnet(
     cfg: &Config,
     p: &DqnPolicy,
     spec: &EnvSpec,
@@ -168,7 +168,7 @@ impl Dqn {
     }
 
     /// DQN for the environment `spec` describes, on `device` (the plain device).
-    pub fn from_spec(
+    pub(crate) fn from_spec(
         cfg: &Config,
         p: &DqnPolicy,
         spec: &EnvSpec,

@@ -97,7 +97,7 @@ impl TrainError {
     /// The rank this error says was lost (gone, or silent past a deadline), if a collective
     /// failed that way. A rank that left in order (`PeerLeft`) was not lost: it stopped on an
     /// error of its own and reports that, the root cause, itself.
-    pub fn lost_rank(&self) -> Option<usize> {
+    pub(crate) fn lost_rank(&self) -> Option<usize> {
         match self.cause() {
             TrainError::Comm(
                 drill_comm::CommError::PeerLost { rank, .. }

@@ -16,7 +16,7 @@ pub struct EvalResult {
 impl EvalResult {
     /// The result of `episodes`, in the order one process running every copy would have
     /// finished them (by step, then copy), whichever ranks ran them.
-    pub fn from_episodes(mut episodes: Vec<Episode>) -> Self {
+    pub(crate) fn from_episodes(mut episodes: Vec<Episode>) -> Self {
         episodes.sort_by_key(|e| (e.step, e.copy));
         let returns: Vec<f64> = episodes.iter().map(|e| e.ret).collect();
         let n = returns.len() as f64;
@@ -29,7 +29,7 @@ impl EvalResult {
 /// One evaluation episode: the step of the evaluation it ended at, its copy (global index) and
 /// its return.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Episode {
+pub(crate) struct Episode {
     /// Vector-env step (within this evaluation) at which it ended.
     pub step: u64,
     /// Global index of the copy that ran it.
@@ -73,7 +73,7 @@ impl Evaluator {
     }
 
     /// An evaluator running `episodes` episodes on `venv`'s copies, from `seed`.
-    pub fn with_envs(venv: Box<dyn DynVecEnv>, episodes: usize, seed: u64) -> Self {
+    pub(crate) fn with_envs(venv: Box<dyn DynVecEnv>, episodes: usize, seed: u64) -> Self {
         let n = venv.num_envs();
         Self::share(venv, episodes, n, 0, seed)
     }
@@ -112,7 +112,7 @@ impl Evaluator {
     }
 
     /// Run this evaluator's episodes and report each (see [`EvalResult::from_episodes`]).
-    pub fn run_episodes(
+    pub(crate) fn run_episodes(
         &mut self,
         mut policy: impl FnMut(Obs<'_>, &mut ActionBuf),
     ) -> Result<Vec<Episode>, EnvError> {

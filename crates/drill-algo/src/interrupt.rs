@@ -74,6 +74,6 @@ fn clear() {
 }
 
 /// Whether a signal asked the run to stop.
-pub fn requested() -> bool {
+pub(crate) fn requested() -> bool {
     FLAG.get().is_some_and(|f| f.load(Ordering::SeqCst))
 }

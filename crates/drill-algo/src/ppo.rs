@@ -93,7 +93,7 @@ pub fn build_agent(
 }
 
 /// Deterministic actions for evaluation: argmax logits, or the Gaussian mean clipped to bounds.
-pub fn act_deterministic(
+pub(crate) fn act_deterministic(
     agent: &ActorCritic,
     space: &ActionSpace,
     obs: Obs<'_>,
@@ -130,7 +130,7 @@ pub fn act_deterministic(
 /// Sample actions for a batch of observations from the stochastic policy: the actions
 /// (continuous ones unclipped: the env clips), their log-probabilities and the critic's values
 /// (from the same trunk features: one forward pass) into `out`.
-pub fn sample_actions(
+pub(crate) fn sample_actions(
     agent: &ActorCritic,
     space: &ActionSpace,
     obs: Obs<'_>,
@@ -241,7 +241,7 @@ impl Ppo {
 
     /// PPO for the environment `spec` describes, on `device` (the plain device); `ranks`
     /// average the KL of the early stop under DDP.
-    pub fn from_spec(
+    pub(crate) fn from_spec(
         cfg: &Config,
         p: &PpoPolicy,
         spec: &EnvSpec,

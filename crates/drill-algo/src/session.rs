@@ -21,7 +21,7 @@ use rand_chacha::ChaCha8Rng;
 
 /// This rank's generator: restored from `resume` (`rng.{rank}`) or seeded
 /// `seed + 0x5eed + rank`.
-pub fn rank_rng(cfg: &Config, resume: Option<&Checkpoint>, rank: usize) -> ChaCha8Rng {
+pub(crate) fn rank_rng(cfg: &Config, resume: Option<&Checkpoint>, rank: usize) -> ChaCha8Rng {
     resume
         .and_then(|ck| ck.meta.get(&format!("rng.{rank}")))
         .and_then(|s| parse_rng_state(s))
@@ -44,7 +44,7 @@ pub fn resume<P: Policy>(policy: &mut P, resume: Option<&Checkpoint>) -> Result<
 
 /// The start of every pipeline: the DDP ranks of `run`, with the device seeded with
 /// `config.seed` (the same initial weights everywhere).
-pub fn setup(cfg: &Config, run: &crate::run::RunContext<'_>) -> Ranks {
+pub(crate) fn setup(cfg: &Config, run: &crate::run::RunContext<'_>) -> Ranks {
     run.device.seed(cfg.seed);
     Ranks::new(run.dist.clone())
 }
@@ -61,7 +61,7 @@ pub fn split(cfg: &Config, ranks: &Ranks, n: usize) -> usize {
 
 /// Check `policy.model.obs_shape` / `action_shape` (when given) against the environment's
 /// (`env`: observation shape, action count or dimension).
-pub fn check_model_shapes(
+pub(crate) fn check_model_shapes(
     cfg: &Config,
     given: (Option<&drill_config::Shape>, Option<usize>),
     env: (&[usize], usize),
@@ -91,7 +91,7 @@ pub fn check_model_shapes(
 
 /// Tell drill-env what `[env]` says of a Gymnasium id (`env.kwargs`, `env.entry_point`,
 /// `env.vectorization`); every function here that builds the env calls it first.
-pub fn register_env(cfg: &Config) {
+pub(crate) fn register_env(cfg: &Config) {
     let e = &cfg.env;
     if !e.id.starts_with(drill_env::GYMNASIUM) {
         return;
@@ -230,7 +230,7 @@ pub fn task<'a>(
 }
 
 /// DDP options from the config (`policy.ddp_bucket_cap_mb`, `policy.ddp_check_every`).
-pub fn ddp_options(cfg: &Config) -> DdpOptions {
+pub(crate) fn ddp_options(cfg: &Config) -> DdpOptions {
     let keys = cfg.policy.ddp();
     DdpOptions {
         bucket_cap_mb: keys.bucket_cap_mb,
@@ -241,7 +241,7 @@ pub fn ddp_options(cfg: &Config) -> DdpOptions {
 
 /// Refuse to start data-parallel ranks (`how`: the flag or tool doing it) from a config
 /// that does not train data-parallel (`policy.multi_gpu = false`).
-pub fn check_data_parallel(config: &Config, how: &str) -> Result<(), TrainError> {
+pub(crate) fn check_data_parallel(config: &Config, how: &str) -> Result<(), TrainError> {
     if config.policy.multi_gpu() {
         return Ok(());
     }

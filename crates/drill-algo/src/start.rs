@@ -141,7 +141,7 @@ fn continue_in(
 }
 
 /// Where one rank starts.
-pub struct RankStart {
+pub(crate) struct RankStart {
     /// The experiment folder, on rank 0 (which alone writes it).
     pub exp: Option<Experiment>,
     /// The folder, on every rank (for its log file).
@@ -153,7 +153,7 @@ pub struct RankStart {
 /// Rank 0 opens the folder (after a restart, the one the previous attempt left in the
 /// launcher's store) and picks the checkpoint; every other rank receives both from it.
 /// Without `dist` this is [`open`] with no previous folder.
-pub fn for_rank(
+pub(crate) fn for_rank(
     config: &Config,
     opts: &StartOptions,
     dist: Option<&ProcessGroup>,

@@ -60,7 +60,7 @@ pub fn conv2d(
 /// the converted batch: they convert each element (or group of them) in cache as they reach
 /// it (no float copy of the batch, a quarter of the memory traffic).
 /// Anywhere else the batch is converted first.
-pub fn conv2d_frames(
+pub(crate) fn conv2d_frames(
     x: Tensor<4, Int>,
     weight: Tensor<4>,
     bias: Tensor<1>,

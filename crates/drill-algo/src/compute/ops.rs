@@ -22,7 +22,7 @@ use std::borrow::Cow;
 
 /// Layers as single backend operations (see the module docs).
 #[backend_extension(Flex, Autodiff)]
-pub trait FastOps: Backend {
+pub(crate) trait FastOps: Backend {
     /// `conv2d(x, weight) + bias` at stride `(stride_h, stride_w)` (no padding, no dilation,
     /// one group), then ReLU when `relu`.
     fn fast_conv2d(

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 
 /// Weights remembered at once: a collector's and an evaluator's acting copies, a target net,
 /// with room for one more.
-pub const ENTRIES: usize = 4;
+pub(crate) const ENTRIES: usize = 4;
 
 /// Sights of a weight after which it is packed.
 const PACK_AT: u32 = 3;

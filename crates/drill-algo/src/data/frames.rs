@@ -119,7 +119,7 @@ impl FrameStore {
     }
 
     /// Append the frames `ids` (one stack) to `out`.
-    pub fn extend_stack(&self, ids: &[u32], out: &mut Vec<u8>) {
+    pub(crate) fn extend_stack(&self, ids: &[u32], out: &mut Vec<u8>) {
         for &id in ids {
             out.extend_from_slice(self.get(id));
         }
@@ -137,7 +137,7 @@ impl FrameStore {
     }
 
     /// A store from [`Self::parts`]: hashes, index and free list are rebuilt.
-    pub fn from_parts(frame: usize, data: Vec<u8>, refs: Vec<u32>) -> Self {
+    pub(crate) fn from_parts(frame: usize, data: Vec<u8>, refs: Vec<u32>) -> Self {
         assert!(frame > 0 && data.len() == refs.len() * frame);
         let mut s = Self {
             frame,

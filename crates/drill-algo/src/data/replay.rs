@@ -108,7 +108,12 @@ impl ReplayBuffer {
     }
 
     /// Proportional prioritized replay with exponent `alpha` (Schaul et al. 2016).
-    pub fn prioritized(capacity: usize, obs: &ObsSpace, actions: &ActionSpace, alpha: f64) -> Self {
+    pub(crate) fn prioritized(
+        capacity: usize,
+        obs: &ObsSpace,
+        actions: &ActionSpace,
+        alpha: f64,
+    ) -> Self {
         let mut b = Self::new(capacity, obs, actions);
         b.priorities = Some(Priorities {
             tree: SumTree::new(capacity),
@@ -267,7 +272,7 @@ impl ReplayBuffer {
     }
 
     /// Set new priorities `|td| + 1e-6` for sampled slots (no-op for uniform replay).
-    pub fn update_priorities(&mut self, indices: &[usize], td_errors: &[f32]) {
+    pub(crate) fn update_priorities(&mut self, indices: &[usize], td_errors: &[f32]) {
         if let Some(p) = &mut self.priorities {
             for (&i, &td) in indices.iter().zip(td_errors) {
                 let prio = f64::from(td.abs()) + 1e-6;

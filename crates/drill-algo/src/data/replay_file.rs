@@ -94,7 +94,7 @@ fn stamp(path: &Path, meta: &HashMap<String, String>) -> Result<Stamp, Checkpoin
 }
 
 /// The stamp of the replay file at `path` (only its header is read).
-pub fn stamp_of(path: &Path) -> Result<Stamp, CheckpointError> {
+pub(crate) fn stamp_of(path: &Path) -> Result<Stamp, CheckpointError> {
     stamp(path, &open(path)?.1)
 }
 
@@ -475,7 +475,7 @@ impl ReplayBuffer {
     /// On resume from `ck`: restore rank `rank`'s buffer saved beside it with the same
     /// counters and world size (said in the log); a missing or older file leaves the buffer
     /// empty, with a warning for an older one.
-    pub fn resume_from(
+    pub(crate) fn resume_from(
         &mut self,
         ck: &Checkpoint,
         rank: usize,

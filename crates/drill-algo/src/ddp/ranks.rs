@@ -55,7 +55,7 @@ impl Ranks {
 
     /// Rank 0's `local` decision on every rank, so control flow that runs collectives never
     /// branches differently across ranks.
-    pub fn rank0_decides(&self, local: bool) -> Result<bool, TrainError> {
+    pub(crate) fn rank0_decides(&self, local: bool) -> Result<bool, TrainError> {
         let mut v = [u8::from(local)];
         if let Some(pg) = &self.0 {
             pg.broadcast(&mut v, 0)?;

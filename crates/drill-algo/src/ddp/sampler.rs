@@ -63,7 +63,7 @@ impl DistributedSampler {
     }
 
     /// Indices per rank.
-    pub fn num_samples(&self) -> usize {
+    pub(crate) fn num_samples(&self) -> usize {
         if self.drop_last {
             self.len / self.replicas
         } else {

@@ -138,7 +138,7 @@ impl<'a, P: Policy> CkptSaver<'a, P> {
 
     /// The evaluator runs in another process on the weights of every `eval_freq`-th
     /// iteration: keep snapshots for `best`.
-    pub fn remote_eval(mut self, eval_freq: u64) -> Self {
+    pub(crate) fn remote_eval(mut self, eval_freq: u64) -> Self {
         self.snapshots = Some((eval_freq.max(1), BTreeMap::new()));
         self
     }

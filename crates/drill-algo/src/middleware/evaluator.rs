@@ -47,7 +47,7 @@ impl<'a, P: Policy> InteractionEvaluator<'a, P> {
 
     /// Whether reaching the stop value finishes this process's task (off when the learner
     /// runs elsewhere: it decides, from the result it is sent).
-    pub fn finish_on_stop(mut self, on: bool) -> Self {
+    pub(crate) fn finish_on_stop(mut self, on: bool) -> Self {
         self.finish_on_stop = on;
         self
     }

@@ -71,26 +71,26 @@ impl ContextExchanger {
     }
 
     /// Collector side, on node `node`.
-    pub fn send_trajectories(mut self, node: usize) -> Self {
+    pub(crate) fn send_trajectories(mut self, node: usize) -> Self {
         self.send_traj = Some(node as u32);
         self
     }
 
     /// Learner side, one collector step per learner step from any number of collectors, in
     /// arrival order; listens from now on (make it before the processes' barrier).
-    pub fn receive_trajectories(mut self, task: &TaskHandle) -> Self {
+    pub(crate) fn receive_trajectories(mut self, task: &TaskHandle) -> Self {
         self.recv_traj = Some(Mailbox::new(task.events(), CONTEXT));
         self
     }
 
     /// Evaluator side.
-    pub fn send_eval(mut self) -> Self {
+    pub(crate) fn send_eval(mut self) -> Self {
         self.send_eval = true;
         self
     }
 
     /// Learner side; listens from now on.
-    pub fn receive_eval(mut self, task: &TaskHandle) -> Self {
+    pub(crate) fn receive_eval(mut self, task: &TaskHandle) -> Self {
         self.recv_eval = Some(Mailbox::new(task.events(), EVAL));
         self
     }

@@ -38,7 +38,7 @@ impl<'a> Outputs<'a> {
     }
 
     /// Persist what `build` makes as `name`, building only if the reporter writes it.
-    pub fn checkpoint_with(
+    pub(crate) fn checkpoint_with(
         &self,
         name: &str,
         build: &mut dyn FnMut() -> Checkpoint,

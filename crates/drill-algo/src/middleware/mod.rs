@@ -108,7 +108,7 @@ impl Transitions {
 
 /// What this process's collector gathered this step (counted before any n-step rewrite).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Collected {
+pub(crate) struct Collected {
     /// Env steps, every rank's under DDP.
     pub env_steps: u64,
     /// Episodes finished, every rank's under DDP.
@@ -117,11 +117,11 @@ pub struct Collected {
 
 /// Episodes finished this step: `(return, env step)` each.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct EpisodeReturns(pub Vec<(f64, u64)>);
+pub(crate) struct EpisodeReturns(pub Vec<(f64, u64)>);
 
 /// This step's evaluation (rank 0's, on every rank).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct EvalOutput {
+pub(crate) struct EvalOutput {
     /// Train iteration of the evaluated weights.
     pub train_iter: u64,
     /// Env steps at that point.
@@ -134,12 +134,12 @@ pub struct EvalOutput {
 
 /// The last evaluation so far (kept across steps), for the run's result.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LastEval(pub EvalOutput);
+pub(crate) struct LastEval(pub EvalOutput);
 
 /// The run's result from the task's last context; `from_env_step` is where it started (a
 /// resumed run's checkpoint), so the rate counts this run's steps only; `clock` gives this
 /// run's time and the total with the runs it continues.
-pub fn run_result(
+pub(crate) fn run_result(
     ctx: &drill_task::OnlineRLContext,
     from_env_step: u64,
     clock: &TrainClock,

@@ -57,7 +57,7 @@ impl Roles {
 
     /// The roles among `task`'s labels (`collector`, `learner`, `evaluator`), for a process of
     /// a parallel run.
-    pub fn from_labels(task: &TaskHandle, remote: Remote) -> Result<Self, TaskError> {
+    pub(crate) fn from_labels(task: &TaskHandle, remote: Remote) -> Result<Self, TaskError> {
         let has = |r: &str| task.match_labels(&[r]);
         Ok(Self {
             collector: has("collector")?,
@@ -80,17 +80,17 @@ impl Roles {
     }
 
     /// The collector runs in another process.
-    pub fn collector_elsewhere(&self) -> bool {
+    pub(crate) fn collector_elsewhere(&self) -> bool {
         self.remote.is_some() && !self.collector
     }
 
     /// The evaluator runs in another process.
-    pub fn evaluator_elsewhere(&self) -> bool {
+    pub(crate) fn evaluator_elsewhere(&self) -> bool {
         self.remote.is_some() && !self.evaluator
     }
 
     /// The learner runs in another process.
-    pub fn learner_elsewhere(&self) -> bool {
+    pub(crate) fn learner_elsewhere(&self) -> bool {
         self.remote.is_some() && !self.learner
     }
 }
@@ -172,7 +172,7 @@ impl RolePlan {
     }
 
     /// The roles `[task.roles]` gives a worker with `labels`.
-    pub fn roles_of(config: &Config, labels: &Labels) -> Result<Vec<String>, TrainError> {
+    pub(crate) fn roles_of(config: &Config, labels: &Labels) -> Result<Vec<String>, TrainError> {
         let mut roles = Vec::new();
         for (pattern, rs) in &config.task.roles {
             if labels

@@ -98,7 +98,7 @@ impl Actor {
     }
 
     /// Gaussian mean and log-std, both `[batch, act_dim]`.
-    pub fn gaussian(&self, obs: Tensor<2>) -> (Tensor<2>, Tensor<2>) {
+    pub(crate) fn gaussian(&self, obs: Tensor<2>) -> (Tensor<2>, Tensor<2>) {
         let out = mlp_forward(&self.layers, self.use_tanh, obs);
         let batch = out.dims()[0];
         if self.conditioned {

@@ -36,12 +36,12 @@ impl Conv {
 
     /// `relu(self.forward(x / 255))` for `u8` frames `x` (a first layer), as one operation
     /// ([`crate::compute::conv2d_frames`]).
-    pub fn forward_frames_relu(&self, x: Tensor<4, Int>) -> Tensor<4> {
+    pub(crate) fn forward_frames_relu(&self, x: Tensor<4, Int>) -> Tensor<4> {
         crate::compute::conv2d_frames(x, self.weight.val(), self.bias.val(), self.stride, true)
     }
 
     /// `relu(self.forward(x))`, as one operation.
-    pub fn forward_relu(&self, x: Tensor<4>) -> Tensor<4> {
+    pub(crate) fn forward_relu(&self, x: Tensor<4>) -> Tensor<4> {
         crate::compute::conv2d(x, self.weight.val(), self.bias.val(), self.stride, true)
     }
 }

@@ -30,7 +30,7 @@ impl Dense {
     }
 
     /// `relu(x W + b)`, as one operation.
-    pub fn forward_relu(&self, x: Tensor<2>) -> Tensor<2> {
+    pub(crate) fn forward_relu(&self, x: Tensor<2>) -> Tensor<2> {
         crate::compute::linear(x, self.weight.val(), self.bias.val(), true)
     }
 

@@ -138,7 +138,7 @@ fn gathered<T: Copy + Send + Sync, U: Send>(
 /// minibatch gathered (and, where [`input`] converts, converted) in one pass, split over the
 /// pool's threads for Atari frames (a separate gather was a 7 MB copy on one thread while
 /// the other waited).
-pub fn input_rows(obs: Obs<'_>, rows: &[usize], dim: usize, device: &Device) -> Input {
+pub(crate) fn input_rows(obs: Obs<'_>, rows: &[usize], dim: usize, device: &Device) -> Input {
     let shape = [rows.len(), dim];
     match obs {
         Obs::F32(x) => {
@@ -171,7 +171,7 @@ pub(crate) fn linears(sizes: &[usize], init: &Initializer, device: &Device) -> V
 }
 
 /// `0.5 ln(2 pi)`: the constant of the Gaussian log-density (PPO's and SAC's policies).
-pub const HALF_LN_2PI: f64 = 0.918_938_533_204_672_8;
+pub(crate) const HALF_LN_2PI: f64 = 0.918_938_533_204_672_8;
 
 /// The index of the largest value of `row` (the first of equals): the greedy action of
 /// Q-values or logits.

@@ -22,7 +22,7 @@ impl<M: Module + Clone> ActingCopy<M> {
     }
 
     /// The trainer changed (an update, a load, a broadcast): refresh before acting next.
-    pub fn invalidate(&mut self) {
+    pub(crate) fn invalidate(&mut self) {
         self.stale = true;
     }
 

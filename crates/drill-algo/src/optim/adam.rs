@@ -71,7 +71,7 @@ impl Adam {
     /// `params` in order. Each gradient is multiplied by `scale` (clipping) as it is used.
     /// Returns the new parameters and the sum of the squares of the unscaled gradients, both
     /// from the same pass: no flat copy of the gradients, no second read for their norm.
-    pub fn step_copy_parts(
+    pub(crate) fn step_copy_parts(
         &mut self,
         params: &mut [f32],
         parts: &[(Range<usize>, Option<&[f32]>)],

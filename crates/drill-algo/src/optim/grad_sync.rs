@@ -121,12 +121,12 @@ impl GradSync {
     }
 
     /// The parameters (slot indices) of each bucket, in the order they are reduced.
-    pub fn bucket_slots(&self) -> impl Iterator<Item = Range<usize>> + '_ {
+    pub(crate) fn bucket_slots(&self) -> impl Iterator<Item = Range<usize>> + '_ {
         self.buckets.iter().map(|b| b.slots.clone())
     }
 
     /// Make every rank's `params` equal to rank 0's.
-    pub fn broadcast_params(&self, params: &mut [f32]) -> Result<(), TrainError> {
+    pub(crate) fn broadcast_params(&self, params: &mut [f32]) -> Result<(), TrainError> {
         Ok(self.pg.broadcast(params, 0)?)
     }
 
@@ -134,7 +134,7 @@ impl GradSync {
     /// bucket's all-reduce in the background. The last bucket has nothing left to overlap
     /// with, so it is reduced in place on the calling thread (no hand-off to the comm thread:
     /// measured ~100 us less per update on the CartPole net, whose gradients fit one bucket).
-    pub fn slot_ready(&mut self, slot: usize, grads: &mut [f32]) -> Result<(), TrainError> {
+    pub(crate) fn slot_ready(&mut self, slot: usize, grads: &mut [f32]) -> Result<(), TrainError> {
         let k = self.slot_bucket[slot];
         let last = self.started + 1 == self.buckets.len();
         let b = &mut self.buckets[k];
@@ -182,7 +182,7 @@ impl GradSync {
 
     /// After an optimizer step: every `check_every` steps, compare a checksum of each
     /// parameter tensor across ranks and fail naming the first that differs.
-    pub fn after_step(&mut self, params: &[f32]) -> Result<(), TrainError> {
+    pub(crate) fn after_step(&mut self, params: &[f32]) -> Result<(), TrainError> {
         self.steps += 1;
         if self.check_every > 0 && self.steps.is_multiple_of(self.check_every) {
             self.check_params(params)?;

@@ -127,7 +127,7 @@ impl ParamLayout {
     }
 
     /// The layout and a copy of the parameter values.
-    pub fn with_values<M: Module>(module: &M) -> (Self, Vec<f32>) {
+    pub(crate) fn with_values<M: Module>(module: &M) -> (Self, Vec<f32>) {
         let mut values = Vec::new();
         let mut c = Collect {
             path: vec![],
@@ -152,7 +152,7 @@ impl ParamLayout {
 
     /// [`Self::write`] from a buffer of its own: it becomes the parameters' storage on the CPU
     /// (each parameter a slice of it, no copy) and crosses in one transfer to a GPU.
-    pub fn write_owned<M: Module>(&self, module: M, values: Vec<f32>) -> M {
+    pub(crate) fn write_owned<M: Module>(&self, module: M, values: Vec<f32>) -> M {
         assert_eq!(
             values.len(),
             self.len,
@@ -171,7 +171,7 @@ impl ParamLayout {
     /// `out`, or added there when `add`, in one transfer from `device`: flattened and
     /// concatenated there first, since on a GPU every read is a round trip (submit, wait, map).
     /// Zeros where a parameter got none.
-    pub fn read_grads_fused(
+    pub(crate) fn read_grads_fused(
         &self,
         slots: Range<usize>,
         grads: &mut GradientsParams,
@@ -209,7 +209,7 @@ impl ParamLayout {
     /// Move the gradients of `module`'s parameters into `out` (zeros where a parameter got
     /// none). Taking them out of `grads` lets the backend hand over the buffers without a copy.
     /// The parameter ids are those of the module this layout was taken from.
-    pub fn read_grads(&self, grads: &mut GradientsParams, out: &mut [f32]) {
+    pub(crate) fn read_grads(&self, grads: &mut GradientsParams, out: &mut [f32]) {
         assert_eq!(out.len(), self.len);
         for i in 0..self.slots.len() {
             self.read_grad(i, grads, out, false);
@@ -218,7 +218,7 @@ impl ParamLayout {
 
     /// Take every parameter's gradient out of `grads`, as the backward pass left it (none
     /// where a parameter got none), in slot order: no copy.
-    pub fn take_grads(&self, grads: &mut GradientsParams) -> Vec<Option<TensorData>> {
+    pub(crate) fn take_grads(&self, grads: &mut GradientsParams) -> Vec<Option<TensorData>> {
         (self.slots.iter())
             .map(|slot| take_grad(slot, grads).map(|d| d.convert::<f32>()))
             .collect()
@@ -226,7 +226,13 @@ impl ParamLayout {
 
     /// Move the gradient of parameter `i` into its place in `out` (zeros if it got none), or
     /// add it there when `add` (gradient accumulation).
-    pub fn read_grad(&self, i: usize, grads: &mut GradientsParams, out: &mut [f32], add: bool) {
+    pub(crate) fn read_grad(
+        &self,
+        i: usize,
+        grads: &mut GradientsParams,
+        out: &mut [f32],
+        add: bool,
+    ) {
         let slot = &self.slots[i];
         let dst = &mut out[slot.offset..slot.offset + slot.len];
         match (take_grad(slot, grads), add) {

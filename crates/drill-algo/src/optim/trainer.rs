@@ -220,7 +220,7 @@ impl<M: Module> Trainer<M> {
 
     /// The gradients to fill in place of a backward pass (e.g. [`crate::ddp::DataParallel`]
     /// combining its devices' shares); [`Self::step`] applies them.
-    pub fn grads_mut(&mut self) -> &mut [f32] {
+    pub(crate) fn grads_mut(&mut self) -> &mut [f32] {
         self.settle();
         &mut self.grads
     }
