@@ -10,6 +10,8 @@ use drill_algo::compute::linear;
 use drill_kernels::dense::{self, Dims, Packing};
 use drill_kernels::precision::{self, Level};
 
+// The kernels' test helpers: the same inputs and error measure as their own tests.
+#[path = "../../drill-kernels/tests/common/mod.rs"]
 mod common;
 use common::{rel_err, values};
 

@@ -385,13 +385,12 @@ fn references(text: &str, me: &[String]) -> Vec<Vec<String>> {
 /// Who names whom among siblings: parent module → (child → the siblings it names).
 type Graphs = BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>>;
 
-/// The sibling edges of the crate whose sources are `src`.
-fn sibling_graphs(src: &Path) -> Graphs {
-    let mods = modules(src);
+/// The sibling edges of a crate's modules (`modules` of its `src`).
+fn sibling_graphs(mods: &[(Vec<String>, String)]) -> Graphs {
     let known: BTreeSet<Vec<String>> = mods.iter().map(|(m, _)| m.clone()).collect();
-    let reexported = reexports(&mods, &known);
+    let reexported = reexports(mods, &known);
     let mut graphs = Graphs::new();
-    for (me, text) in &mods {
+    for (me, text) in mods {
         for target in references(text, me) {
             let target = resolve(target, &known, &reexported);
             // The longest known module the path names.
@@ -421,7 +420,7 @@ fn sibling_graphs(src: &Path) -> Graphs {
 /// Cycles among siblings, as `parent: a <-> b` for each pair that reach each other.
 fn sibling_cycles(src: &Path) -> Vec<String> {
     let mut cycles = Vec::new();
-    for (parent, g) in &sibling_graphs(src) {
+    for (parent, g) in &sibling_graphs(&modules(src)) {
         let name = if parent.is_empty() {
             "crate".to_string()
         } else {
@@ -514,10 +513,11 @@ fn crate_layer_breaches(crates_dir: &Path, layers: &[Vec<String>]) -> Vec<String
 /// drill-algo's top-level modules (its `src`) that name a module of a higher layer, or that
 /// no layer holds.
 fn module_layer_breaches(src: &Path, layers: &[Vec<String>]) -> Vec<String> {
-    let graphs = sibling_graphs(src);
+    let mods = modules(src);
+    let graphs = sibling_graphs(&mods);
     let mut out = Vec::new();
-    let top: BTreeSet<String> = modules(src)
-        .into_iter()
+    let top: BTreeSet<String> = mods
+        .iter()
         .filter_map(|(m, _)| m.first().cloned())
         .collect();
     for m in &top {
