@@ -56,8 +56,15 @@ def test_training_chain_and_options():
     small = drill.make_vec("PongNoFrameskip-v4", 1, seed=0, screen_size=42, frame_stack=2, full_action_space=True)
     assert small.single_observation_space.shape == (2, 42, 42)
     assert small.single_action_space.n == 18
-    with pytest.raises(TypeError, match="frame_skp"):
+    with pytest.raises(TypeError, match="frame_skp.*expected one of.*frame_skip"):
         drill.make_vec("PongNoFrameskip-v4", 1, frame_skp=2)
+    # The same checks as a config's [env] (one definition, drill-env's AtariOptions).
+    with pytest.raises(ValueError, match=r"option \"screen_size\" must be 1..=160"):
+        drill.make_vec("PongNoFrameskip-v4", 1, screen_size=161)
+    with pytest.raises(ValueError, match="\"noop_max\""):
+        drill.make_vec("PongNoFrameskip-v4", 1, noop_max=-1)
+    with pytest.raises(TypeError, match="\"fire_reset\" must be a bool or an int"):
+        drill.make_vec("PongNoFrameskip-v4", 1, fire_reset="yes")
 
 
 @pytest.mark.parametrize("asynchronous", [False, True])

@@ -17,13 +17,13 @@ use burn::tensor::Device;
 use drill_algo::data::ReplayBuffer;
 use drill_algo::ddp::Ranks;
 use drill_algo::dqn::Dqn;
+use drill_algo::envs;
 use drill_algo::eval::Evaluator;
 use drill_algo::middleware::{
     DataPusher, EpsGreedyHandler, InteractionEvaluator, NStepRewardEnhancer, OffPolicyLearner,
     StepCollector,
 };
 use drill_algo::policy::Policy as _;
-use drill_algo::session;
 use drill_config::{Config, DqnPolicy, Policy};
 use drill_task::parallel::{Parallel, Topology};
 use drill_task::{OnlineRLContext, Task, TaskError, TaskHandle};
@@ -64,7 +64,7 @@ fn evaluate<'a>(
     p: &DqnPolicy,
     agent: &'a RefCell<Dqn>,
 ) -> InteractionEvaluator<'a, Dqn> {
-    let evaluator: Evaluator = session::evaluator(cfg, 1, 0, 1)
+    let evaluator: Evaluator = envs::evaluator(cfg, 1, 0, 1)
         .unwrap()
         .expect("one rank holds every evaluator copy");
     InteractionEvaluator::new(
@@ -85,7 +85,7 @@ fn collect_and_train<'a>(
     buffer: &'a RefCell<ReplayBuffer>,
     rng: &'a RefCell<ChaCha8Rng>,
 ) {
-    let venv = session::collector_envs(cfg, 0).unwrap();
+    let venv = envs::collector_envs(cfg, 0).unwrap();
     let spec = venv.spec().clone();
     task.use_mw(EpsGreedyHandler::new(p.other.eps.clone()))
         .use_mw(StepCollector::new(
@@ -112,7 +112,7 @@ fn collect_and_train<'a>(
 }
 
 fn storage(cfg: &Config, p: &DqnPolicy) -> (RefCell<ReplayBuffer>, RefCell<ChaCha8Rng>) {
-    let spec = session::env_spec(cfg).unwrap();
+    let spec = envs::env_spec(cfg).unwrap();
     (
         RefCell::new(ReplayBuffer::new(
             p.other.replay_buffer.replay_buffer_size,

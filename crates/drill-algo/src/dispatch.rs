@@ -1,25 +1,24 @@
 //! The algorithm a config names (`policy.type`): each entry point matches it once and calls
 //! that algorithm's own function.
 
+use crate::context::{RunContext, TrainResult};
+use crate::envs;
 use crate::error::TrainError;
-use crate::run::{RunContext, TrainResult};
-use crate::{checkpoint, ddp, dqn, eval, middleware, policy, ppo, sac, session};
+use crate::{checkpoint, ddp, dqn, eval, middleware, policy, ppo, sac};
 
 /// Check what only the environment can tell: that the model fits the spaces of the
-/// environment `spec` describes (`policy.model.obs_shape`, discrete vs continuous actions;
-/// [`session::env_spec`] already named an unknown `env.id`). Cheap; call it before creating
+/// environment `spec` describes (`policy.model.obs_shape`, discrete vs continuous actions,
+/// frames an encoder fits; [`envs::env_spec`] already named an unknown `env.id`). Builds
+/// no network (each process builds its networks once, to train); call it before creating
 /// anything on disk.
 pub fn validate(
     config: &drill_config::Config,
     spec: &drill_env::EnvSpec,
 ) -> Result<(), TrainError> {
-    let device = burn::tensor::Device::flex();
     match &config.policy {
-        drill_config::Policy::Dqn(p) => dqn::build_qnet(config, p, spec, &device).map(drop),
-        drill_config::Policy::Ppo(p) => ppo::build_agent(config, p, spec, &device).map(drop),
-        drill_config::Policy::Sac(p) => {
-            sac::Sac::from_spec(config, p, spec, &device, ddp::Ranks::alone()).map(drop)
-        }
+        drill_config::Policy::Dqn(p) => dqn::check_model(config, p, spec).map(drop),
+        drill_config::Policy::Ppo(p) => ppo::check_model(config, p, spec).map(drop),
+        drill_config::Policy::Sac(p) => sac::check_model(config, p, spec).map(drop),
     }
 }
 
@@ -101,13 +100,13 @@ pub fn evaluate(
         Ok(evaluator.run(|obs, out| policy.eval(obs, out))?)
     }
     let num_envs = config.env.evaluator_env_num.min(episodes.max(1));
-    session::register_env(config);
+    envs::register_env(config);
     let venv = drill_env::make_vec_with(
         &config.env.id,
         num_envs,
         seed,
         config.env.env_threads,
-        &session::atari_options(config).eval(),
+        &config.env.atari.eval(),
     )?;
     let mut evaluator = eval::Evaluator::with_envs(venv, episodes.max(1), seed);
     let alone = ddp::Ranks::alone();
@@ -123,6 +122,98 @@ pub fn evaluate(
         drill_config::Policy::Sac(p) => {
             let policy = sac::Sac::from_spec(config, p, spec, device, alone)?;
             run(policy, ck, &mut evaluator)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nets::tests::layers_built;
+    use drill_env::{ActionSpace, EnvSpec};
+
+    fn spec(obs: &[usize], actions: ActionSpace) -> EnvSpec {
+        let mut spec = drill_env::spec("CartPole-v1").unwrap();
+        spec.obs.shape = obs.to_vec();
+        spec.action_space = actions;
+        spec
+    }
+
+    /// Validation checks what building would, and builds nothing: a config that fits is
+    /// accepted without a layer built, one that does not is refused with the builder's error.
+    #[test]
+    fn validation_builds_no_network_and_refuses_what_building_would() {
+        let device = burn::tensor::Device::flex();
+        let cont = ActionSpace::Continuous {
+            low: vec![-1.0; 2],
+            high: vec![1.0; 2],
+        };
+        let cases = [
+            (
+                "dqn",
+                vec!["env.id=PongNoFrameskip-v4"],
+                spec(&[4, 84, 84], ActionSpace::Discrete(6)),
+            ),
+            (
+                "dqn",
+                vec!["policy.model.encoder=nature"],
+                spec(&[4, 84, 84], ActionSpace::Discrete(6)),
+            ),
+            ("ppo", vec![], spec(&[4, 84, 84], ActionSpace::Discrete(6))),
+            ("ppo", vec![], spec(&[4], cont.clone())),
+            ("sac", vec![], spec(&[3], cont.clone())),
+            // Refused: frames too small, a vector where frames were meant, DQN on
+            // continuous actions, SAC on discrete ones, a given shape that differs.
+            ("dqn", vec![], spec(&[4, 30, 30], ActionSpace::Discrete(6))),
+            ("ppo", vec![], spec(&[4, 84, 30], ActionSpace::Discrete(6))),
+            (
+                "dqn",
+                vec!["policy.model.encoder_hidden_size_list=[32, 64]"],
+                spec(&[4, 84, 84], ActionSpace::Discrete(6)),
+            ),
+            ("dqn", vec![], spec(&[4], cont.clone())),
+            ("sac", vec![], spec(&[4], ActionSpace::Discrete(2))),
+            (
+                "ppo",
+                vec!["policy.model.obs_shape=5"],
+                spec(&[4], ActionSpace::Discrete(2)),
+            ),
+            ("dqn", vec![], spec(&[2, 3], ActionSpace::Discrete(2))),
+        ];
+        for (kind, set, spec) in cases {
+            let mut o = vec![
+                format!("policy.type={kind}"),
+                "policy.collect.n_sample=64".into(),
+            ];
+            o.extend(set.iter().map(|s| s.to_string()));
+            let config = drill_config::Config::parse("", "t.toml", &o).unwrap();
+            let before = layers_built();
+            let checked = validate(&config, &spec).map_err(|e| e.to_string());
+            assert_eq!(
+                layers_built(),
+                before,
+                "{kind} {set:?}: validation built layers"
+            );
+            let built = match &config.policy {
+                drill_config::Policy::Dqn(p) => {
+                    dqn::build_qnet(&config, p, &spec, &device).map(drop)
+                }
+                drill_config::Policy::Ppo(p) => {
+                    ppo::build_agent(&config, p, &spec, &device).map(drop)
+                }
+                drill_config::Policy::Sac(p) => {
+                    sac::Sac::from_spec(&config, p, &spec, &device, ddp::Ranks::alone()).map(drop)
+                }
+            };
+            assert_eq!(
+                checked,
+                built.map_err(|e| e.to_string()),
+                "{kind} {set:?} {:?}",
+                spec.obs.shape
+            );
+            if checked.is_ok() {
+                assert!(layers_built() > before, "{kind}: building built nothing");
+            }
         }
     }
 }

@@ -2,7 +2,7 @@
 //! hard (or soft) target updates, epsilon-greedy exploration on an exponential schedule driven
 //! by env steps, uniform (or prioritized) replay, Adam, MSE TD loss.
 //!
-//! Read top to bottom: the network ([`build_qnet`]), acting (greedy for evaluation,
+//! Read top to bottom: the network ([`check_model`], [`build_qnet`]), acting (greedy for evaluation,
 //! epsilon-greedy for collection: [`Dqn`]'s [`Policy`] impl), the update rule
 //! ([`Dqn::update`]), then [`train_roles`]: setup and the pipeline of built-in middlewares
 //! `evaluate? → collect n_sample → n-step → push → update × update_per_collect → log`.
@@ -12,18 +12,23 @@ use std::cell::RefCell;
 use std::time::Duration;
 
 use crate::checkpoint::{Checkpoint, CheckpointExt};
+use crate::context;
+use crate::context::{RunContext, TrainResult};
 use crate::data::Batch;
+use crate::data::ReplayBuffer;
+use crate::ddp;
+use crate::envs;
 use crate::error::TrainError;
 use crate::middleware::{
     CkptSaver, ContextExchanger, DataPusher, EpsGreedyHandler, FinishSync, InteractionEvaluator,
     ModelExchanger, NStepRewardEnhancer, OffPolicyLearner, OnlineLogger, Outputs, Remote, Roles,
     StepCollector, TerminationChecker, TrainClock, run_result,
 };
-use crate::nets::{ConvEncoder, QNet, argmax, input};
+use crate::nets;
+use crate::nets::{ConvEncoder, ObsShape, QNet, argmax, check_encoder, input};
 use crate::optim::{ActingCopy, ParamLayout, Trainer};
 use crate::policy::{Acted, Explore, LearnOutput, Policy};
-use crate::run::{RunContext, TrainResult};
-use crate::session;
+use crate::resume;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use drill_config::{Config, ConvKind, DqnPolicy};
 use drill_env::{ActionBuf, ActionSpace, EnvSpec, Obs};
@@ -31,14 +36,14 @@ use drill_task::{OnlineRLContext, Task, TaskError, TaskHandle};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
-/// The Q-network for the environment `spec` describes, as `[policy.model]` says, checking
-/// its shapes.
-pub(crate) fn build_qnet(
+/// Check that `[policy.model]` makes a Q-network for the environment `spec` describes, without
+/// building it: discrete actions, the given shapes, an encoder that fits the frames. Returns
+/// what [`build_qnet`] builds from: the observations and the action count.
+pub(crate) fn check_model(
     cfg: &Config,
     p: &DqnPolicy,
     spec: &EnvSpec,
-    device: &Device,
-) -> Result<QNet, TrainError> {
+) -> Result<(ObsShape, usize), TrainError> {
     let ActionSpace::Discrete(actions) = spec.action_space else {
         return Err(cfg
             .error(
@@ -50,38 +55,52 @@ pub(crate) fn build_qnet(
             )
             .into());
     };
-    session::check_model_shapes(
+    nets::check_shapes(
         cfg,
         (p.model.obs_shape.as_ref(), p.model.action_shape),
         (&spec.obs.shape, actions),
     )?;
-    let hidden = &p.model.encoder_hidden_size_list;
-    match spec.obs.shape[..] {
-        [_] => Ok(QNet::new(
-            spec.obs_dim(),
-            hidden,
-            actions,
-            p.model.dueling,
-            device,
-        )),
-        [c, h, w] => {
-            let trunk = match p.model.encoder {
-                ConvKind::Ding => ConvEncoder::ding([c, h, w], hidden, device),
-                ConvKind::Nature => ConvEncoder::nature([c, h, w], false, device),
-            }
-            .map_err(|e| cfg.error("policy.model.encoder_hidden_size_list", e))?;
-            Ok(QNet::with_trunk(trunk, actions, p.model.dueling, device))
-        }
-        ref shape => Err(cfg
+    let Some(obs) = ObsShape::of(&spec.obs.shape) else {
+        return Err(cfg
             .error(
                 "env.id",
                 format!(
-                    "{} observes shape {shape:?}; DQN encodes vectors or [channels, height, width] frames",
-                    spec.id
+                    "{} observes shape {:?}; DQN encodes vectors or [channels, height, width] frames",
+                    spec.id, spec.obs.shape
                 ),
             )
-            .into()),
+            .into());
+    };
+    if let ObsShape::Frames(shape) = obs {
+        let hidden =
+            (p.model.encoder == ConvKind::Ding).then_some(&p.model.encoder_hidden_size_list);
+        check_encoder(shape, hidden.map(Vec::as_slice))
+            .map_err(|e| cfg.error("policy.model.encoder_hidden_size_list", e))?;
     }
+    Ok((obs, actions))
+}
+
+/// The Q-network for the environment `spec` describes, as `[policy.model]` says
+/// ([`check_model`] first).
+pub(crate) fn build_qnet(
+    cfg: &Config,
+    p: &DqnPolicy,
+    spec: &EnvSpec,
+    device: &Device,
+) -> Result<QNet, TrainError> {
+    let (obs, actions) = check_model(cfg, p, spec)?;
+    let hidden = &p.model.encoder_hidden_size_list;
+    Ok(match obs {
+        ObsShape::Vector(dim) => QNet::new(dim, hidden, actions, p.model.dueling, device),
+        ObsShape::Frames(shape) => {
+            let trunk = match p.model.encoder {
+                ConvKind::Ding => ConvEncoder::ding(shape, hidden, device),
+                ConvKind::Nature => ConvEncoder::nature(shape, false, device),
+            }
+            .map_err(|e| cfg.error("policy.model.encoder_hidden_size_list", e))?;
+            QNet::with_trunk(trunk, actions, p.model.dueling, device)
+        }
+    })
 }
 
 /// Greedy actions for a batch of observations.
@@ -164,7 +183,7 @@ impl Dqn {
 
     /// DQN for `cfg`'s environment on `device` (the plain device), its spec built here.
     pub fn from_config(cfg: &Config, p: &DqnPolicy, device: &Device) -> Result<Self, TrainError> {
-        Self::from_spec(cfg, p, &session::env_spec(cfg)?, device)
+        Self::from_spec(cfg, p, &envs::env_spec(cfg)?, device)
     }
 
     /// DQN for the environment `spec` describes, on `device` (the plain device).
@@ -387,7 +406,7 @@ pub fn train_roles(
 ) -> Result<Option<TrainResult>, TrainError> {
     // PLUMBING: seeding, environments, networks, storage.
     let clock = TrainClock::start(run.resume.as_ref().filter(|_| roles.learner));
-    let ranks = session::setup(cfg, run);
+    let ranks = ddp::setup(cfg, run);
     let (rank, world) = (ranks.rank(), ranks.world());
     // Split over processes, each collector worker is seeded as a DDP rank would be.
     let (slot, slots) = roles
@@ -397,19 +416,19 @@ pub fn train_roles(
     let spec = &run.spec;
     let mut dqn = Dqn::from_spec(cfg, p, spec, &run.device)?;
     let resume = run.resume.as_ref().filter(|_| roles.learner);
-    let env_step = session::resume(&mut dqn, resume)?;
+    let env_step = resume::restore(&mut dqn, resume)?;
     if let Some(pg) = ranks.group() {
-        dqn.distribute(pg.clone(), session::ddp_options(cfg))?;
+        dqn.distribute(pg.clone(), ddp::options(cfg))?;
     }
     let dqn = RefCell::new(dqn);
-    let rng = RefCell::new(session::rank_rng(cfg, run.resume.as_ref(), slot));
+    let rng = RefCell::new(resume::rank_rng(cfg, run.resume.as_ref(), slot));
     let rb = &p.other.replay_buffer;
-    let buffer = RefCell::new(session::replay_buffer(rb, spec, resume, rank, world)?);
+    let buffer = RefCell::new(ReplayBuffer::from_config(rb, spec, resume, rank, world)?);
     let eval_freq = p.eval.evaluator.eval_freq;
     let timeout = roles.remote.as_ref().map_or(Duration::MAX, |r| r.timeout);
     let out = Outputs::new(&mut *run.reporter);
     let iters = dqn.borrow().iters;
-    let mut task = session::task(cfg, Task::with_handle(handle.clone()), env_step, iters);
+    let mut task = context::task(cfg, Task::with_handle(handle.clone()), env_step, iters);
 
     // ALGO: the pipeline, DI-engine's order. Each role's middlewares run only where the role
     // does; exchangers carry data to the roles that run in other processes.
@@ -418,7 +437,7 @@ pub fn train_roles(
     }
     if roles.evaluator {
         // Evaluate greedily every eval_freq train iterations (and before training).
-        let evaluator = session::evaluator(cfg, world.max(slots), ranks.rank(), ranks.world())?;
+        let evaluator = envs::evaluator(cfg, world.max(slots), ranks.rank(), ranks.world())?;
         task.use_mw(
             InteractionEvaluator::new(
                 evaluator,
@@ -450,8 +469,8 @@ pub fn train_roles(
         // global env-step count.
         task.use_mw(EpsGreedyHandler::new(p.other.eps.clone()));
         task.use_mw(StepCollector::new(
-            session::collector_envs(cfg, slot)?,
-            session::split(cfg, &ranks, p.collect.n_sample),
+            envs::collector_envs(cfg, slot)?,
+            ddp::split(cfg, &ranks, p.collect.n_sample),
             &dqn,
             &rng,
             ranks.clone(),
@@ -467,7 +486,7 @@ pub fn train_roles(
     if roles.learner {
         // update_per_collect gradient steps on uniform (or prioritized) minibatches.
         task.use_mw(DataPusher::new(&buffer));
-        let batch_size = session::split(cfg, &ranks, p.learn.batch_size);
+        let batch_size = ddp::split(cfg, &ranks, p.learn.batch_size);
         let mut learn = OffPolicyLearner::new(&dqn, &buffer, &rng, ranks.clone());
         learn.batch_size = batch_size;
         learn.update_per_collect = p.learn.update_per_collect;
@@ -634,10 +653,10 @@ mod tests {
         let drill_config::Policy::Dqn(p) = &cfg.policy else {
             unreachable!()
         };
-        let mut null = crate::run::NullReporter;
+        let mut null = crate::context::NullReporter;
         let mut run = RunContext {
             device: Device::flex(),
-            spec: session::env_spec(&cfg).unwrap(),
+            spec: envs::env_spec(&cfg).unwrap(),
             reporter: &mut null,
             resume: None,
             dist: None,

@@ -29,10 +29,10 @@ use rand::{Rng, SeedableRng};
 
 use crate::ddp::Ranks;
 use crate::dqn::Dqn;
+use crate::envs;
 use crate::error::TrainError;
 use crate::policy::Policy as _;
 use crate::ppo::Ppo;
-use crate::session;
 use drill_kernels::View;
 
 /// Name → (shape, values) in PyTorch's layout.
@@ -164,7 +164,7 @@ fn vac(
             .into());
     }
     let continuous = matches!(
-        session::env_spec(config)?.action_space,
+        envs::env_spec(config)?.action_space,
         drill_env::ActionSpace::Continuous { .. }
     );
     let conditioned =
@@ -261,14 +261,8 @@ pub fn probe(
     seed: u64,
     device: &Device,
 ) -> Result<Probe, TrainError> {
-    session::register_env(config);
-    let mut venv = drill_env::make_vec_with(
-        &config.env.id,
-        1,
-        seed,
-        1,
-        &session::atari_options(config).eval(),
-    )?;
+    envs::register_env(config);
+    let mut venv = drill_env::make_vec_with(&config.env.id, 1, seed, 1, &config.env.atari.eval())?;
     let spec = venv.spec().clone();
     let d = spec.obs_dim();
     let mut obs = ObsBuf::new(spec.obs.dtype);

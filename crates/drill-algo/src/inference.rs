@@ -69,7 +69,7 @@ impl Loaded {
             }
         };
         let config = Config::load(&config_path.display().to_string(), &[])?;
-        let spec = crate::session::env_spec(&config)?;
+        let spec = crate::envs::env_spec(&config)?;
         let mut net = match &config.policy {
             drill_config::Policy::Dqn(p) => {
                 Net::Dqn(Box::new(dqn::Dqn::from_spec(&config, p, &spec, device)?))
@@ -169,7 +169,7 @@ mod tests {
                     concat!(env!("CARGO_MANIFEST_DIR"), "/../../configs/").to_string() + config;
                 let set = [format!("policy.precision={precision}")];
                 let cfg = Config::load(&path, &set).unwrap();
-                let spec = crate::session::env_spec(&cfg).unwrap();
+                let spec = crate::envs::env_spec(&cfg).unwrap();
                 let device = Device::flex();
                 let label = format!("{config} {precision}");
                 cases += match &cfg.policy {

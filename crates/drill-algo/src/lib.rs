@@ -7,31 +7,33 @@
 //! - [`nets`]: the networks; [`optim`]: flat parameters and Adam; [`compute`]: the device a
 //!   run uses and drill-kernels' layers as burn operations.
 //! - [`data`]: replay buffer, n-step returns, rollouts, GAE; `explore.rs`: epsilon schedules.
-//! - [`eval`]: the evaluator; [`checkpoint`]: safetensors checkpoints; [`session`]: the
-//!   setup every pipeline shares; [`start`]: the experiment folder and checkpoint a run (or
-//!   a restarted rank) starts from.
+//! - [`eval`]: the evaluator; [`checkpoint`]: safetensors checkpoints.
+//! - A run's parts, in the order a run meets them: [`runner`] (a whole run from a config
+//!   file, as `drill train` and Python's `drill.train` start it: load and check, train here
+//!   or launch ranks, close the folder); [`resume`] (the experiment folder and checkpoint a
+//!   run or restarted rank starts from, and the state restored from it); [`envs`] (the run's
+//!   environments and evaluator, each rank seeded apart); [`ddp`]'s `setup.rs` (joining the
+//!   job, the ranks); `context.rs` (what a run runs in, reports ([`Reporter`]) and returns
+//!   ([`TrainResult`])); `dispatch.rs` ([`validate`], [`train()`], [`evaluate()`]: the
+//!   algorithm the config names).
 //! - [`ddp`]: data-parallel training (gradient averaging, the ranks as the pipeline sees
 //!   them, distributed sampler).
 //! - [`TrainError`] (`error.rs`) and [`checkpoint::CheckpointError`], below everything else;
 //!   [`interrupt`]: Ctrl-C / SIGTERM asking a run to stop after its step; `memory.rs`: what a
 //!   config will allocate, checked against the machine before anything is built.
 //! - [`inference`]: a trained policy loaded for inference (Python's `drill.load`).
-//! - [`entry`]: a whole run from a config file, as `drill train` and Python's `drill.train`
-//!   start it (load and check, train here or launch ranks, close the folder).
-//! - `run.rs`: what a run reports ([`Reporter`]) and returns ([`TrainResult`]);
-//!   [`train()`], [`evaluate()`] and their siblings (`dispatch.rs`) pick the algorithm from
-//!   the config.
 //!
 //! Modules call down only, in the layers ARCHITECTURE.md lists (a test in drill-cli checks
 //! them against the sources).
 
 pub mod checkpoint;
 pub mod compute;
+mod context;
 pub mod data;
 pub mod ddp;
 mod dispatch;
 pub mod dqn;
-pub mod entry;
+pub mod envs;
 mod error;
 pub mod eval;
 mod explore;
@@ -44,14 +46,13 @@ pub mod nets;
 pub mod optim;
 pub mod policy;
 pub mod ppo;
-mod run;
+pub mod resume;
+pub mod runner;
 mod sac;
-pub mod session;
-pub mod start;
 
+pub use context::{NullReporter, Progress, Reporter, RunContext, TrainResult};
 pub use dispatch::{check_splittable, evaluate, train, train_roles, validate};
 pub use error::TrainError;
-pub use run::{NullReporter, Progress, Reporter, RunContext, TrainResult};
 
 /// Notes the largest allocation of each fuzzed input (see `drill_fuzz`).
 #[cfg(test)]

@@ -233,7 +233,7 @@ fn human(v: f64, unit: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::session;
+    use crate::envs;
 
     fn config(text: &str, sets: &[&str]) -> Config {
         let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
@@ -253,7 +253,7 @@ encoder_hidden_size_list = [128, 128, 64]
     #[test]
     fn the_shipped_sizes_are_small_and_absurd_ones_are_named() {
         let cfg = config(CARTPOLE, &[]);
-        let spec = session::env_spec(&cfg).unwrap();
+        let spec = envs::env_spec(&cfg).unwrap();
         let total: f64 = estimate(&cfg, &spec).iter().map(|i| i.bytes).sum();
         assert!(total < 64.0 * MIB, "{total}");
         // DI-engine's CartPole net: 4-128-128-64 plus a 2-action head.
@@ -266,7 +266,7 @@ encoder_hidden_size_list = [128, 128, 64]
             CARTPOLE,
             &["policy.other.replay_buffer.replay_buffer_size=100000000000"],
         );
-        let spec = session::env_spec(&cfg).unwrap();
+        let spec = envs::env_spec(&cfg).unwrap();
         let items = estimate(&cfg, &spec);
         let big = items
             .iter()

@@ -4,7 +4,7 @@
 //! (checked once per epoch, as CleanRL), linear learning-rate annealing, global gradient-norm
 //! clipping.
 //!
-//! Read top to bottom: the network ([`build_agent`]), acting (sampling for collection,
+//! Read top to bottom: the network ([`check_model`], [`build_agent`]), acting (sampling for collection,
 //! deterministic for evaluation) and the update (epochs over the rollout in [`Ppo`]'s
 //! [`Policy::learn`], each minibatch's loss in [`minibatch_update`]), then [`train`]: setup
 //! and the pipeline of built-in middlewares `evaluate? → roll out n_sample steps → GAE →
@@ -12,20 +12,25 @@
 //! iteration is one minibatch gradient step (as DI-engine counts them).
 
 use crate::checkpoint::{Checkpoint, CheckpointExt};
+use crate::context;
+use crate::context::{RunContext, TrainResult};
 use crate::data::Rollout;
+use crate::ddp;
 use crate::ddp::Ranks;
+use crate::envs;
 use crate::error::TrainError;
 use crate::middleware::{
     CkptSaver, GaeEstimator, InteractionEvaluator, OnPolicyLearner, OnlineLogger, Outputs,
     RolloutCollector, TerminationChecker, TrainClock, run_result,
 };
+use crate::nets;
 use crate::nets::{
-    Actor, ActorCritic, ActorHead, ConvEncoder, Critic, HALF_LN_2PI, input, input_rows,
+    Actor, ActorCritic, ActorHead, ConvEncoder, Critic, HALF_LN_2PI, ObsShape, check_encoder,
+    input, input_rows,
 };
 use crate::optim::{ActingCopy, Trainer};
 use crate::policy::{Acted, Explore, LearnOutput, Policy};
-use crate::run::{RunContext, TrainResult};
-use crate::session;
+use crate::resume;
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use drill_config::{Config, PpoPolicy, SigmaType};
@@ -37,14 +42,14 @@ use rand_chacha::ChaCha8Rng;
 use rand_distr::StandardNormal;
 use std::cell::RefCell;
 
-/// The actor-critic for the environment `spec` describes, as `[policy.model]` says.
-pub fn build_agent(
+/// Check that `[policy.model]` makes an actor-critic for the environment `spec` describes,
+/// without building it: the given shapes, frames a Nature-CNN trunk fits. Returns what
+/// [`build_agent`] builds from: the observations, the action size and the actor's head.
+pub(crate) fn check_model(
     cfg: &Config,
     p: &PpoPolicy,
     spec: &EnvSpec,
-    device: &Device,
-) -> Result<ActorCritic, TrainError> {
-    let hidden = &p.model.encoder_hidden_size_list;
+) -> Result<(ObsShape, usize, ActorHead), TrainError> {
     let (act_dim, head) = match &spec.action_space {
         ActionSpace::Discrete(n) => (*n, ActorHead::Categorical),
         ActionSpace::Continuous { low, .. } => match p.model.sigma_type {
@@ -52,29 +57,45 @@ pub fn build_agent(
             SigmaType::Conditioned => (low.len(), ActorHead::GaussianConditioned),
         },
     };
-    session::check_model_shapes(
+    nets::check_shapes(
         cfg,
         (p.model.obs_shape.as_ref(), p.model.action_shape),
         (&spec.obs.shape, act_dim),
     )?;
+    let Some(obs) = ObsShape::of(&spec.obs.shape) else {
+        return Err(cfg
+            .error(
+                "env.id",
+                format!(
+                    "{} observes shape {:?}; PPO encodes vectors or [channels, height, width] frames",
+                    spec.id, spec.obs.shape
+                ),
+            )
+            .into());
+    };
+    if let ObsShape::Frames(shape) = obs {
+        check_encoder(shape, None).map_err(|e| cfg.error("env.screen_size", e))?;
+    }
+    Ok((obs, act_dim, head))
+}
+
+/// The actor-critic for the environment `spec` describes, as `[policy.model]` says
+/// ([`check_model`] first).
+pub fn build_agent(
+    cfg: &Config,
+    p: &PpoPolicy,
+    spec: &EnvSpec,
+    device: &Device,
+) -> Result<ActorCritic, TrainError> {
+    let (obs, act_dim, head) = check_model(cfg, p, spec)?;
+    let hidden = &p.model.encoder_hidden_size_list;
     // Frames go through CleanRL's Nature-CNN trunk (orthogonal init), vectors straight in.
-    let trunk = match spec.obs.shape[..] {
-        [_] => None,
-        [c, h, w] => Some(
-            ConvEncoder::nature([c, h, w], true, device)
+    let trunk = match obs {
+        ObsShape::Vector(_) => None,
+        ObsShape::Frames(shape) => Some(
+            ConvEncoder::nature(shape, true, device)
                 .map_err(|e| cfg.error("env.screen_size", e))?,
         ),
-        ref shape => {
-            return Err(cfg
-                .error(
-                    "env.id",
-                    format!(
-                        "{} observes shape {shape:?}; PPO encodes vectors or [channels, height, width] frames",
-                        spec.id
-                    ),
-                )
-                .into());
-        }
     };
     let input_dim = trunk.as_ref().map_or(spec.obs_dim(), ConvEncoder::features);
     Ok(ActorCritic {
@@ -236,7 +257,7 @@ impl Ppo {
         device: &Device,
         ranks: Ranks,
     ) -> Result<Self, TrainError> {
-        Self::from_spec(cfg, p, &session::env_spec(cfg)?, device, ranks)
+        Self::from_spec(cfg, p, &envs::env_spec(cfg)?, device, ranks)
     }
 
     /// PPO for the environment `spec` describes, on `device` (the plain device); `ranks`
@@ -259,7 +280,7 @@ impl Ppo {
             obs_dim: spec.obs_dim(),
             device: device.clone(),
             ad,
-            batch_size: session::split(cfg, &ranks, p.learn.batch_size),
+            batch_size: ddp::split(cfg, &ranks, p.learn.batch_size),
             ranks,
             anneal_to: if p.learn.lr_anneal {
                 cfg.max_env_step
@@ -518,23 +539,23 @@ pub fn train(
 ) -> Result<TrainResult, TrainError> {
     // PLUMBING: seeding, environments, networks.
     let clock = TrainClock::start(run.resume.as_ref());
-    let ranks = session::setup(cfg, run);
-    let venv = session::collector_envs(cfg, ranks.rank())?;
+    let ranks = ddp::setup(cfg, run);
+    let venv = envs::collector_envs(cfg, ranks.rank())?;
     let (rank, world) = (ranks.rank(), ranks.world());
     let n_env = venv.num_envs();
     let mut ppo = Ppo::from_spec(cfg, p, &run.spec, &run.device, ranks.clone())?;
-    let env_step = session::resume(&mut ppo, run.resume.as_ref())?;
+    let env_step = resume::restore(&mut ppo, run.resume.as_ref())?;
     if let Some(pg) = ranks.group() {
-        ppo.distribute(pg.clone(), session::ddp_options(cfg))?;
+        ppo.distribute(pg.clone(), ddp::options(cfg))?;
     }
     let ppo = RefCell::new(ppo);
-    let rng = RefCell::new(session::rank_rng(cfg, run.resume.as_ref(), rank));
+    let rng = RefCell::new(resume::rank_rng(cfg, run.resume.as_ref(), rank));
     let out = Outputs::new(&mut *run.reporter);
     let iters = ppo.borrow().iters;
-    let mut task = session::task(cfg, Task::new(), env_step, iters);
+    let mut task = context::task(cfg, Task::new(), env_step, iters);
 
     // ALGO: evaluate deterministically every eval_freq train iterations (and before training).
-    let evaluator = session::evaluator(cfg, world, ranks.rank(), ranks.world())?;
+    let evaluator = envs::evaluator(cfg, world, ranks.rank(), ranks.world())?;
     task.use_mw(InteractionEvaluator::new(
         evaluator,
         p.eval.evaluator.eval_freq,
@@ -549,7 +570,7 @@ pub fn train(
         ranks.clone(),
     ));
     // ALGO: roll out n_sample / env_num steps in every env with the stochastic policy.
-    let steps = (session::split(cfg, &ranks, p.collect.n_sample) / n_env).max(1);
+    let steps = (ddp::split(cfg, &ranks, p.collect.n_sample) / n_env).max(1);
     let mut collector = RolloutCollector::new(venv, steps, &ppo, &rng, ranks.clone());
     if p.learn.reward_norm {
         collector = collector.reward_norm(p.collect.discount_factor);

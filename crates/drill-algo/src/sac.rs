@@ -11,17 +11,23 @@
 use std::cell::RefCell;
 
 use crate::checkpoint::{Checkpoint, CheckpointExt};
+use crate::context;
+use crate::context::{RunContext, TrainResult};
 use crate::data::Batch;
+use crate::data::ReplayBuffer;
+use crate::ddp;
+use crate::ddp::Ranks;
+use crate::envs;
 use crate::error::TrainError;
 use crate::middleware::{
     CkptSaver, DataPusher, InteractionEvaluator, NStepRewardEnhancer, OffPolicyLearner,
     OnlineLogger, Outputs, StepCollector, TerminationChecker, TrainClock, run_result,
 };
+use crate::nets;
 use crate::nets::{HALF_LN_2PI, SquashedGaussian, TwinQ, input};
 use crate::optim::{ActingCopy, Adam, Trainer};
 use crate::policy::{Acted, Explore, LearnOutput, Policy};
-use crate::run::{RunContext, TrainResult};
-use crate::{ddp::Ranks, session};
+use crate::resume;
 use burn::tensor::{Device, Tensor, TensorData};
 use drill_config::{Config, SacPolicy};
 use drill_env::{ActionBuf, ActionSpace, EnvSpec, Obs};
@@ -80,6 +86,33 @@ fn noise(rng: &mut ChaCha8Rng, b: usize, dim: usize, device: &Device) -> Tensor<
     Tensor::from_data(TensorData::new(z, [b, dim]), device)
 }
 
+/// Check that `[policy.model]` makes SAC's networks for the environment `spec` describes,
+/// without building them: continuous actions and the given shapes. Returns the action
+/// bounds.
+pub(crate) fn check_model<'a>(
+    cfg: &Config,
+    p: &SacPolicy,
+    spec: &'a EnvSpec,
+) -> Result<(&'a [f32], &'a [f32]), TrainError> {
+    let ActionSpace::Continuous { low, high } = &spec.action_space else {
+        return Err(cfg
+            .error(
+                "policy.type",
+                format!(
+                    "SAC needs continuous actions; {} is discrete (use dqn or ppo)",
+                    spec.id
+                ),
+            )
+            .into());
+    };
+    nets::check_shapes(
+        cfg,
+        (p.model.obs_shape.as_ref(), p.model.action_shape),
+        (&spec.obs.shape, low.len()),
+    )?;
+    Ok((low, high))
+}
+
 /// SAC: the actor and twin critics with their flat parameters and Adam states, the critics'
 /// targets, the temperature, and the actor copy the collector and evaluator act with.
 pub(crate) struct Sac {
@@ -114,23 +147,8 @@ impl Sac {
         device: &Device,
         ranks: Ranks,
     ) -> Result<Self, TrainError> {
-        let ActionSpace::Continuous { low, high } = &spec.action_space else {
-            return Err(cfg
-                .error(
-                    "policy.type",
-                    format!(
-                        "SAC needs continuous actions; {} is discrete (use dqn or ppo)",
-                        spec.id
-                    ),
-                )
-                .into());
-        };
+        let (low, high) = check_model(cfg, p, spec)?;
         let (obs_dim, act_dim) = (spec.obs_dim(), low.len());
-        session::check_model_shapes(
-            cfg,
-            (p.model.obs_shape.as_ref(), p.model.action_shape),
-            (&spec.obs.shape, act_dim),
-        )?;
         let ad = device.clone().autodiff();
         let actor = Trainer::new(
             SquashedGaussian::new(obs_dim, p.model.actor_head_hidden_size, act_dim, &ad),
@@ -361,17 +379,17 @@ pub(crate) fn train(
 ) -> Result<TrainResult, TrainError> {
     // PLUMBING: seeding, environments, networks, storage.
     let clock = TrainClock::start(run.resume.as_ref());
-    let ranks = session::setup(cfg, run);
+    let ranks = ddp::setup(cfg, run);
     let (rank, world) = (ranks.rank(), ranks.world());
     let spec = &run.spec;
     let mut sac = Sac::from_spec(cfg, p, spec, &run.device, ranks.clone())?;
-    let env_step = session::resume(&mut sac, run.resume.as_ref())?;
+    let env_step = resume::restore(&mut sac, run.resume.as_ref())?;
     if let Some(pg) = ranks.group() {
-        sac.distribute(pg.clone(), session::ddp_options(cfg))?;
+        sac.distribute(pg.clone(), ddp::options(cfg))?;
     }
     let sac = RefCell::new(sac);
-    let rng = RefCell::new(session::rank_rng(cfg, run.resume.as_ref(), rank));
-    let buffer = RefCell::new(session::replay_buffer(
+    let rng = RefCell::new(resume::rank_rng(cfg, run.resume.as_ref(), rank));
+    let buffer = RefCell::new(ReplayBuffer::from_config(
         &p.other.replay_buffer,
         spec,
         run.resume.as_ref(),
@@ -381,10 +399,10 @@ pub(crate) fn train(
     let eval_freq = p.eval.evaluator.eval_freq;
     let out = Outputs::new(&mut *run.reporter);
     let iters = sac.borrow().iters;
-    let mut task = session::task(cfg, Task::new(), env_step, iters);
+    let mut task = context::task(cfg, Task::new(), env_step, iters);
 
     // ALGO: the same off-policy pipeline as DQN, without epsilon (SAC explores by sampling).
-    let evaluator = session::evaluator(cfg, world, ranks.rank(), ranks.world())?;
+    let evaluator = envs::evaluator(cfg, world, ranks.rank(), ranks.world())?;
     task.use_mw(InteractionEvaluator::new(
         evaluator,
         eval_freq,
@@ -403,8 +421,8 @@ pub(crate) fn train(
         ranks.clone(),
     ));
     task.use_mw(StepCollector::new(
-        session::collector_envs(cfg, rank)?,
-        session::split(cfg, &ranks, p.collect.n_sample),
+        envs::collector_envs(cfg, rank)?,
+        ddp::split(cfg, &ranks, p.collect.n_sample),
         &sac,
         &rng,
         ranks.clone(),
@@ -417,7 +435,7 @@ pub(crate) fn train(
         &spec.action_space,
     ));
     task.use_mw(DataPusher::new(&buffer));
-    let batch_size = session::split(cfg, &ranks, p.learn.batch_size);
+    let batch_size = ddp::split(cfg, &ranks, p.learn.batch_size);
     let mut learn = OffPolicyLearner::new(&sac, &buffer, &rng, ranks.clone());
     learn.batch_size = batch_size;
     learn.update_per_collect = p.learn.update_per_collect;

@@ -15,10 +15,10 @@ use drill_algo::data::Rollout;
 use drill_algo::ddp::Ranks;
 use drill_algo::ddp::{DdpOptions, SyncBatchNorm};
 use drill_algo::dqn::Dqn;
+use drill_algo::envs;
 use drill_algo::nets::{ActorCritic, Input, QNet};
 use drill_algo::optim::Trainer;
 use drill_algo::ppo::minibatch_update;
-use drill_algo::session;
 use drill_comm::ProcessGroup;
 use drill_comm::spawn::{RankOutput, Spawn};
 use drill_config::{Config, DqnPolicy, Policy, PpoPolicy};
@@ -214,13 +214,8 @@ fn ppo_trainer() -> Trainer<ActorCritic> {
     let device = Device::flex();
     device.seed(2);
     Trainer::new(
-        drill_algo::ppo::build_agent(
-            &cfg,
-            &p,
-            &session::env_spec(&cfg).unwrap(),
-            &device.autodiff(),
-        )
-        .unwrap(),
+        drill_algo::ppo::build_agent(&cfg, &p, &envs::env_spec(&cfg).unwrap(), &device.autodiff())
+            .unwrap(),
         1e-5,
     )
 }
@@ -340,7 +335,7 @@ fn seeds_differ() {
     assert_ne!(a, b, "ranks must not collect the same data");
     // Rank 0 collects exactly what a single process with the same seed collects.
     let cfg = Config::parse("[env]\nid = \"CartPole-v1\"\n", "t.toml", &[]).unwrap();
-    let venv = session::collector_envs(&cfg, 0).unwrap();
+    let venv = envs::collector_envs(&cfg, 0).unwrap();
     assert_eq!(a, venv.obs().f32(), "rank 0 = single process");
 }
 
@@ -446,7 +441,7 @@ fn run_child(name: &str, pg: ProcessGroup) {
             .unwrap();
             let ranks = Ranks::new(Some(pg));
             assert_eq!((ranks.rank(), ranks.world()), (rank, 2));
-            let venv = session::collector_envs(&cfg, ranks.rank()).unwrap();
+            let venv = envs::collector_envs(&cfg, ranks.rank()).unwrap();
             print("obs", venv.obs().f32());
         }
         "diverge" => {

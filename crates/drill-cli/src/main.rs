@@ -141,7 +141,7 @@ pub(crate) fn exit_code_if_stdout_closes(code: i32) {
 /// Size the tensor thread pool (burn's and drill's kernels run on rayon's global pool): once,
 /// before any tensor work.
 pub(crate) fn init_threads(n: usize) {
-    if !drill_algo::entry::init_threads(n) {
+    if !drill_algo::runner::init_threads(n) {
         tracing::warn!("could not size the tensor thread pool to {n}");
     }
 }

@@ -636,13 +636,10 @@ fn drill_algo_modules_do_not_import_through_lib_rs() {
     let tmp = tempfile::tempdir().unwrap();
     let src = tmp.path().join("src");
     copy_tree(&crates().join("drill-algo/src"), &src);
-    let session = src.join("session.rs");
-    let text = std::fs::read_to_string(&session).unwrap();
-    std::fs::write(&session, format!("{text}\nuse crate::TrainResult;\n")).unwrap();
-    assert_eq!(
-        imports_through_the_root(&src),
-        ["session: crate::TrainResult"]
-    );
+    let envs = src.join("envs.rs");
+    let text = std::fs::read_to_string(&envs).unwrap();
+    std::fs::write(&envs, format!("{text}\nuse crate::TrainResult;\n")).unwrap();
+    assert_eq!(imports_through_the_root(&src), ["envs: crate::TrainResult"]);
 }
 
 /// Normal dependencies (`cargo tree -e normal`) of `package`, one crate name per line.

@@ -16,8 +16,7 @@ mod tree;
 pub use error::ConfigError;
 pub use policy::*;
 pub use tree::{
-    Config, DdpKeys, EnvConfig, Policy, REDIS_PASSWORD_ADVICE, TASK_ROLES, TaskConfig,
-    url_has_password,
+    Config, EnvConfig, Policy, REDIS_PASSWORD_ADVICE, TASK_ROLES, TaskConfig, url_has_password,
 };
 
 #[cfg(test)]

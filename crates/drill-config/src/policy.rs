@@ -218,13 +218,11 @@ pub struct DqnOther {
     pub replay_buffer: ReplayBufferConfig,
 }
 
-/// `[policy]` with `type = "dqn"`: DQN as DI-engine does it (dueling, double, n-step).
+/// The `[policy]` keys every algorithm shares: written in `[policy]` itself, held in each
+/// algorithm's struct as `common` (the config tree moves them in and out: [`Common::KEYS`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct DqnPolicy {
-    /// Always `dqn` here.
-    #[serde(rename = "type")]
-    pub kind: String,
+pub struct Common {
     /// Run on CUDA (needs a binary built with `--features cuda`).
     pub cuda: bool,
     /// Precision of the large matrix products on the CPU: `f32`, or `bf16` (operands rounded
@@ -242,6 +240,43 @@ pub struct DqnPolicy {
     /// With `multi_gpu`: check every this many optimizer steps that parameters are
     /// bit-identical on every rank (0: never).
     pub ddp_check_every: u64,
+}
+
+impl Common {
+    /// The keys, as written in `[policy]` (`ddp` is `multi_gpu`'s alias).
+    pub const KEYS: [&str; 7] = [
+        "cuda",
+        "precision",
+        "multi_gpu",
+        "ddp",
+        "ddp_split_batch",
+        "ddp_bucket_cap_mb",
+        "ddp_check_every",
+    ];
+}
+
+impl Default for Common {
+    fn default() -> Self {
+        Self {
+            cuda: false,
+            precision: Precision::F32,
+            multi_gpu: false,
+            ddp_split_batch: false,
+            ddp_bucket_cap_mb: 25.0,
+            ddp_check_every: 0,
+        }
+    }
+}
+
+/// `[policy]` with `type = "dqn"`: DQN as DI-engine does it (dueling, double, n-step).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DqnPolicy {
+    /// Always `dqn` here.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The keys every algorithm shares (written in `[policy]` itself).
+    pub common: Common,
     /// Reward discount gamma.
     pub discount_factor: f64,
     /// n of the n-step return.
@@ -262,12 +297,7 @@ impl Default for DqnPolicy {
     fn default() -> Self {
         Self {
             kind: "dqn".into(),
-            cuda: false,
-            precision: Precision::F32,
-            multi_gpu: false,
-            ddp_split_batch: false,
-            ddp_bucket_cap_mb: 25.0,
-            ddp_check_every: 0,
+            common: Common::default(),
             discount_factor: 0.97,
             nstep: 1,
             model: DqnModel::default(),
@@ -480,23 +510,8 @@ pub struct PpoPolicy {
     /// Always `ppo` here.
     #[serde(rename = "type")]
     pub kind: String,
-    /// Run on CUDA (needs a binary built with `--features cuda`).
-    pub cuda: bool,
-    /// Precision of the large matrix products on the CPU: `f32`, or `bf16` (operands rounded
-    /// to bfloat16, f32 accumulation, f32 weights and Adam state; faster only where the CPU
-    /// has AVX-512 BF16).
-    pub precision: Precision,
-    /// Data-parallel training across ranks (`ddp` is an alias).
-    #[serde(alias = "ddp")]
-    pub multi_gpu: bool,
-    /// With `multi_gpu`: divide batch_size and n_sample by the world size (rounded up) so the
-    /// global batch stays the same (DI-engine's `to_ddp_config`).
-    pub ddp_split_batch: bool,
-    /// DDP gradient bucket cap in MiB (torch's `bucket_cap_mb`).
-    pub ddp_bucket_cap_mb: f64,
-    /// With `multi_gpu`: check every this many optimizer steps that parameters are
-    /// bit-identical on every rank (0: never).
-    pub ddp_check_every: u64,
+    /// The keys every algorithm shares (written in `[policy]` itself).
+    pub common: Common,
     /// `[policy.model]`.
     pub model: PpoModel,
     /// `[policy.learn]`.
@@ -511,12 +526,7 @@ impl Default for PpoPolicy {
     fn default() -> Self {
         Self {
             kind: "ppo".into(),
-            cuda: false,
-            precision: Precision::F32,
-            multi_gpu: false,
-            ddp_split_batch: false,
-            ddp_bucket_cap_mb: 25.0,
-            ddp_check_every: 0,
+            common: Common::default(),
             model: PpoModel::default(),
             learn: PpoLearn::default(),
             collect: PpoCollect::default(),
@@ -708,22 +718,8 @@ pub struct SacPolicy {
     /// Always `sac` here.
     #[serde(rename = "type")]
     pub kind: String,
-    /// Run on CUDA (needs a binary built with `--features cuda`).
-    pub cuda: bool,
-    /// Precision of the large matrix products on the CPU: `f32`, or `bf16` (operands rounded
-    /// to bfloat16, f32 accumulation, f32 weights and Adam state; faster only where the CPU
-    /// has AVX-512 BF16).
-    pub precision: Precision,
-    /// Data-parallel training across ranks (`ddp` is an alias).
-    #[serde(alias = "ddp")]
-    pub multi_gpu: bool,
-    /// With `multi_gpu`: divide batch_size and n_sample by the world size (rounded up).
-    pub ddp_split_batch: bool,
-    /// DDP gradient bucket cap in MiB (torch's `bucket_cap_mb`).
-    pub ddp_bucket_cap_mb: f64,
-    /// With `multi_gpu`: check every this many optimizer steps that parameters are
-    /// bit-identical on every rank (0: never).
-    pub ddp_check_every: u64,
+    /// The keys every algorithm shares (written in `[policy]` itself).
+    pub common: Common,
     /// Uniformly random actions for this many env steps before the actor acts.
     pub random_collect_size: u64,
     /// `[policy.model]`.
@@ -742,12 +738,7 @@ impl Default for SacPolicy {
     fn default() -> Self {
         Self {
             kind: "sac".into(),
-            cuda: false,
-            precision: Precision::F32,
-            multi_gpu: false,
-            ddp_split_batch: false,
-            ddp_bucket_cap_mb: 25.0,
-            ddp_check_every: 0,
+            common: Common::default(),
             random_collect_size: 1000,
             model: SacModel::default(),
             learn: SacLearn::default(),

@@ -1,7 +1,8 @@
 //! The whole experiment tree ([`Config`]), loading, `--set` overrides and validation.
 
 use crate::check::{Checker, MAX_ENVS, value_err};
-use crate::{ConfigError, DqnPolicy, PpoPolicy, SacPolicy};
+use crate::{Common, ConfigError, DqnPolicy, PpoPolicy, SacPolicy};
+use drill_env::atari::AtariOptions;
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
 /// `[env]`: which environment and how many copies.
@@ -22,22 +23,10 @@ pub struct EnvConfig {
     /// Worker threads stepping the collector's copies (1: step on the training thread; more
     /// only pays for expensive environments, such as Atari).
     pub env_threads: usize,
-    /// Atari: frames stacked into one observation (DI-engine's `frame_stack`).
-    pub frame_stack: usize,
-    /// Atari: at most this many NOOP frames after a reset (0: none).
-    pub noop_max: u32,
-    /// Atari: frames each action is repeated for (the observation max-pools the last two).
-    pub frame_skip: u32,
-    /// Atari: a lost life ends a training episode (never in evaluation).
-    pub episode_life: bool,
-    /// Atari: press FIRE after a reset in games that have it.
-    pub fire_reset: bool,
-    /// Atari: training rewards become their sign (never in evaluation).
-    pub clip_rewards: bool,
-    /// Atari: side of the square grayscale frame the screen is resized to.
-    pub screen_size: usize,
-    /// Atari: all 18 actions instead of the game's minimal set.
-    pub full_action_space: bool,
+    /// Atari's wrapper chain: `frame_stack`, `noop_max`, `frame_skip`, `episode_life`,
+    /// `fire_reset`, `clip_rewards`, `screen_size`, `full_action_space`, written in `[env]`
+    /// itself (drill-env's [`AtariOptions`] documents each).
+    pub atari: AtariOptions,
     /// Gymnasium ids (`gymnasium:NAME`): keyword arguments for `gymnasium.make`.
     pub kwargs: toml::Table,
     /// Gymnasium ids: `module:Class` (a `gym.Env` of your own) registered under NAME first.
@@ -56,14 +45,7 @@ impl Default for EnvConfig {
             n_evaluator_episode: 5,
             stop_value: None,
             env_threads: 1,
-            frame_stack: 4,
-            noop_max: 30,
-            frame_skip: 4,
-            episode_life: true,
-            fire_reset: true,
-            clip_rewards: true,
-            screen_size: 84,
-            full_action_space: false,
+            atari: AtariOptions::default(),
             kwargs: toml::Table::new(),
             entry_point: None,
             vectorization: "sync".into(),
@@ -133,19 +115,6 @@ pub enum Policy {
     Sac(SacPolicy),
 }
 
-/// The data-parallel keys every `[policy]` table has.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct DdpKeys {
-    /// `policy.multi_gpu`.
-    pub multi_gpu: bool,
-    /// `policy.ddp_split_batch`.
-    pub split_batch: bool,
-    /// `policy.ddp_bucket_cap_mb`.
-    pub bucket_cap_mb: f64,
-    /// `policy.ddp_check_every`.
-    pub check_every: u64,
-}
-
 impl Policy {
     /// `policy.type` as written in the config.
     pub fn kind(&self) -> &'static str {
@@ -156,46 +125,29 @@ impl Policy {
         }
     }
 
+    /// The keys every algorithm shares (`policy.cuda`, `policy.precision`, the data-parallel
+    /// keys).
+    pub fn common(&self) -> &crate::Common {
+        match self {
+            Policy::Dqn(p) => &p.common,
+            Policy::Ppo(p) => &p.common,
+            Policy::Sac(p) => &p.common,
+        }
+    }
+
     /// `policy.cuda`.
     pub fn cuda(&self) -> bool {
-        match self {
-            Policy::Dqn(p) => p.cuda,
-            Policy::Ppo(p) => p.cuda,
-            Policy::Sac(p) => p.cuda,
-        }
+        self.common().cuda
     }
 
     /// `policy.precision`.
     pub fn precision(&self) -> crate::Precision {
-        match self {
-            Policy::Dqn(p) => p.precision,
-            Policy::Ppo(p) => p.precision,
-            Policy::Sac(p) => p.precision,
-        }
+        self.common().precision
     }
 
     /// `policy.multi_gpu`.
     pub fn multi_gpu(&self) -> bool {
-        self.ddp().multi_gpu
-    }
-
-    /// The data-parallel keys.
-    pub fn ddp(&self) -> DdpKeys {
-        macro_rules! keys {
-            ($p:expr) => {
-                DdpKeys {
-                    multi_gpu: $p.multi_gpu,
-                    split_batch: $p.ddp_split_batch,
-                    bucket_cap_mb: $p.ddp_bucket_cap_mb,
-                    check_every: $p.ddp_check_every,
-                }
-            };
-        }
-        match self {
-            Policy::Dqn(p) => keys!(p),
-            Policy::Ppo(p) => keys!(p),
-            Policy::Sac(p) => keys!(p),
-        }
+        self.common().multi_gpu
     }
 
     /// `policy.eval.evaluator.eval_freq`.
@@ -302,6 +254,7 @@ impl Config {
             apply_override(&mut table, arg)?;
         }
         follow_seed(&mut table, before);
+        nest(&mut table, source)?;
         let kind = match table.get("policy").and_then(|p| p.get("type")) {
             None => "dqn".to_string(),
             Some(toml::Value::String(s)) => s.clone(),
@@ -364,12 +317,14 @@ impl Config {
                 task: c.task.clone(),
             }
         }
-        let out = match &self.policy {
-            Policy::Dqn(p) => toml::to_string(&raw(self, p)),
-            Policy::Ppo(p) => toml::to_string(&raw(self, p)),
-            Policy::Sac(p) => toml::to_string(&raw(self, p)),
+        let value = match &self.policy {
+            Policy::Dqn(p) => toml::Table::try_from(raw(self, p)),
+            Policy::Ppo(p) => toml::Table::try_from(raw(self, p)),
+            Policy::Sac(p) => toml::Table::try_from(raw(self, p)),
         };
-        out.expect("a validated config serialises")
+        let mut table = value.expect("a validated config serialises");
+        unnest(&mut table);
+        toml::to_string(&table).expect("a validated config serialises")
     }
 
     /// An error about `path` in this config, for checks made by later layers (e.g. that the
@@ -392,7 +347,10 @@ impl Config {
             "must be at least 1 (omit for no limit)",
         );
         c.at_least_1("policy.eval.evaluator.eval_freq", self.policy.eval_freq());
-        c.positive("policy.ddp_bucket_cap_mb", self.policy.ddp().bucket_cap_mb);
+        c.positive(
+            "policy.ddp_bucket_cap_mb",
+            self.policy.common().ddp_bucket_cap_mb,
+        );
         match &self.policy {
             Policy::Dqn(p) => p.check(&mut c),
             Policy::Ppo(p) => p.check(&mut c, self.env.collector_env_num, self.max_env_step),
@@ -445,13 +403,9 @@ impl EnvConfig {
             1_000_000,
         );
         c.size("env.env_threads", e.env_threads as u64, 1024);
-        c.size("env.frame_stack", e.frame_stack as u64, 64);
-        c.size("env.frame_skip", u64::from(e.frame_skip), 64);
-        c.check(
-            (1..=160).contains(&e.screen_size),
-            "env.screen_size",
-            "must be 1..=160 (the frame is shrunk from the 210x160 screen)",
-        );
+        if let Err((key, message)) = e.atari.check() {
+            c.check(false, &format!("env.{key}"), &message);
+        }
         if let Some(v) = e.stop_value {
             c.check(v.is_finite(), "env.stop_value", "must be finite");
         }
@@ -514,11 +468,89 @@ pub fn url_has_password(url: &str) -> bool {
 }
 
 /// Deserialize with every unknown key and bad value reported by its full key path.
+/// Keys written in a table itself but held in a struct of their own, defined once where
+/// others use it too: (table, the field holding them, the keys). The shared `[policy]` keys
+/// ([`Common`]: one struct for every algorithm) and Atari's options in `[env]` (drill-env's
+/// [`AtariOptions`], which `drill env` and Python's `make_vec` read as well).
+const NESTED: [(&str, &str, &[&str]); 2] = [
+    ("policy", "common", &Common::KEYS),
+    ("env", "atari", &AtariOptions::KEYS),
+];
+
+/// Move each [`NESTED`] group's keys into the table its struct reads them from; a config
+/// that writes the holding table itself (`policy.common`) has an unknown key.
+fn nest(table: &mut toml::Table, source: &str) -> Result<(), ConfigError> {
+    for (name, field, keys) in NESTED {
+        let Some(toml::Value::Table(t)) = table.get_mut(name) else {
+            continue;
+        };
+        if t.contains_key(field) {
+            return Err(ConfigError::UnknownKey {
+                file: source.to_string(),
+                path: format!("{name}.{field}"),
+                nearest: None,
+            });
+        }
+        let mut group = toml::Table::new();
+        for &key in keys {
+            if let Some(v) = t.remove(key) {
+                group.insert(key.to_string(), v);
+            }
+        }
+        t.insert(field.to_string(), toml::Value::Table(group));
+    }
+    Ok(())
+}
+
+/// The inverse of [`nest`] for writing: each group's keys back in their table, where the
+/// holding field was.
+fn unnest(table: &mut toml::Table) {
+    for (name, field, _) in NESTED {
+        let Some(toml::Value::Table(t)) = table.get_mut(name) else {
+            continue;
+        };
+        let mut out = toml::Table::new();
+        for (key, value) in std::mem::take(t) {
+            match value {
+                toml::Value::Table(group) if key == field => out.extend(group),
+                value => {
+                    out.insert(key, value);
+                }
+            }
+        }
+        *t = out;
+    }
+}
+
+/// An error's key path as the config writes it: a [`NESTED`] group's holding field dropped;
+/// `expected`, the keys an unknown key could have meant, with the group's keys in its place.
+fn written_path(path: String, expected: &mut Vec<String>) -> String {
+    for (name, field, keys) in NESTED {
+        let holder = format!("{name}.{field}");
+        if path
+            .rsplit_once('.')
+            .is_some_and(|(parent, _)| parent == name)
+        {
+            expected.retain(|k| k != field);
+            expected.extend(keys.iter().map(|k| k.to_string()));
+        }
+        if path == holder {
+            return name.to_string();
+        }
+        if let Some(rest) = path.strip_prefix(&format!("{holder}.")) {
+            return format!("{name}.{rest}");
+        }
+    }
+    path
+}
+
 fn strict<T: DeserializeOwned>(table: toml::Table, source: &str) -> Result<T, ConfigError> {
     serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|err| {
-        let path = err.path().to_string();
         let message = err.inner().to_string();
-        if let Some((field, expected)) = parse_unknown_field(&message) {
+        let unknown = parse_unknown_field(&message);
+        let mut expected = unknown.as_ref().map(|u| u.1.clone()).unwrap_or_default();
+        let path = written_path(err.path().to_string(), &mut expected);
+        if let Some((field, _)) = unknown {
             // The path ends with the unknown key itself.
             let parent = path.rsplit_once('.').map_or("", |(parent, _)| parent);
             let full = if parent.is_empty() {
@@ -666,6 +698,25 @@ batch_size = 64
             e,
             "t.toml: unknown key `exp_nme` (did you mean `exp_name`?)"
         );
+        for kind in ["dqn", "ppo", "sac"] {
+            let e = err(
+                DQN,
+                &[&format!("policy.type={kind}"), "policy.multigpu=true"],
+            );
+            assert_eq!(
+                e,
+                "t.toml: unknown key `policy.multigpu` (did you mean `policy.multi_gpu`?)"
+            );
+        }
+        let e = err(DQN, &["env.frame_stak=2"]);
+        assert_eq!(
+            e,
+            "t.toml: unknown key `env.frame_stak` (did you mean `env.frame_stack`?)"
+        );
+        let e = err(DQN, &["env.atari.frame_stack=2"]);
+        assert_eq!(e, "t.toml: unknown key `env.atari`");
+        let e = err(DQN, &["policy.common.cuda=true"]);
+        assert_eq!(e, "t.toml: unknown key `policy.common`");
         let e = err(DQN, &["env.zzzzzzzzzzzz=1"]);
         assert_eq!(e, "t.toml: unknown key `env.zzzzzzzzzzzz`");
         let e = err(DQN, &["policy.other.eps.strat=0.5"]);
@@ -680,6 +731,26 @@ batch_size = 64
         let e = err(DQN, &["policy.learn.batch_size=-1"]);
         assert!(
             e.starts_with("t.toml: bad value for `policy.learn.batch_size`"),
+            "{e}"
+        );
+        let e = err(DQN, &["env.screen_size=\"big\""]);
+        assert!(
+            e.starts_with("t.toml: bad value for `env.screen_size`"),
+            "{e}"
+        );
+        let e = err(DQN, &["env.frame_stack=0"]);
+        assert_eq!(
+            e,
+            "t.toml: bad value for `env.frame_stack`: must be 1..=64, got 0"
+        );
+        let e = err(DQN, &["policy.ddp_check_every=-1"]);
+        assert!(
+            e.starts_with("t.toml: bad value for `policy.ddp_check_every`"),
+            "{e}"
+        );
+        let e = err(DQN, &["policy.ddp_bucket_cap_mb=0"]);
+        assert!(
+            e.starts_with("t.toml: bad value for `policy.ddp_bucket_cap_mb`"),
             "{e}"
         );
         let e = err(DQN, &["policy.learn.learning_rate=0"]);
@@ -741,7 +812,30 @@ batch_size = 64
         assert_eq!(c.env.stop_value, Some(195.0));
         let again = Config::parse(&c.to_toml(), "t.toml", &[]).unwrap();
         assert_eq!(again, c);
+        let atari = ["env.noop_max=7".to_string(), "env.fire_reset=false".into()];
+        let a = Config::parse(DQN, "t.toml", &atari).unwrap();
+        assert_eq!((a.env.atari.noop_max, a.env.atari.fire_reset), (7, false));
+        assert!(
+            a.to_toml()
+                .contains("\nenv_threads = 1\nframe_stack = 4\nnoop_max = 7\n")
+        );
         let ddp = Config::parse(DQN, "t.toml", &["policy.ddp=true".into()]).unwrap();
         assert!(ddp.policy.multi_gpu());
+        // The shared keys, one struct flattened into each algorithm's table.
+        for kind in ["dqn", "ppo", "sac"] {
+            let o = [
+                format!("policy.type={kind}"),
+                "policy.ddp_bucket_cap_mb=8".into(),
+                "policy.precision=bf16".into(),
+            ];
+            let c = Config::parse(DQN, "t.toml", &o).unwrap();
+            assert_eq!(c.policy.common().ddp_bucket_cap_mb, 8.0, "{kind}");
+            assert_eq!(c.policy.precision(), crate::Precision::Bf16, "{kind}");
+            let text = c.to_toml();
+            let head = format!("[policy]\ntype = \"{kind}\"\ncuda = false\nprecision = \"bf16\"\n");
+            assert!(text.contains(&head), "{text}");
+            assert!(!text.contains("common"), "{text}");
+            assert_eq!(Config::parse(&text, "t.toml", &[]).unwrap(), c);
+        }
     }
 }

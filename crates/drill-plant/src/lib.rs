@@ -10,9 +10,9 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Bug {
     /// A restarted or resumed run starts from scratch, ignoring its checkpoints
-    /// (`drill-algo/src/start.rs`).
+    /// (`drill-algo/src/resume.rs`).
     RestartIgnoresCheckpoint,
-    /// `drill train --resume` never starts training (`drill-algo/src/start.rs`).
+    /// `drill train --resume` never starts training (`drill-algo/src/resume.rs`).
     ResumeHangs,
     /// A whole-file save writes the file in place, without the temporary file and rename
     /// (`drill-exp/src/durable.rs`).
@@ -21,7 +21,7 @@ pub enum Bug {
     /// (`drill-comm/src/backend/embedded/connect.rs`).
     LeakedShm,
     /// Rank 1 of a data-parallel job exits with status 0 after 1.5 s of training
-    /// (`drill-algo/src/entry.rs`).
+    /// (`drill-algo/src/runner.rs`).
     RankExitsEarly,
     /// Errors about a lost peer say "a peer", not which rank or node (the launcher's
     /// message, drill-comm's error, the split run's router).

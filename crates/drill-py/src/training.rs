@@ -1,4 +1,4 @@
-//! `train`: a whole `drill train` run in this process through [`drill_algo::entry`], the GIL
+//! `train`: a whole `drill train` run in this process through [`drill_algo::runner`], the GIL
 //! released while it runs, with drill's log lines and progress bar on stderr; `launch`: the
 //! ranks of a data-parallel job on this machine, each a process running `train` (what
 //! `drill.train(..., nproc_per_node=N)` starts). Ctrl-C stops a run after its step with the
@@ -6,8 +6,8 @@
 
 use std::path::PathBuf;
 
-use drill_algo::entry;
-use drill_algo::start::StartOptions;
+use drill_algo::resume::StartOptions;
+use drill_algo::runner;
 use pyo3::exceptions::PyKeyboardInterrupt;
 use pyo3::prelude::*;
 
@@ -62,10 +62,10 @@ pub fn train(
     let ran = py.detach(move || {
         let _signals = drill_algo::interrupt::scope()
             .map_err(|e| drill_algo::TrainError::io("cannot install the Ctrl-C handler", e))?;
-        let prepared = entry::prepare(&config, &overrides, processes, threads)?;
-        let trained = entry::train_here(prepared, &opts, save_replay, &mut |_| {})?;
+        let prepared = runner::prepare(&config, &overrides, processes, threads)?;
+        let trained = runner::train_here(prepared, &opts, save_replay, &mut |_| {})?;
         let file = match trained.exp {
-            Some(exp) => Some(entry::finish(exp, &trained.result, &|dir| {
+            Some(exp) => Some(runner::finish(exp, &trained.result, &|dir| {
                 format!("drill.train(resume={:?})", dir.display().to_string())
             })?),
             None => None,
@@ -112,8 +112,8 @@ pub fn launch(
     max_restarts: usize,
 ) -> PyResult<i32> {
     py.detach(move || {
-        let prepared = entry::prepare(&config, &overrides, Some(nproc_per_node), None)?;
-        entry::launch_ranks(
+        let prepared = runner::prepare(&config, &overrides, Some(nproc_per_node), None)?;
+        runner::launch_ranks(
             &prepared.config,
             program,
             args,

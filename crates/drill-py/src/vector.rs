@@ -94,42 +94,46 @@ pub struct VecEnvCore {
     pending: bool,
 }
 
-/// The wrapper chain's options from keyword arguments; an unknown one is named.
+/// The wrapper chain's options from keyword arguments (drill-env's [`AtariOptions`], the
+/// same names and checks as a config's `[env]`); an unknown or bad one is named.
 fn atari_options(id: &str, options: Option<&Bound<'_, PyDict>>) -> PyResult<AtariOptions> {
-    let mut o = AtariOptions::default();
     let Some(options) = options else {
-        return Ok(o);
+        return Ok(AtariOptions::default());
     };
-    let atari = drill_env::atari::parse_id(id).is_some();
+    let mut given = serde_json::Map::new();
     for (k, v) in options.iter() {
         let key: String = k.extract()?;
-        if !atari {
+        if drill_env::atari::parse_id(id).is_none() {
             return Err(PyTypeError::new_err(format!(
                 "{id} takes no option {key:?} (the wrapper options are Atari's)"
             )));
         }
-        match key.as_str() {
-            "noop_max" => o.noop_max = v.extract()?,
-            "frame_skip" => o.frame_skip = v.extract()?,
-            "episode_life" => o.episode_life = v.extract()?,
-            "fire_reset" => o.fire_reset = v.extract()?,
-            "clip_rewards" => o.clip_rewards = v.extract()?,
-            "screen_size" => o.screen_size = v.extract()?,
-            "full_action_space" => o.full_action_space = v.extract()?,
-            "frame_stack" => o.frame_stack = v.extract()?,
-            _ => {
-                return Err(PyTypeError::new_err(format!(
-                    "{id}: unknown option {key:?}; the options are noop_max, frame_skip, episode_life, fire_reset, clip_rewards, screen_size, full_action_space, frame_stack"
-                )));
+        let value = if let Ok(b) = v.cast::<pyo3::types::PyBool>() {
+            serde_json::Value::Bool(b.is_true())
+        } else if let Ok(n) = v.extract::<i64>() {
+            serde_json::Value::from(n)
+        } else {
+            return Err(PyTypeError::new_err(format!(
+                "{id}: option {key:?} must be a bool or an int, not {v}"
+            )));
+        };
+        given.insert(key, value);
+    }
+    let opts: AtariOptions = serde_path_to_error::deserialize(serde_json::Value::Object(given))
+        .map_err(|e| {
+            let message = e.inner().to_string();
+            if message.starts_with("unknown field") {
+                PyTypeError::new_err(format!("{id}: {message}"))
+            } else {
+                PyValueError::new_err(format!(
+                    "{id}: option {:?}: {message}",
+                    e.path().to_string()
+                ))
             }
-        }
-    }
-    if o.frame_skip == 0 || o.screen_size == 0 || o.frame_stack == 0 {
-        return Err(PyValueError::new_err(format!(
-            "{id}: frame_skip, screen_size and frame_stack must be at least 1"
-        )));
-    }
-    Ok(o)
+        })?;
+    opts.check()
+        .map_err(|(key, why)| PyValueError::new_err(format!("{id}: option {key:?} {why}")))?;
+    Ok(opts)
 }
 
 /// `array` as a mutable slice of `T` with `len` elements, or an error naming `what`.

@@ -1,7 +1,7 @@
 //! Data between the collector and the learner: the replay buffer, n-step transitions, the
 //! on-policy rollout and GAE; a replay buffer's file (`replay_file.rs`).
 
-mod frames;
+mod frame_store;
 mod gae;
 mod nstep;
 mod replay;
@@ -9,7 +9,7 @@ mod replay_file;
 mod rollout;
 mod sum_tree;
 
-pub use frames::FrameStore;
+pub use frame_store::FrameStore;
 pub use gae::gae;
 pub use nstep::{NStep, Transition};
 pub use replay::{Batch, ReplayBuffer};

@@ -3,7 +3,7 @@
 //! vectors, `u8` frames) and actions of any space. Stacked `u8` frames (`[k, h, w]`) are
 //! stored once per distinct frame ([`FrameStore`]); sampling rebuilds the stacks.
 
-use super::frames::FrameStore;
+use super::frame_store::FrameStore;
 use super::{SumTree, Transition};
 use drill_env::{ActionBuf, ActionSpace, Dtype, Obs, ObsBuf, ObsSpace};
 use rand::Rng;

@@ -14,7 +14,7 @@ use drill_exp::{Checkpoint, CheckpointError};
 use safetensors::SafeTensors;
 use safetensors::tensor::{Dtype as StDtype, TensorView};
 
-use super::frames::FrameStore;
+use super::frame_store::FrameStore;
 use super::replay::{ObsStore, Priorities, ReplayBuffer};
 use super::{SumTree, Transition};
 
@@ -470,6 +470,28 @@ impl ReplayBuffer {
             alpha: p.alpha,
             max,
         }))
+    }
+
+    /// The replay buffer `[policy.other.replay_buffer]` (`rb`) asks for, for these spaces; on
+    /// resume, rank `rank`'s buffer saved beside
+    /// the checkpoint with it (`--save-replay`) is restored.
+    pub fn from_config(
+        rb: &drill_config::ReplayBufferConfig,
+        spec: &drill_env::EnvSpec,
+        resume: Option<&Checkpoint>,
+        rank: usize,
+        world: usize,
+    ) -> Result<ReplayBuffer, crate::error::TrainError> {
+        let (size, obs, actions) = (rb.replay_buffer_size, &spec.obs, &spec.action_space);
+        let mut buffer = if rb.priority {
+            ReplayBuffer::prioritized(size, obs, actions, rb.priority_alpha)
+        } else {
+            ReplayBuffer::new(size, obs, actions)
+        };
+        if let Some(ck) = resume {
+            buffer.resume_from(ck, rank, world)?;
+        }
+        Ok(buffer)
     }
 
     /// On resume from `ck`: restore rank `rank`'s buffer saved beside it with the same

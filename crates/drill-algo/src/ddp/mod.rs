@@ -10,15 +10,20 @@
 //! - [`Ranks`]: the group as the pipeline sees it. Every collective the RL pipeline issues
 //!   goes through it (summed env steps, rank 0's decisions and evaluation, averaged learner
 //!   scalars, gathered generator states), from the middlewares in [`crate::middleware`];
-//!   per-rank seeds are set in [`crate::session`].
+//!   per-rank seeds are set in [`crate::envs`] and [`crate::resume`].
+//! - `setup.rs`: joining the launcher's job ([`join`]), the ranks a pipeline starts with, the
+//!   config's DDP options and per-rank batch split ([`split`]).
 
 mod data_parallel;
 mod ranks;
 mod sampler;
+mod setup;
 mod sync_batch_norm;
 
 pub use crate::optim::{DdpOptions, GradSync};
 pub use data_parallel::DataParallel;
 pub use ranks::Ranks;
 pub use sampler::DistributedSampler;
+pub(crate) use setup::{check_data_parallel, options, setup};
+pub use setup::{join, split};
 pub use sync_batch_norm::SyncBatchNorm;

@@ -15,7 +15,7 @@ use crate::policy::Policy;
 /// Evaluates the policy's eval side when none has been evaluated yet or `eval_freq` train
 /// iterations passed since the last evaluation, logging one line per evaluation; finishes
 /// the task when the mean return reaches `stop_value`. Under DDP every rank runs its share
-/// of the episodes ([`crate::session::evaluator`]) and every rank gets the whole result, the
+/// of the episodes ([`crate::envs::evaluator`]) and every rank gets the whole result, the
 /// same as one process evaluating alone would get.
 pub struct InteractionEvaluator<'a, P> {
     evaluator: Option<Evaluator>,

@@ -8,7 +8,7 @@ use drill_task::{Middleware, OnlineRLContext, TaskError, TaskHandle};
 
 use super::{EpisodeReturns, Epsilon, EvalOutput};
 use crate::checkpoint::{Checkpoint, CheckpointError};
-use crate::run::{Progress, Reporter};
+use crate::context::{Progress, Reporter};
 
 /// The run's [`Reporter`], shared by [`OnlineLogger`] and [`crate::middleware::CkptSaver`].
 pub struct Outputs<'a>(RefCell<&'a mut dyn Reporter>);

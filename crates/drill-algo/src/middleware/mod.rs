@@ -47,9 +47,9 @@ pub use logger::{OnlineLogger, Outputs};
 pub use onpolicy::{GaeEstimator, OnPolicyLearner, RolloutCollector};
 pub use roles::{Remote, RolePlan, Roles};
 
+use crate::context::TrainResult;
 use crate::ddp::Ranks;
 use crate::eval::EvalResult;
-use crate::run::TrainResult;
 use drill_env::{ActionBuf, Dtype, ObsBuf};
 use drill_task::TaskError;
 use serde::{Deserialize, Serialize};

@@ -19,6 +19,8 @@ impl Conv {
     /// `c_in → c_out` channels, a `kernel x kernel` kernel at `stride`, with PyTorch's default
     /// initialisation (burn's `Conv2dConfig`'s draws).
     pub fn new(c_in: usize, c_out: usize, kernel: usize, stride: usize, device: &Device) -> Self {
+        #[cfg(test)]
+        super::tests::note_layer_built();
         let conv = Conv2dConfig::new([c_in, c_out], [kernel, kernel])
             .with_stride([stride, stride])
             .init(device);

@@ -16,6 +16,8 @@ pub struct Dense {
 
 impl From<Linear> for Dense {
     fn from(l: Linear) -> Self {
+        #[cfg(test)]
+        super::tests::note_layer_built();
         Self {
             weight: l.weight,
             bias: l.bias.expect("LinearConfig has a bias by default"),

@@ -34,24 +34,43 @@ fn out_side(mut side: usize) -> Option<usize> {
     Some(side)
 }
 
+/// The frame's sides after the three convolutions, or why `shape`'s frames cannot take them.
+fn out_sides(shape: [usize; 3]) -> Result<(usize, usize), String> {
+    let [_, h, w] = shape;
+    match (out_side(h), out_side(w)) {
+        (Some(oh), Some(ow)) => Ok((oh, ow)),
+        _ => Err(format!(
+            "frames of {h}x{w} are too small for 8x8/4, 4x4/2, 3x3/1 convolutions (at least 36x36)"
+        )),
+    }
+}
+
+/// DI-engine's encoder's channels from `hidden`, or why it cannot make them.
+fn ding_channels(hidden: &[usize]) -> Result<[usize; 3], String> {
+    match hidden {
+        &[a, b, c] => Ok([a, b, c]),
+        _ => Err(format!(
+            "a convolutional encoder takes 3 sizes (channels of the 3 convolutions, the last also the feature size), got {hidden:?}"
+        )),
+    }
+}
+
+/// Whether [`ConvEncoder::ding`] (`hidden`: `Some`) or [`ConvEncoder::nature`] (`None`) can
+/// encode `shape`'s frames, without building it: the error either would return.
+pub(crate) fn check(shape: [usize; 3], hidden: Option<&[usize]>) -> Result<(), String> {
+    if let Some(hidden) = hidden {
+        ding_channels(hidden)?;
+    }
+    out_sides(shape).map(drop)
+}
+
 impl ConvEncoder {
     /// DI-engine's encoder for `shape` = `[channels, height, width]` and `hidden` (at least
     /// three sizes; a fourth and later would be DI-engine's residual blocks, which drill does
     /// not build). PyTorch's default initialisation.
     pub fn ding(shape: [usize; 3], hidden: &[usize], device: &Device) -> Result<Self, String> {
-        if hidden.len() != 3 {
-            return Err(format!(
-                "a convolutional encoder takes 3 sizes (channels of the 3 convolutions, the last also the feature size), got {hidden:?}"
-            ));
-        }
-        Self::build(
-            shape,
-            [hidden[0], hidden[1], hidden[2]],
-            hidden[2],
-            false,
-            None,
-            device,
-        )
+        let channels = ding_channels(hidden)?;
+        Self::build(shape, channels, channels[2], false, None, device)
     }
 
     /// The Nature-DQN trunk (features 512, ReLU), with CleanRL's orthogonal init (gain √2,
@@ -70,11 +89,7 @@ impl ConvEncoder {
         device: &Device,
     ) -> Result<Self, String> {
         let [c, h, w] = shape;
-        let (Some(oh), Some(ow)) = (out_side(h), out_side(w)) else {
-            return Err(format!(
-                "frames of {h}x{w} are too small for 8x8/4, 4x4/2, 3x3/1 convolutions (at least 36x36)"
-            ));
-        };
+        let (oh, ow) = out_sides(shape)?;
         let mut input = c;
         let convs = channels
             .iter()

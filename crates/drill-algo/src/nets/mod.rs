@@ -11,14 +11,17 @@ mod dense;
 mod encoder;
 mod q;
 mod sac;
+mod shapes;
 
 pub use actor_critic::{Actor, ActorCritic, ActorHead, Critic};
 pub use cnn::NatureCnn;
 pub use conv::Conv;
 pub use dense::Dense;
 pub use encoder::ConvEncoder;
+pub(crate) use encoder::check as check_encoder;
 pub use q::QNet;
 pub use sac::{SquashedGaussian, TwinQ};
+pub(crate) use shapes::{ObsShape, check_shapes};
 
 use burn::nn::{Initializer, LinearConfig};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
@@ -186,8 +189,23 @@ pub fn argmax(row: &[f32]) -> usize {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use std::cell::Cell;
+
+    thread_local! {
+        static LAYERS_BUILT: Cell<u64> = const { Cell::new(0) };
+    }
+
+    /// Counts a layer built on this thread (tests only: each test runs on its own thread).
+    pub(crate) fn note_layer_built() {
+        LAYERS_BUILT.with(|n| n.set(n.get() + 1));
+    }
+
+    /// Layers built on this thread so far.
+    pub(crate) fn layers_built() -> u64 {
+        LAYERS_BUILT.with(Cell::get)
+    }
 
     /// A gathered minibatch is the same tensor as the rows copied out first and then
     /// converted, for u8 frames (one thread and split over three, below and above the size

@@ -112,7 +112,7 @@ fn options(run: &Run) -> anyhow::Result<AtariOptions> {
             Config::parse(&format!("[env]\nid = {id}\n"), "drill env", &run.set)?
         }
     };
-    let opts = drill_algo::session::atari_options(&cfg);
+    let opts = cfg.env.atari;
     Ok(if run.eval { opts.eval() } else { opts })
 }
 

@@ -27,8 +27,8 @@ pub struct Args {
 /// Load, evaluate, print.
 pub fn run(args: Args, threads: Option<usize>) -> anyhow::Result<()> {
     let config = Config::load(&args.config, &[])?;
-    let spec = drill_algo::session::env_spec(&config)?;
-    crate::init_threads(threads.unwrap_or_else(|| drill_algo::session::default_threads(&spec, 1)));
+    let spec = drill_algo::envs::env_spec(&config)?;
+    crate::init_threads(threads.unwrap_or_else(|| drill_algo::envs::default_threads(&spec, 1)));
     let device = select_device(&config)?;
     let ck = Checkpoint::load(&args.checkpoint)?;
     let episodes = args.episodes.unwrap_or(config.env.n_evaluator_episode);

@@ -1,4 +1,4 @@
-//! The end of a `drill train` run, for every way it runs: [`drill_algo::entry::finish`]
+//! The end of a `drill train` run, for every way it runs: [`drill_algo::runner::finish`]
 //! (`result.json` written, the outcome logged, after an interrupt with the command that
 //! continues it), then the file's path printed.
 
@@ -13,7 +13,7 @@ pub(crate) fn finish_experiment(
     result: &TrainResult,
     flags: &str,
 ) -> anyhow::Result<()> {
-    let path = drill_algo::entry::finish(exp, result, &|dir| {
+    let path = drill_algo::runner::finish(exp, result, &|dir| {
         format!("drill train --resume {}{flags}", dir.display())
     })?;
     crate::exit_code_if_stdout_closes(if result.interrupted { 130 } else { 0 });

@@ -1,6 +1,6 @@
 //! `drill train`: its arguments and the dispatch to one process or one rank of a
 //! data-parallel job ([`ranks`], also the `--nproc-per-node` launcher), or a pipeline split
-//! over processes ([`parallel`]). Both start from drill-algo's [`drill_algo::start`] (the
+//! over processes ([`parallel`]). Both start from drill-algo's [`drill_algo::resume`] (the
 //! experiment folder and checkpoint) and end in [`finish`].
 
 mod finish;
@@ -117,16 +117,16 @@ pub enum PlatformArg {
 
 /// The run's config, checked, and its environment's spec (built here, once for the whole
 /// run); sizes the tensor thread pool first (`threads`, else chosen from the environment,
-/// shared among this machine's training processes): [`drill_algo::entry::prepare`].
+/// shared among this machine's training processes): [`drill_algo::runner::prepare`].
 pub(crate) fn load_config(
     args: &Args,
     threads: Option<usize>,
-) -> anyhow::Result<drill_algo::entry::Prepared> {
+) -> anyhow::Result<drill_algo::runner::Prepared> {
     let mut overrides = args.set.clone();
     if let Some(seed) = args.seed {
         overrides.push(format!("seed={seed}"));
     }
-    Ok(drill_algo::entry::prepare(
+    Ok(drill_algo::runner::prepare(
         &args.config_path()?,
         &overrides,
         args.nproc_per_node.or(args.parallel_workers),
@@ -180,8 +180,8 @@ impl Args {
     }
 
     /// What the user asked of the experiment folder and the starting checkpoint.
-    fn start_options(&self) -> drill_algo::start::StartOptions {
-        drill_algo::start::StartOptions {
+    fn start_options(&self) -> drill_algo::resume::StartOptions {
+        drill_algo::resume::StartOptions {
             exp_dir: self.exp_dir.clone(),
             resume: self.resume.clone(),
             quiet: self.quiet,
@@ -210,7 +210,7 @@ pub fn run(args: Args, threads: Option<usize>) -> anyhow::Result<i32> {
             .into());
     }
     if workers > 0 {
-        let drill_algo::entry::Prepared { config, spec } = prepared;
+        let drill_algo::runner::Prepared { config, spec } = prepared;
         return parallel::run(&args, config, &spec, workers);
     }
     if let Some(n) = args.nproc_per_node {

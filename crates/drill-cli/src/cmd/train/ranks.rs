@@ -1,8 +1,8 @@
 //! `drill train` as one process or one rank of a data-parallel job, and (`--nproc-per-node`)
-//! the launcher of such a job on this machine: the CLI's side of [`drill_algo::entry`].
+//! the launcher of such a job on this machine: the CLI's side of [`drill_algo::runner`].
 
 use anyhow::Context;
-use drill_algo::entry::{self, Prepared, Trained};
+use drill_algo::runner::{self, Prepared, Trained};
 use drill_config::Config;
 
 use super::Args;
@@ -36,7 +36,7 @@ pub(super) fn launch_ranks(args: &Args, config: &Config, n: usize) -> anyhow::Re
         .context("cannot find the drill executable to start ranks")?
         .display()
         .to_string();
-    Ok(entry::launch_ranks(
+    Ok(runner::launch_ranks(
         config,
         program,
         child,
@@ -50,7 +50,7 @@ pub(super) fn train_rank(args: &Args, prepared: Prepared) -> anyhow::Result<i32>
     drill_algo::interrupt::install().context("cannot install the Ctrl-C handler")?;
     let Trained {
         result, exp, world, ..
-    } = entry::train_here(
+    } = runner::train_here(
         prepared,
         &args.start_options(),
         args.save_replay,

@@ -1,7 +1,9 @@
 //! Where a run starts: its experiment folder (new, or after a launcher restart the folder the
-//! first attempt made, resumed from its newest checkpoint) and the checkpoint to start from.
-//! Under DDP rank 0 decides both and the other ranks learn them from it ([`for_rank`]), so a
-//! restarted group writes into one folder and every rank resumes from the same state.
+//! first attempt made, resumed from its newest checkpoint), the checkpoint to start from, and
+//! the state restored from it ([`restore`]: the policy; [`rank_rng`]: each rank's generator).
+//! Under DDP rank 0 decides the folder and checkpoint and the other ranks learn them from it
+//! ([`for_rank`]), so a restarted group writes into one folder and every rank resumes from
+//! the same state.
 
 use std::path::{Path, PathBuf};
 
@@ -9,7 +11,11 @@ use drill_comm::{ProcessGroup, Store};
 use drill_config::Config;
 use drill_exp::{Checkpoint, Experiment};
 
+use crate::checkpoint::parse_rng_state;
 use crate::error::TrainError;
+use crate::policy::Policy;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
 
 /// Store key (shared by every attempt of a launched job) holding the experiment folder.
 const EXP_DIR_KEY: &str = "drill-train/exp_dir";
@@ -225,4 +231,27 @@ fn resume_after_restart(dir: &Path, restarts: u32) -> Result<Option<Checkpoint>,
         ),
     }
     Ok(resume)
+}
+
+/// Where a learner starts: `resume`'s state restored into `policy` (its env-step count
+/// returned; 0 without a checkpoint). Every algorithm's setup calls it before distributing.
+pub fn restore<P: Policy>(policy: &mut P, resume: Option<&Checkpoint>) -> Result<u64, TrainError> {
+    match resume {
+        Some(ck) => {
+            policy.load_state_dict(ck)?;
+            Ok(ck.counter("env_steps")?)
+        }
+        None => Ok(0),
+    }
+}
+
+/// This rank's generator: restored from `resume` (`rng.{rank}`) or seeded
+/// `seed + 0x5eed + rank`.
+pub(crate) fn rank_rng(cfg: &Config, resume: Option<&Checkpoint>, rank: usize) -> ChaCha8Rng {
+    resume
+        .and_then(|ck| ck.meta.get(&format!("rng.{rank}")))
+        .and_then(|s| parse_rng_state(s))
+        .unwrap_or_else(|| {
+            ChaCha8Rng::seed_from_u64(cfg.seed.wrapping_add(0x5eed).wrapping_add(rank as u64))
+        })
 }

@@ -4,13 +4,15 @@
 
 use crate::checkpoint::Checkpoint;
 use burn::tensor::Device;
+use drill_config::Config;
 pub use drill_exp::{NullReporter, Progress, Reporter, TrainResult};
+use drill_task::{OnlineRLContext, Task};
 
 /// Where and how an algorithm runs.
 pub struct RunContext<'a> {
     /// Compute device ([`crate::compute::select_device`]: the CPU, or a GPU for `policy.cuda`).
     pub device: Device,
-    /// The environment's spec, built once by the caller ([`crate::session::env_spec`]) and
+    /// The environment's spec, built once by the caller ([`crate::envs::env_spec`]) and
     /// used by everything the run sets up.
     pub spec: drill_env::EnvSpec,
     /// Receives scalars, progress and checkpoints.
@@ -25,4 +27,21 @@ pub struct RunContext<'a> {
     /// `--save-replay`: the checkpoint folder where each rank saves its replay buffer with
     /// the final checkpoint (off-policy algorithms).
     pub replay_dir: Option<std::path::PathBuf>,
+}
+
+/// A pipeline's task: `task` (a new one, or one on a Parallel runner's bus) with
+/// `[task] step_timer` applied and the counters a run starts from (a resumed checkpoint's)
+/// set.
+pub fn task<'a>(
+    cfg: &Config,
+    mut task: Task<'a, OnlineRLContext>,
+    env_step: u64,
+    train_iter: u64,
+) -> Task<'a, OnlineRLContext> {
+    if cfg.task.step_timer > 0 {
+        task.step_timer(cfg.task.step_timer);
+    }
+    task.ctx_mut().env_step = env_step;
+    task.ctx_mut().train_iter = train_iter;
+    task
 }

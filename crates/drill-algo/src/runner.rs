@@ -13,9 +13,9 @@ use drill_env::EnvSpec;
 use drill_exp::Experiment;
 
 use crate::compute::select_device;
+use crate::context::{NullReporter, Reporter, RunContext, TrainResult};
 use crate::error::TrainError;
-use crate::run::{NullReporter, Reporter, RunContext, TrainResult};
-use crate::start::{self, RankStart, StartOptions};
+use crate::resume::{self, RankStart, StartOptions};
 
 /// A config ready to train: loaded, its environment's spec built once, checked.
 pub struct Prepared {
@@ -45,19 +45,19 @@ pub fn prepare(
     threads: Option<usize>,
 ) -> Result<Prepared, TrainError> {
     let config = Config::load(path, overrides)?;
-    let spec = crate::session::env_spec(&config)?;
+    let spec = crate::envs::env_spec(&config)?;
     let local_ranks = std::env::var("LOCAL_WORLD_SIZE")
         .ok()
         .and_then(|v| v.parse().ok());
     let processes = processes.or(local_ranks).unwrap_or(1);
-    let n = threads.unwrap_or_else(|| crate::session::default_threads(&spec, processes));
+    let n = threads.unwrap_or_else(|| crate::envs::default_threads(&spec, processes));
     if !init_threads(n) && rayon::current_num_threads() != n {
         tracing::warn!(
             "the tensor thread pool already has {} threads in this process; {n} were asked for",
             rayon::current_num_threads()
         );
     }
-    // Before validate, which builds the networks: a size that cannot fit is named, not hit.
+    // Before anything is built: a size that cannot fit is named, not hit.
     crate::memory::check(&config, &spec, processes)?;
     crate::dispatch::validate(&config, &spec)?;
     Ok(Prepared { config, spec })
@@ -91,7 +91,7 @@ pub fn train_here(
     let started = std::time::SystemTime::now();
     let Prepared { config, spec } = prepared;
     let device = select_device(&config)?;
-    let dist = crate::session::join(&config)?;
+    let dist = crate::ddp::join(&config)?;
     let rank = dist.as_ref().map_or(0, ProcessGroup::rank);
     let world = dist.as_ref().map_or(1, ProcessGroup::world_size);
     let whose = |e: TrainError| -> TrainError {
@@ -105,12 +105,12 @@ pub fn train_here(
             e
         }
     };
-    let restarts = start::restart_count();
+    let restarts = resume::restart_count();
     let RankStart {
         mut exp,
         dir,
         resume,
-    } = start::for_rank(&config, opts, dist.as_ref(), restarts).map_err(whose)?;
+    } = resume::for_rank(&config, opts, dist.as_ref(), restarts).map_err(whose)?;
     log_file(&dir.join("logs").join(format!("rank_{rank}.log")));
     let threads = rayon::current_num_threads();
     let precision = if drill_kernels::precision::enabled() {
@@ -249,7 +249,7 @@ pub fn launch_ranks(
     n: usize,
     max_restarts: usize,
 ) -> Result<i32, TrainError> {
-    crate::session::check_data_parallel(config, "--nproc-per-node")?;
+    crate::ddp::check_data_parallel(config, "--nproc-per-node")?;
     let outcome = drill_launch::launch(&drill_launch::LaunchConfig {
         nproc_per_node: n,
         nnodes: 1,

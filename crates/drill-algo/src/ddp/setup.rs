@@ -1,0 +1,99 @@
+//! A run's data-parallel setup: joining the job the launcher started ([`join`]), the ranks a
+//! pipeline starts with ([`setup`]), the config's DDP options and per-rank batch split.
+
+use super::{DdpOptions, Ranks};
+
+use crate::error::TrainError;
+use drill_comm::{BackendKind, InitInfo, InitOptions, ProcessGroup};
+use drill_config::Config;
+
+/// Join the data-parallel job the environment describes (RANK/WORLD_SIZE/..., Slurm or
+/// OpenMPI variables), on the backend the config asks for: NCCL when `policy.cuda` on CUDA (a
+/// Vulkan GPU's gradients go through the embedded backend), MPI when started by mpirun or
+/// `srun --mpi=pmix|pmi2` in a build with MPI (unless `DRILL_BACKEND` says otherwise), else
+/// the embedded one. `None` alone; a config without `policy.multi_gpu` started as several
+/// ranks is refused, naming the key.
+pub fn join(config: &Config) -> Result<Option<ProcessGroup>, TrainError> {
+    let info = InitInfo::from_env()?;
+    if info.world_size == 1 {
+        if config.policy.multi_gpu() {
+            tracing::info!(
+                "policy.multi_gpu = true without a launcher: training as world size 1 (start ranks with `drill train CONFIG --nproc-per-node N`)"
+            );
+        }
+        return Ok(None);
+    }
+    if !config.policy.multi_gpu() {
+        return Err(config
+            .error(
+                "policy.multi_gpu",
+                format!(
+                    "is false, but this process is rank {} of {} (from {}): every rank would train alone; set `multi_gpu = true` in [policy]",
+                    info.rank, info.world_size, info.source
+                ),
+            )
+            .into());
+    }
+    // NCCL when the GPU is CUDA's; a Vulkan GPU's gradients are on the host when they are
+    // exchanged (one copy per bucket, see `optim`), so the embedded backend carries them.
+    let backend = if config.policy.cuda() && (cfg!(feature = "cuda") || !cfg!(feature = "gpu")) {
+        Some(BackendKind::Nccl)
+    } else if std::env::var_os("DRILL_BACKEND").is_none() && BackendKind::Mpi.built() && info.mpi {
+        Some(BackendKind::Mpi)
+    } else {
+        None
+    };
+    let pg = ProcessGroup::init(InitOptions {
+        backend,
+        ..InitOptions::default()
+    })?;
+    tracing::info!(
+        "rank {} of {} (from {}), {} backend",
+        info.rank,
+        info.world_size,
+        info.source,
+        pg.backend_name()
+    );
+    Ok(Some(pg))
+}
+
+/// Refuse to start data-parallel ranks (`how`: the flag or tool doing it) from a config
+/// that does not train data-parallel (`policy.multi_gpu = false`).
+pub(crate) fn check_data_parallel(config: &Config, how: &str) -> Result<(), TrainError> {
+    if config.policy.multi_gpu() {
+        return Ok(());
+    }
+    Err(config
+        .error(
+            "policy.multi_gpu",
+            format!("is false, but {how} trains data-parallel: set `multi_gpu = true` in [policy] (or --set policy.multi_gpu=true)"),
+        )
+        .into())
+}
+
+/// The start of every pipeline: the DDP ranks of `run`, with the device seeded with
+/// `config.seed` (the same initial weights everywhere).
+pub(crate) fn setup(cfg: &Config, run: &crate::context::RunContext<'_>) -> Ranks {
+    run.device.seed(cfg.seed);
+    Ranks::new(run.dist.clone())
+}
+
+/// `n` per rank: divided by the world size (rounded up) when `policy.ddp_split_batch` is set
+/// (DI-engine's `to_ddp_config`), else `n`.
+pub fn split(cfg: &Config, ranks: &Ranks, n: usize) -> usize {
+    if cfg.policy.common().ddp_split_batch {
+        n.div_ceil(ranks.world())
+    } else {
+        n
+    }
+}
+
+/// DDP options from the config (`policy.ddp_bucket_cap_mb`, `policy.ddp_check_every`).
+pub(crate) fn options(cfg: &Config) -> DdpOptions {
+    let keys = cfg.policy.common();
+    DdpOptions {
+        bucket_cap_mb: keys.ddp_bucket_cap_mb,
+        check_every: keys.ddp_check_every,
+        ..DdpOptions::default()
+    }
+}
