@@ -1,8 +1,9 @@
 //! Checkpoints of training state: the file itself is drill-exp's [`Checkpoint`]; this module
 //! adds what needs the model ([`CheckpointExt`]: flat parameters and a [`Trainer`]'s Adam
-//! state in and out) and generator states for resumes ([`rng_state`]).
+//! state in and out) and generator states for resumes (`rng_state`).
 
-pub use drill_exp::{Checkpoint, CheckpointError, TRAIN_SECONDS};
+pub use drill_exp::Checkpoint;
+pub(crate) use drill_exp::{CheckpointError, TRAIN_SECONDS};
 
 use crate::optim::{Adam, ParamLayout, Trainer};
 use burn::module::Module;

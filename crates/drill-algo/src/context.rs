@@ -5,7 +5,7 @@
 use crate::checkpoint::Checkpoint;
 use burn::tensor::Device;
 use drill_config::Config;
-pub use drill_exp::{NullReporter, Progress, Reporter, TrainResult};
+pub(crate) use drill_exp::{NullReporter, Progress, Reporter, TrainResult};
 use drill_task::{OnlineRLContext, Task};
 
 /// Where and how an algorithm runs.
@@ -32,7 +32,7 @@ pub struct RunContext<'a> {
 /// A pipeline's task: `task` (a new one, or one on a Parallel runner's bus) with
 /// `[task] step_timer` applied and the counters a run starts from (a resumed checkpoint's)
 /// set.
-pub fn task<'a>(
+pub(crate) fn task<'a>(
     cfg: &Config,
     mut task: Task<'a, OnlineRLContext>,
     env_step: u64,

@@ -2,7 +2,7 @@
 //! hard (or soft) target updates, epsilon-greedy exploration on an exponential schedule driven
 //! by env steps, uniform (or prioritized) replay, Adam, MSE TD loss.
 //!
-//! Read top to bottom: the network ([`check_model`], [`build_qnet`]), acting (greedy for evaluation,
+//! Read top to bottom: the network (`check_model`, `build_qnet`), acting (greedy for evaluation,
 //! epsilon-greedy for collection: [`Dqn`]'s [`Policy`] impl), the update rule
 //! ([`Dqn::update`]), then [`train_roles`]: setup and the pipeline of built-in middlewares
 //! `evaluate? → collect n_sample → n-step → push → update × update_per_collect → log`.
@@ -218,7 +218,7 @@ impl Dqn {
     pub fn distribute(
         &mut self,
         pg: drill_comm::ProcessGroup,
-        opts: crate::ddp::DdpOptions,
+        opts: crate::optim::DdpOptions,
     ) -> Result<(), TrainError> {
         pg.broadcast(&mut self.target_params, 0)?;
         self.write_target();

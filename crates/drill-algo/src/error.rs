@@ -1,7 +1,7 @@
 //! [`TrainError`] (why a run stopped): the error every layer of the crate returns, at the
 //! bottom of its module graph. [`CheckpointError`] is drill-exp's (the checkpoint file).
 
-pub use drill_exp::CheckpointError;
+pub(crate) use drill_exp::CheckpointError;
 
 /// Why a run stopped with an error.
 #[derive(Debug, thiserror::Error)]

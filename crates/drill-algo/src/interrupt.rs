@@ -1,5 +1,5 @@
 //! Ctrl-C and SIGTERM during training: the first asks the run to stop after its current step
-//! (the termination checker sees [`requested`], every rank stops at the same step, `final`
+//! (the termination checker sees `requested`, every rank stops at the same step, `final`
 //! and `result.json` are written); a second one exits at once with status 130.
 //!
 //! A command installs the handlers for good ([`install`]); a host process that trains now

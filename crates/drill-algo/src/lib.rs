@@ -10,7 +10,7 @@
 //! - [`eval`]: the evaluator; [`checkpoint`]: safetensors checkpoints.
 //! - A run's parts, in the order a run meets them: [`runner`] (a whole run from a config
 //!   file, as `drill train` and Python's `drill.train` start it: load and check, train here
-//!   or launch ranks, close the folder); [`resume`] (the experiment folder and checkpoint a
+//!   or launch ranks, close the folder); `resume` (the experiment folder and checkpoint a
 //!   run or restarted rank starts from, and the state restored from it); [`envs`] (the run's
 //!   environments and evaluator, each rank seeded apart); [`ddp`]'s `setup.rs` (joining the
 //!   job, the ranks); `context.rs` (what a run runs in, reports ([`Reporter`]) and returns
@@ -25,6 +25,8 @@
 //!
 //! Modules call down only, in the layers ARCHITECTURE.md lists (a test in drill-cli checks
 //! them against the sources).
+
+#![warn(unreachable_pub)]
 
 pub mod checkpoint;
 pub mod compute;
@@ -46,12 +48,13 @@ pub mod nets;
 pub mod optim;
 pub mod policy;
 pub mod ppo;
-pub mod resume;
+mod resume;
 pub mod runner;
 mod sac;
 
-pub use context::{NullReporter, Progress, Reporter, RunContext, TrainResult};
+pub use context::RunContext;
 pub use dispatch::{check_splittable, evaluate, train, train_roles, validate};
+pub use drill_exp::{NullReporter, Progress, Reporter, TrainResult};
 pub use error::TrainError;
 
 /// Notes the largest allocation of each fuzzed input (see `drill_fuzz`).

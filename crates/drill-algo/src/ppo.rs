@@ -4,7 +4,7 @@
 //! (checked once per epoch, as CleanRL), linear learning-rate annealing, global gradient-norm
 //! clipping.
 //!
-//! Read top to bottom: the network ([`check_model`], [`build_agent`]), acting (sampling for collection,
+//! Read top to bottom: the network (`check_model`, [`build_agent`]), acting (sampling for collection,
 //! deterministic for evaluation) and the update (epochs over the rollout in [`Ppo`]'s
 //! [`Policy::learn`], each minibatch's loss in [`minibatch_update`]), then [`train`]: setup
 //! and the pipeline of built-in middlewares `evaluate? → roll out n_sample steps → GAE →
@@ -80,7 +80,7 @@ pub(crate) fn check_model(
 }
 
 /// The actor-critic for the environment `spec` describes, as `[policy.model]` says
-/// ([`check_model`] first).
+/// (`check_model` first).
 pub fn build_agent(
     cfg: &Config,
     p: &PpoPolicy,
@@ -296,7 +296,7 @@ impl Ppo {
     pub fn distribute(
         &mut self,
         pg: drill_comm::ProcessGroup,
-        opts: crate::ddp::DdpOptions,
+        opts: crate::optim::DdpOptions,
     ) -> Result<(), TrainError> {
         self.trainer.distribute(pg, opts)?;
         self.acting.invalidate();

@@ -235,7 +235,10 @@ fn resume_after_restart(dir: &Path, restarts: u32) -> Result<Option<Checkpoint>,
 
 /// Where a learner starts: `resume`'s state restored into `policy` (its env-step count
 /// returned; 0 without a checkpoint). Every algorithm's setup calls it before distributing.
-pub fn restore<P: Policy>(policy: &mut P, resume: Option<&Checkpoint>) -> Result<u64, TrainError> {
+pub(crate) fn restore<P: Policy>(
+    policy: &mut P,
+    resume: Option<&Checkpoint>,
+) -> Result<u64, TrainError> {
     match resume {
         Some(ck) => {
             policy.load_state_dict(ck)?;

@@ -15,7 +15,8 @@ use drill_exp::Experiment;
 use crate::compute::select_device;
 use crate::context::{NullReporter, Reporter, RunContext, TrainResult};
 use crate::error::TrainError;
-use crate::resume::{self, RankStart, StartOptions};
+use crate::resume::{self, RankStart};
+pub use crate::resume::{StartOptions, open, restart_count};
 
 /// A config ready to train: loaded, its environment's spec built once, checked.
 pub struct Prepared {

@@ -182,7 +182,7 @@ impl Sac {
     pub(crate) fn distribute(
         &mut self,
         pg: drill_comm::ProcessGroup,
-        opts: crate::ddp::DdpOptions,
+        opts: crate::optim::DdpOptions,
     ) -> Result<(), TrainError> {
         pg.broadcast(&mut self.target_params, 0)?;
         self.write_target();

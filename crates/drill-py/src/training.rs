@@ -6,8 +6,8 @@
 
 use std::path::PathBuf;
 
-use drill_algo::resume::StartOptions;
 use drill_algo::runner;
+use drill_algo::runner::StartOptions;
 use pyo3::exceptions::PyKeyboardInterrupt;
 use pyo3::prelude::*;
 

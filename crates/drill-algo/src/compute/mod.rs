@@ -1,9 +1,9 @@
 //! Where the tensor work runs, and fast: [`select_device`] (CPU, or a GPU for `policy.cuda`),
 //! and [`conv2d`] and [`linear`], each a whole layer (bias and ReLU included) as one
-//! operation ([`conv2d_frames`]: a first layer reading `u8` frames).
+//! operation (`conv2d_frames`: a first layer reading `u8` frames).
 //!
 //! On the CPU (flex) device with `f32` tensors they run the `drill-kernels` crate's kernels
-//! and drill's own backward pass ([`ops`]: the burn backend extension; [`packed_weights`]:
+//! and drill's own backward pass (`ops`: the burn backend extension; `packed_weights`:
 //! dense weights kept packed between calls). Anywhere else (the GPU, other dtypes) they are
 //! burn's own operations. Why: burn-flex 0.22.1 builds convolution patches through NHWC
 //! copies, computes the weight gradient as a convolution with the output gradient as kernel,
@@ -13,15 +13,15 @@
 //! With `policy.precision = "bf16"` their large products run in bf16 (operands rounded to
 //! bfloat16, f32 accumulation; on Intel AMX tiles where the CPU has them: `drill_kernels::bf16`).
 
-pub mod device;
-pub mod ops;
-pub mod packed_weights;
+mod device;
+pub(crate) mod ops;
+pub(crate) mod packed_weights;
 
 use burn::backend::Dispatch;
 use burn::tensor::activation::relu as relu_op;
 use burn::tensor::ops::ConvOptions;
 use burn::tensor::{DType, Device, Int, Tensor};
-pub use device::select_device;
+pub use device::{gpu, select_device};
 use ops::FastOps;
 
 /// Whether `x` goes to drill's kernels: `f32` on the flex device.

@@ -48,7 +48,7 @@ static CACHE: Mutex<(Vec<Entry>, u64)> = Mutex::new((Vec::new(), 0));
 /// at the weight's third sight (`PACK_AT`). `None` for other layers and before that. The packing
 /// runs outside the lock, on the rayon pool (a caller outside the pool that held the lock
 /// could otherwise wait on workers waiting on the lock).
-pub fn packed(
+pub(crate) fn packed(
     weight: &FlexTensor,
     values: &[f32],
     (m, k, n): (usize, usize, usize),

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 const GROW: usize = 1024;
 
 /// Frames of `frame` bytes, stored once each, with reference counts.
-pub struct FrameStore {
+pub(crate) struct FrameStore {
     frame: usize,
     data: Vec<u8>,
     refs: Vec<u32>,
@@ -41,7 +41,7 @@ fn hash(bytes: &[u8]) -> u64 {
 
 impl FrameStore {
     /// An empty store of frames of `frame` bytes.
-    pub fn new(frame: usize) -> Self {
+    pub(crate) fn new(frame: usize) -> Self {
         assert!(frame > 0);
         Self {
             frame,
@@ -55,7 +55,7 @@ impl FrameStore {
 
     /// Store (or find) each frame of `stack` (a multiple of the frame size) and take a
     /// reference to it; the ids go to `ids`, one per frame.
-    pub fn insert(&mut self, stack: &[u8], ids: &mut [u32]) {
+    pub(crate) fn insert(&mut self, stack: &[u8], ids: &mut [u32]) {
         assert_eq!(stack.len(), ids.len() * self.frame);
         for (f, id) in stack.chunks_exact(self.frame).zip(ids) {
             *id = self.insert_one(f);
@@ -97,7 +97,7 @@ impl FrameStore {
     }
 
     /// Drop one reference to each of `ids`; frames nobody refers to are freed.
-    pub fn release(&mut self, ids: &[u32]) {
+    pub(crate) fn release(&mut self, ids: &[u32]) {
         for &s in ids {
             let r = &mut self.refs[s as usize];
             *r -= 1;
@@ -113,7 +113,7 @@ impl FrameStore {
 
     /// Frame `id`'s bytes.
     #[inline]
-    pub fn get(&self, id: u32) -> &[u8] {
+    pub(crate) fn get(&self, id: u32) -> &[u8] {
         let at = id as usize * self.frame;
         &self.data[at..at + self.frame]
     }
@@ -126,13 +126,14 @@ impl FrameStore {
     }
 
     /// Frames referred to now.
-    pub fn live(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn live(&self) -> usize {
         self.refs.len() - self.free.len()
     }
 
     /// Every slot's bytes (`slots * frame`, freed slots included) and reference counts, as
     /// stored: what a replay file keeps.
-    pub fn parts(&self) -> (&[u8], &[u32]) {
+    pub(crate) fn parts(&self) -> (&[u8], &[u32]) {
         (&self.data, &self.refs)
     }
 
@@ -160,7 +161,7 @@ impl FrameStore {
     }
 
     /// Bytes held: frame data, counts, hashes, the free list and the index.
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.data.capacity()
             + self.refs.capacity() * 4
             + self.hashes.capacity() * 8

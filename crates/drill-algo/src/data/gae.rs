@@ -7,7 +7,7 @@
 /// truncated) stops the advantage from flowing back across it. Writes `adv`; returns are
 /// `adv + values`.
 #[allow(clippy::too_many_arguments)]
-pub fn gae(
+pub(crate) fn gae(
     rewards: &[f32],
     values: &[f32],
     next_values: &[f32],

@@ -9,10 +9,10 @@ mod replay_file;
 mod rollout;
 mod sum_tree;
 
-pub use frame_store::FrameStore;
-pub use gae::gae;
-pub use nstep::{NStep, Transition};
+pub(crate) use gae::gae;
+pub(crate) use nstep::NStep;
+pub use nstep::Transition;
 pub use replay::{Batch, ReplayBuffer};
 pub use replay_file::{Stamp, path_for as replay_path};
 pub use rollout::Rollout;
-pub use sum_tree::SumTree;
+pub(crate) use sum_tree::SumTree;

@@ -23,7 +23,7 @@ pub struct Transition<'a> {
 ///
 /// Push each environment's step; complete n-step transitions come out once `n` steps are queued,
 /// and all queued ones are flushed (with shorter horizons) when the episode ends.
-pub struct NStep {
+pub(crate) struct NStep {
     n: usize,
     gamma: f32,
     obs_dim: usize,
@@ -35,7 +35,7 @@ pub struct NStep {
 
 impl NStep {
     /// Queues for `num_envs` environments of these spaces.
-    pub fn new(
+    pub(crate) fn new(
         n: usize,
         gamma: f32,
         num_envs: usize,
@@ -57,7 +57,7 @@ impl NStep {
     /// Record env `i`'s step (`obs --action--> reward, next_obs`) and pass every completed
     /// n-step transition to `sink`. `terminated`/`truncated` end the episode.
     #[allow(clippy::too_many_arguments)]
-    pub fn push(
+    pub(crate) fn push(
         &mut self,
         i: usize,
         obs: Obs<'_>,

@@ -2,14 +2,14 @@
 
 /// Leaves hold priorities; inner nodes hold the sums of their children.
 #[derive(Debug, Clone)]
-pub struct SumTree {
+pub(crate) struct SumTree {
     cap: usize,
     nodes: Vec<f64>,
 }
 
 impl SumTree {
     /// A tree with `capacity` leaves, all zero.
-    pub fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize) -> Self {
         let cap = capacity.next_power_of_two();
         Self {
             cap,
@@ -18,17 +18,17 @@ impl SumTree {
     }
 
     /// Sum of all priorities.
-    pub fn total(&self) -> f64 {
+    pub(crate) fn total(&self) -> f64 {
         self.nodes[1]
     }
 
     /// Priority of leaf `i`.
-    pub fn get(&self, i: usize) -> f64 {
+    pub(crate) fn get(&self, i: usize) -> f64 {
         self.nodes[self.cap + i]
     }
 
     /// Set leaf `i`'s priority.
-    pub fn set(&mut self, i: usize, priority: f64) {
+    pub(crate) fn set(&mut self, i: usize, priority: f64) {
         let mut k = self.cap + i;
         self.nodes[k] = priority;
         while k > 1 {
@@ -38,7 +38,7 @@ impl SumTree {
     }
 
     /// The leaf where the prefix sum passes `mass` (in `[0, total)`).
-    pub fn find(&self, mut mass: f64) -> usize {
+    pub(crate) fn find(&self, mut mass: f64) -> usize {
         let mut k = 1;
         while k < self.cap {
             let left = self.nodes[2 * k];

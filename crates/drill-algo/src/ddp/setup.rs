@@ -1,7 +1,8 @@
 //! A run's data-parallel setup: joining the job the launcher started ([`join`]), the ranks a
 //! pipeline starts with ([`setup`]), the config's DDP options and per-rank batch split.
 
-use super::{DdpOptions, Ranks};
+use super::Ranks;
+use crate::optim::DdpOptions;
 
 use crate::error::TrainError;
 use drill_comm::{BackendKind, InitInfo, InitOptions, ProcessGroup};
@@ -13,7 +14,7 @@ use drill_config::Config;
 /// `srun --mpi=pmix|pmi2` in a build with MPI (unless `DRILL_BACKEND` says otherwise), else
 /// the embedded one. `None` alone; a config without `policy.multi_gpu` started as several
 /// ranks is refused, naming the key.
-pub fn join(config: &Config) -> Result<Option<ProcessGroup>, TrainError> {
+pub(crate) fn join(config: &Config) -> Result<Option<ProcessGroup>, TrainError> {
     let info = InitInfo::from_env()?;
     if info.world_size == 1 {
         if config.policy.multi_gpu() {
@@ -80,7 +81,7 @@ pub(crate) fn setup(cfg: &Config, run: &crate::context::RunContext<'_>) -> Ranks
 
 /// `n` per rank: divided by the world size (rounded up) when `policy.ddp_split_batch` is set
 /// (DI-engine's `to_ddp_config`), else `n`.
-pub fn split(cfg: &Config, ranks: &Ranks, n: usize) -> usize {
+pub(crate) fn split(cfg: &Config, ranks: &Ranks, n: usize) -> usize {
     if cfg.policy.common().ddp_split_batch {
         n.div_ceil(ranks.world())
     } else {

@@ -18,7 +18,7 @@ use crate::policy::Policy;
 /// training took to reach it (`train_seconds`, this run's time and that of the checkpoint it
 /// continued from), so a run stopped and continued with `--resume` reports its whole time.
 #[derive(Debug, Clone, Copy)]
-pub struct TrainClock {
+pub(crate) struct TrainClock {
     start: Instant,
     before: Option<f64>,
 }
@@ -27,7 +27,7 @@ impl TrainClock {
     /// Started now, continuing `resume` if there is one. A checkpoint written before the
     /// count existed (or with a value that is not a finite, non-negative number) leaves the
     /// total unknown.
-    pub fn start(resume: Option<&Checkpoint>) -> Self {
+    pub(crate) fn start(resume: Option<&Checkpoint>) -> Self {
         let before = match resume {
             None => Some(0.0),
             Some(ck) => {
@@ -48,7 +48,7 @@ impl TrainClock {
     }
 
     /// `(this run's seconds, the total with the runs it continues)`, from one reading.
-    pub fn seconds(&self) -> (f64, Option<f64>) {
+    pub(crate) fn seconds(&self) -> (f64, Option<f64>) {
         let run = self.start.elapsed().as_secs_f64();
         (run, self.before.map(|b| b + run))
     }
@@ -63,7 +63,7 @@ impl TrainClock {
 /// With the evaluator in another process ([`Self::remote_eval`]), the weights evaluated are
 /// older than the learner's: a snapshot is taken at each multiple of `eval_freq` and the one
 /// the result refers to becomes `best`.
-pub struct CkptSaver<'a, P> {
+pub(crate) struct CkptSaver<'a, P> {
     out: &'a Outputs<'a>,
     policy: &'a RefCell<P>,
     ranks: Ranks,
@@ -80,7 +80,7 @@ const MAX_SNAPSHOTS: usize = 16;
 
 impl<'a, P: Policy> CkptSaver<'a, P> {
     /// Save `policy`'s state dict into `out`, stamped with `clock`'s training time.
-    pub fn new(
+    pub(crate) fn new(
         out: &'a Outputs<'a>,
         policy: &'a RefCell<P>,
         ranks: Ranks,
@@ -102,7 +102,11 @@ impl<'a, P: Policy> CkptSaver<'a, P> {
 
     /// With `final`, every rank also saves its replay buffer into the checkpoint folder
     /// `ckpt_dir` (`drill train --save-replay`), stamped with the same counters.
-    pub fn save_replay(mut self, buffer: &'a RefCell<ReplayBuffer>, ckpt_dir: PathBuf) -> Self {
+    pub(crate) fn save_replay(
+        mut self,
+        buffer: &'a RefCell<ReplayBuffer>,
+        ckpt_dir: PathBuf,
+    ) -> Self {
         self.replay = Some((buffer, ckpt_dir));
         self
     }

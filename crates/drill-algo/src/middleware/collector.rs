@@ -47,7 +47,7 @@ enum Until {
 
 /// Steps the vectorised environments with the policy's collect side (told this step's
 /// [`Epsilon`] when set) and hands the one-step [`Transitions`] and finished
-/// [`EpisodeReturns`] to the rest of the pipeline. Adds every rank's env steps to
+/// `EpisodeReturns` to the rest of the pipeline. Adds every rank's env steps to
 /// `ctx.env_step`.
 pub struct StepCollector<'a, P> {
     venv: Box<dyn DynVecEnv>,

@@ -107,12 +107,12 @@ impl<P: Policy> Middleware<OnlineRLContext> for InteractionEvaluator<'_, P> {
 
 /// In the context once a signal stopped the run ([`crate::interrupt`]).
 #[derive(Debug, Clone, Copy)]
-pub struct Interrupted;
+pub(crate) struct Interrupted;
 
 /// Finishes the task once `max_env_step` env steps were collected or `max_train_iter`
 /// updates done (rank 0 decides under DDP), or a signal asked any rank to stop
 /// ([`crate::interrupt`]; [`Interrupted`] is then put in the context).
-pub struct TerminationChecker {
+pub(crate) struct TerminationChecker {
     max_env_step: Option<u64>,
     max_train_iter: Option<u64>,
     ranks: Ranks,
@@ -120,7 +120,11 @@ pub struct TerminationChecker {
 
 impl TerminationChecker {
     /// The limits (`None`: no limit).
-    pub fn new(max_env_step: Option<u64>, max_train_iter: Option<u64>, ranks: Ranks) -> Self {
+    pub(crate) fn new(
+        max_env_step: Option<u64>,
+        max_train_iter: Option<u64>,
+        ranks: Ranks,
+    ) -> Self {
         Self {
             max_env_step,
             max_train_iter,

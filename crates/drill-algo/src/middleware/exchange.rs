@@ -48,7 +48,7 @@ struct Answering(u32, u64);
 /// - [`Self::send_eval`] (evaluator): this step's [`EvalOutput`] goes to the learner;
 /// - [`Self::receive_eval`] (learner): evaluations that arrived go into the ctx (for
 ///   checkpoints and logs); one that reached the stop value finishes the run.
-pub struct ContextExchanger {
+pub(crate) struct ContextExchanger {
     send_traj: Option<u32>,
     seq: u64,
     recv_traj: Option<Mailbox<ContextMsg>>,
@@ -59,7 +59,7 @@ pub struct ContextExchanger {
 
 impl ContextExchanger {
     /// Nothing switched on yet; waits give up after `timeout` (a lost peer ends them at once).
-    pub fn new(timeout: Duration) -> Self {
+    pub(crate) fn new(timeout: Duration) -> Self {
         Self {
             send_traj: None,
             seq: 0,
@@ -156,7 +156,7 @@ impl Middleware<OnlineRLContext> for ContextExchanger {
 
 /// The learner's weights as sent to the other processes.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ModelUpdate {
+pub(crate) struct ModelUpdate {
     /// Updates done when sent.
     pub train_iter: u64,
     /// Env steps the learner had received.
@@ -190,7 +190,7 @@ enum Side {
 
 /// Moves weights from the learner to the processes that act (DI-engine's `ModelExchanger`):
 /// the learner's [`Policy::weights`] into the others' [`Policy::load_weights`].
-pub struct ModelExchanger<'a, P> {
+pub(crate) struct ModelExchanger<'a, P> {
     side: Side,
     policy: &'a RefCell<P>,
     timeout: Duration,
@@ -200,7 +200,7 @@ impl<'a, P: Policy> ModelExchanger<'a, P> {
     /// Learner side, after the learner: every step sends the collector (when `collectors`:
     /// it runs in another process) an update, with the weights when they changed, and the
     /// evaluator the weights of every `eval_freq`-th iteration.
-    pub fn sender(
+    pub(crate) fn sender(
         eval_freq: u64,
         collectors: bool,
         policy: &'a RefCell<P>,
@@ -223,7 +223,7 @@ impl<'a, P: Policy> ModelExchanger<'a, P> {
     /// The periodic variant (sender side): the collector gets new weights only every `k`
     /// steps (the updates in between carry none, so its staleness is counted alike); for
     /// large models on slow links. The evaluator's weights are unaffected.
-    pub fn every(mut self, k: u64) -> Self {
+    pub(crate) fn every(mut self, k: u64) -> Self {
         if let Side::Send { every, .. } = &mut self.side {
             *every = k.max(1);
         }
@@ -234,7 +234,7 @@ impl<'a, P: Policy> ModelExchanger<'a, P> {
     /// collector more than `staleness` of its steps ahead of the learner's answers to them
     /// waits (0: lock-step, every step acts with the weights trained on everything it
     /// collected before).
-    pub fn collector(
+    pub(crate) fn collector(
         task: &TaskHandle,
         node: usize,
         staleness: u64,
@@ -256,7 +256,7 @@ impl<'a, P: Policy> ModelExchanger<'a, P> {
 
     /// Evaluator side, before the evaluator: waits for the weights of the next `eval_freq`-th
     /// iteration and sets `train_iter` / `env_step` to theirs.
-    pub fn evaluator(task: &TaskHandle, policy: &'a RefCell<P>, timeout: Duration) -> Self {
+    pub(crate) fn evaluator(task: &TaskHandle, policy: &'a RefCell<P>, timeout: Duration) -> Self {
         Self {
             policy,
             side: Side::Evaluator {
@@ -365,14 +365,14 @@ impl<P: Policy> Middleware<OnlineRLContext> for ModelExchanger<'_, P> {
 
 /// Register first: when this process finishes, every other process does too; when another
 /// finishes, this one does (the wait it may be in returns).
-pub struct FinishSync {
+pub(crate) struct FinishSync {
     remote: Arc<AtomicBool>,
     announced: bool,
 }
 
 impl FinishSync {
     /// Listen for the others' finish from now on.
-    pub fn new(task: &TaskHandle) -> Self {
+    pub(crate) fn new(task: &TaskHandle) -> Self {
         let remote = Arc::new(AtomicBool::new(false));
         let (r, h) = (remote.clone(), task.clone());
         task.on(FINISH, move |_| {

@@ -11,26 +11,26 @@ use crate::checkpoint::{Checkpoint, CheckpointError};
 use crate::context::{Progress, Reporter};
 
 /// The run's [`Reporter`], shared by [`OnlineLogger`] and [`crate::middleware::CkptSaver`].
-pub struct Outputs<'a>(RefCell<&'a mut dyn Reporter>);
+pub(crate) struct Outputs<'a>(RefCell<&'a mut dyn Reporter>);
 
 impl<'a> Outputs<'a> {
     /// Share `reporter`.
-    pub fn new(reporter: &'a mut dyn Reporter) -> Self {
+    pub(crate) fn new(reporter: &'a mut dyn Reporter) -> Self {
         Self(RefCell::new(reporter))
     }
 
     /// See [`Reporter::scalar`].
-    pub fn scalar(&self, tag: &str, value: f64, step: u64) {
+    pub(crate) fn scalar(&self, tag: &str, value: f64, step: u64) {
         self.0.borrow_mut().scalar(tag, value, step);
     }
 
     /// See [`Reporter::progress`].
-    pub fn progress(&self, p: &Progress) {
+    pub(crate) fn progress(&self, p: &Progress) {
         self.0.borrow_mut().progress(p);
     }
 
     /// Persist `ck` as `name`.
-    pub fn checkpoint(&self, name: &str, ck: Checkpoint) -> Result<(), CheckpointError> {
+    pub(crate) fn checkpoint(&self, name: &str, ck: Checkpoint) -> Result<(), CheckpointError> {
         let mut ck = Some(ck);
         self.0
             .borrow_mut()
@@ -49,7 +49,7 @@ impl<'a> Outputs<'a> {
 
 /// Writes what the step produced (episode returns, evaluation, learner scalars, epsilon) and
 /// updates the progress display (DI-engine's `online_logger`). Register it last.
-pub struct OnlineLogger<'a> {
+pub(crate) struct OnlineLogger<'a> {
     out: &'a Outputs<'a>,
     start: Instant,
     from_env_step: u64,
@@ -59,7 +59,7 @@ pub struct OnlineLogger<'a> {
 impl<'a> OnlineLogger<'a> {
     /// Log to `out`; `max_env_step` sizes the progress bar; the run starts at env step
     /// `from_env_step` (a resumed run's rate counts its own steps).
-    pub fn new(out: &'a Outputs<'a>, max_env_step: Option<u64>, from_env_step: u64) -> Self {
+    pub(crate) fn new(out: &'a Outputs<'a>, max_env_step: Option<u64>, from_env_step: u64) -> Self {
         Self {
             out,
             start: Instant::now(),

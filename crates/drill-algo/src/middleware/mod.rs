@@ -6,17 +6,17 @@
 //!
 //! | middleware | reads from ctx | writes to ctx |
 //! |---|---|---|
-//! | [`InteractionEvaluator`] | `train_iter` | `eval_value`, `last_eval_*`, [`EvalOutput`]; finish at `stop_value` |
-//! | [`TerminationChecker`] | `env_step`, `train_iter` | finish at `max_env_step` / `max_train_iter` |
+//! | [`InteractionEvaluator`] | `train_iter` | `eval_value`, `last_eval_*`, `EvalOutput`; finish at `stop_value` |
+//! | `TerminationChecker` | `env_step`, `train_iter` | finish at `max_env_step` / `max_train_iter` |
 //! | [`EpsGreedyHandler`] | `env_step` | [`Epsilon`] |
-//! | [`StepCollector`] | [`Epsilon`] | [`Transitions`], [`EpisodeReturns`], [`Collected`], `env_step`, `env_episode` |
+//! | [`StepCollector`] | [`Epsilon`] | [`Transitions`], `EpisodeReturns`, `Collected`, `env_step`, `env_episode` |
 //! | [`NStepRewardEnhancer`] | raw [`Transitions`] | n-step [`Transitions`] |
 //! | [`DataPusher`] | n-step [`Transitions`] | the replay buffer |
 //! | [`OffPolicyLearner`] | the replay buffer | `train_iter`, `train_output` |
-//! | [`RolloutCollector`], [`GaeEstimator`], [`OnPolicyLearner`] | [`Rollout`](crate::data::Rollout): rollout, advantages, update | `env_step`, `train_iter`, `train_output` |
-//! | [`CkptSaver`] | [`EvalOutput`] | `best` / `latest` / `final` checkpoints (with [`TrainClock`]'s time) |
-//! | [`OnlineLogger`] | everything above | TensorBoard scalars, progress |
-//! | [`ContextExchanger`], [`ModelExchanger`], [`FinishSync`] | | across processes (Parallel runner) |
+//! | `RolloutCollector`, `GaeEstimator`, `OnPolicyLearner` | [`Rollout`](crate::data::Rollout): rollout, advantages, update | `env_step`, `train_iter`, `train_output` |
+//! | `CkptSaver` | `EvalOutput` | `best` / `latest` / `final` checkpoints (with `TrainClock`'s time) |
+//! | `OnlineLogger` | everything above | TensorBoard scalars, progress |
+//! | `ContextExchanger`, `ModelExchanger`, `FinishSync` | | across processes (Parallel runner) |
 //!
 //! Under DDP (`policy.multi_gpu`) the same middlewares are rank-aware through
 //! [`Ranks`]:
@@ -38,14 +38,16 @@ mod onpolicy;
 pub(crate) mod probe;
 mod roles;
 
-pub use ckpt::{CkptSaver, TrainClock};
+pub(crate) use ckpt::{CkptSaver, TrainClock};
 pub use collector::{DataPusher, EpsGreedyHandler, NStepRewardEnhancer, StepCollector};
-pub use evaluator::{InteractionEvaluator, Interrupted, TerminationChecker};
-pub use exchange::{ContextExchanger, FinishSync, ModelExchanger, ModelUpdate};
+pub use evaluator::InteractionEvaluator;
+pub(crate) use evaluator::{Interrupted, TerminationChecker};
+pub(crate) use exchange::{ContextExchanger, FinishSync, ModelExchanger};
 pub use learner::OffPolicyLearner;
-pub use logger::{OnlineLogger, Outputs};
-pub use onpolicy::{GaeEstimator, OnPolicyLearner, RolloutCollector};
-pub use roles::{Remote, RolePlan, Roles};
+pub(crate) use logger::{OnlineLogger, Outputs};
+pub(crate) use onpolicy::{GaeEstimator, OnPolicyLearner, RolloutCollector};
+pub use roles::RolePlan;
+pub(crate) use roles::{Remote, Roles};
 
 use crate::context::TrainResult;
 use crate::ddp::Ranks;

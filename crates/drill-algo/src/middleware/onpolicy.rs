@@ -47,7 +47,7 @@ impl RewardScaler {
 /// forward pass over the last observations for the final step, and one over the final
 /// observations of truncated episodes (DI-engine bootstraps truncation from the final
 /// observation); adds every rank's env steps to `ctx.env_step`.
-pub struct RolloutCollector<'a, P> {
+pub(crate) struct RolloutCollector<'a, P> {
     venv: Box<dyn DynVecEnv>,
     steps: usize,
     policy: &'a RefCell<P>,
@@ -62,7 +62,7 @@ pub struct RolloutCollector<'a, P> {
 
 impl<'a, P: Policy<Data = Rollout>> RolloutCollector<'a, P> {
     /// `steps` vector steps per task step from `venv` (already reset).
-    pub fn new(
+    pub(crate) fn new(
         venv: Box<dyn DynVecEnv>,
         steps: usize,
         policy: &'a RefCell<P>,
@@ -84,7 +84,7 @@ impl<'a, P: Policy<Data = Rollout>> RolloutCollector<'a, P> {
     }
 
     /// Scale rewards by the running standard deviation of the `gamma`-discounted return.
-    pub fn reward_norm(mut self, gamma: f64) -> Self {
+    pub(crate) fn reward_norm(mut self, gamma: f64) -> Self {
         self.scaler = Some(RewardScaler {
             ret: vec![0.0; self.venv.num_envs()],
             count: 0.0,
@@ -202,14 +202,14 @@ impl<P: Policy<Data = Rollout>> Middleware<OnlineRLContext> for RolloutCollector
 
 /// GAE advantages and returns from the rollout's values and next values (DI-engine's
 /// `gae_estimator`; the values come from the collector's forward passes).
-pub struct GaeEstimator {
+pub(crate) struct GaeEstimator {
     gamma: f32,
     lambda: f32,
 }
 
 impl GaeEstimator {
     /// Discount `gamma`, GAE `lambda`.
-    pub fn new(gamma: f32, lambda: f32) -> Self {
+    pub(crate) fn new(gamma: f32, lambda: f32) -> Self {
         Self { gamma, lambda }
     }
 }
@@ -243,7 +243,7 @@ impl Middleware<OnlineRLContext> for GaeEstimator {
 /// Hands the step's [`Rollout`] (with advantages) to the policy's learn side — epochs,
 /// minibatches and their schedule are the algorithm's — and logs the scalars it reports,
 /// averaged over ranks.
-pub struct OnPolicyLearner<'a, P> {
+pub(crate) struct OnPolicyLearner<'a, P> {
     policy: &'a RefCell<P>,
     rng: &'a RefCell<ChaCha8Rng>,
     ranks: Ranks,
@@ -253,7 +253,7 @@ pub struct OnPolicyLearner<'a, P> {
 
 impl<'a, P: Policy<Data = Rollout>> OnPolicyLearner<'a, P> {
     /// A learner for `policy`.
-    pub fn new(policy: &'a RefCell<P>, rng: &'a RefCell<ChaCha8Rng>, ranks: Ranks) -> Self {
+    pub(crate) fn new(policy: &'a RefCell<P>, rng: &'a RefCell<ChaCha8Rng>, ranks: Ranks) -> Self {
         Self {
             policy,
             rng,

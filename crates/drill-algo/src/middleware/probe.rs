@@ -12,7 +12,7 @@ use crate::policy::{Acted, Explore, LearnOutput, Policy};
 
 /// Always takes `action`; counts its eval calls; its weights are `[1.0]`, `[2.0]`, … on
 /// successive calls; records the first weight of everything it loads.
-pub struct Probe {
+pub(crate) struct Probe {
     pub obs_dim: usize,
     pub action: u32,
     pub evals: usize,
@@ -22,7 +22,7 @@ pub struct Probe {
 }
 
 impl Probe {
-    pub fn new(obs_dim: usize, action: u32) -> Self {
+    pub(crate) fn new(obs_dim: usize, action: u32) -> Self {
         Self {
             obs_dim,
             action,

@@ -7,7 +7,7 @@ use burn::tensor::Tensor;
 /// Weight `[in, out]` and bias `[out]`: burn's `Linear` layout and parameter order, so
 /// checkpoints keep their layout. Build one from a `LinearConfig`'s layer (its initialiser).
 #[derive(Module, Debug)]
-pub struct Dense {
+pub(crate) struct Dense {
     /// `[in, out]`.
     pub weight: Param<Tensor<2>>,
     /// `[out]`.
@@ -27,7 +27,7 @@ impl From<Linear> for Dense {
 
 impl Dense {
     /// `x W + b` for `x` `[n, in]`.
-    pub fn forward(&self, x: Tensor<2>) -> Tensor<2> {
+    pub(crate) fn forward(&self, x: Tensor<2>) -> Tensor<2> {
         crate::compute::linear(x, self.weight.val(), self.bias.val(), false)
     }
 
@@ -37,7 +37,7 @@ impl Dense {
     }
 
     /// Output features.
-    pub fn d_out(&self) -> usize {
+    pub(crate) fn d_out(&self) -> usize {
         self.weight.dims()[1]
     }
 }

@@ -1,5 +1,5 @@
-//! Neural networks: [`QNet`] for DQN, [`Actor`] and [`Critic`] for PPO, [`SquashedGaussian`]
-//! and [`TwinQ`] for SAC, [`ConvEncoder`] (their image trunk: DI-engine's and Nature's) built of [`Conv`] layers ([`Dense`] is the fully connected one: both run
+//! Neural networks: [`QNet`] for DQN, `Actor` and `Critic` for PPO, `SquashedGaussian`
+//! and `TwinQ` for SAC, [`ConvEncoder`] (their image trunk: DI-engine's and Nature's) built of `Conv` layers (`Dense` is the fully connected one: both run
 //! [`crate::compute`]'s kernels), and the
 //! Nature-DQN [`NatureCnn`] used by the learner benchmark;
 //! [`input`] turns any observation batch into a network's [`Input`].
@@ -13,14 +13,15 @@ mod q;
 mod sac;
 mod shapes;
 
-pub use actor_critic::{Actor, ActorCritic, ActorHead, Critic};
+pub use actor_critic::ActorCritic;
+pub(crate) use actor_critic::{Actor, ActorHead, Critic};
 pub use cnn::NatureCnn;
-pub use conv::Conv;
-pub use dense::Dense;
+pub(crate) use conv::Conv;
+pub(crate) use dense::Dense;
 pub use encoder::ConvEncoder;
 pub(crate) use encoder::check as check_encoder;
 pub use q::QNet;
-pub use sac::{SquashedGaussian, TwinQ};
+pub(crate) use sac::{SquashedGaussian, TwinQ};
 pub(crate) use shapes::{ObsShape, check_shapes};
 
 use burn::nn::{Initializer, LinearConfig};
@@ -29,7 +30,7 @@ use drill_env::Obs;
 use drill_kernels::frames;
 
 /// A network's input batch `[n, dim]`: float features, or `u8` frames, which a
-/// convolutional trunk's first layer reads as they are ([`crate::compute::conv2d_frames`]),
+/// convolutional trunk's first layer reads as they are (`conv2d_frames`),
 /// each byte as `b / 255` (as DI-engine's and CleanRL's Atari nets scale them).
 #[derive(Debug, Clone)]
 pub enum Input {

@@ -31,7 +31,7 @@ fn linears(sizes: &[usize], device: &Device) -> Vec<Dense> {
 /// The actor `obs → h → h → (mean, log_std)`; actions are `tanh(mean + std * noise)`
 /// scaled to the action box (by the algorithm). PyTorch's default initialisation.
 #[derive(Module, Debug)]
-pub struct SquashedGaussian {
+pub(crate) struct SquashedGaussian {
     trunk: Vec<Dense>,
     mean: Dense,
     log_std: Dense,
@@ -39,7 +39,7 @@ pub struct SquashedGaussian {
 
 impl SquashedGaussian {
     /// Hidden width `hidden`, `act_dim` action dimensions.
-    pub fn new(obs_dim: usize, hidden: usize, act_dim: usize, device: &Device) -> Self {
+    pub(crate) fn new(obs_dim: usize, hidden: usize, act_dim: usize, device: &Device) -> Self {
         Self {
             trunk: linears(&[obs_dim, hidden, hidden], device),
             mean: LinearConfig::new(hidden, act_dim).init(device).into(),
@@ -48,7 +48,7 @@ impl SquashedGaussian {
     }
 
     /// Mean and log standard deviation (squashed into `[-5, 2]`), both `[batch, act_dim]`.
-    pub fn forward(&self, obs: Tensor<2>) -> (Tensor<2>, Tensor<2>) {
+    pub(crate) fn forward(&self, obs: Tensor<2>) -> (Tensor<2>, Tensor<2>) {
         let h = mlp(&self.trunk, obs, true);
         let log_std = tanh(self.log_std.forward(h.clone()));
         let log_std = log_std
@@ -61,14 +61,14 @@ impl SquashedGaussian {
 
 /// Two independent critics `(obs, action) → h → h → 1`, trained by one optimizer.
 #[derive(Module, Debug)]
-pub struct TwinQ {
+pub(crate) struct TwinQ {
     q1: Vec<Dense>,
     q2: Vec<Dense>,
 }
 
 impl TwinQ {
     /// Hidden width `hidden`.
-    pub fn new(obs_dim: usize, act_dim: usize, hidden: usize, device: &Device) -> Self {
+    pub(crate) fn new(obs_dim: usize, act_dim: usize, hidden: usize, device: &Device) -> Self {
         let sizes = [obs_dim + act_dim, hidden, hidden, 1];
         Self {
             q1: linears(&sizes, device),
@@ -77,7 +77,7 @@ impl TwinQ {
     }
 
     /// Both critics' values `[batch]` of `actions` in `obs`.
-    pub fn forward(&self, obs: Tensor<2>, actions: Tensor<2>) -> (Tensor<1>, Tensor<1>) {
+    pub(crate) fn forward(&self, obs: Tensor<2>, actions: Tensor<2>) -> (Tensor<1>, Tensor<1>) {
         let x = Tensor::cat(vec![obs, actions], 1);
         (
             mlp(&self.q1, x.clone(), false).squeeze_dim::<1>(1),

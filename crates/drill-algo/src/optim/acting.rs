@@ -7,14 +7,14 @@ use burn::module::Module;
 /// A model without gradient tracking, refreshed from its [`Trainer`] lazily (only when acted
 /// with after an update, so a round of updates costs one copy), or overwritten with weights
 /// that came from another process.
-pub struct ActingCopy<M> {
+pub(crate) struct ActingCopy<M> {
     model: M,
     stale: bool,
 }
 
 impl<M: Module + Clone> ActingCopy<M> {
     /// A copy of `trainer`'s model as it is now.
-    pub fn new(trainer: &Trainer<M>) -> Self {
+    pub(crate) fn new(trainer: &Trainer<M>) -> Self {
         Self {
             model: trainer.inference(),
             stale: false,
@@ -27,7 +27,7 @@ impl<M: Module + Clone> ActingCopy<M> {
     }
 
     /// The model to act with, refreshed from `trainer` if it changed since.
-    pub fn get(&mut self, trainer: &Trainer<M>) -> &M {
+    pub(crate) fn get(&mut self, trainer: &Trainer<M>) -> &M {
         if self.stale {
             self.model = trainer.inference();
             self.stale = false;
@@ -36,7 +36,7 @@ impl<M: Module + Clone> ActingCopy<M> {
     }
 
     /// Act with `weights` (flat, in `layout`) from now on.
-    pub fn load(&mut self, layout: &ParamLayout, weights: &[f32]) {
+    pub(crate) fn load(&mut self, layout: &ParamLayout, weights: &[f32]) {
         self.model = layout.write(self.model.clone(), weights);
         self.stale = false;
     }

@@ -1,9 +1,9 @@
 //! Optimisation on flat parameter buffers.
 //!
-//! [`ParamLayout`] lays a burn module's float parameters out in one `f32` buffer in visit order
+//! `ParamLayout` lays a burn module's float parameters out in one `f32` buffer in visit order
 //! (the same on every process, unlike burn's random parameter ids). [`Trainer`] owns a model,
 //! its flat parameters and an [`Adam`] state: `backward` → gradients copied into one flat
-//! buffer (where a data-parallel all-reduce plugs in: [`GradSync`], the DDP reducer, owned by
+//! buffer (where a data-parallel all-reduce plugs in: `GradSync`, the DDP reducer, owned by
 //! a [`Trainer`] made distributed; a single process on the CPU skips the copy and steps from
 //! the backward pass's own buffers) → optional norm clipping → one fused Adam loop →
 //! parameters written back into the module.
@@ -19,8 +19,9 @@ mod grad_sync;
 mod layout;
 mod trainer;
 
-pub use acting::ActingCopy;
+pub(crate) use acting::ActingCopy;
 pub use adam::Adam;
-pub use grad_sync::{DdpOptions, GradSync};
-pub use layout::{ParamLayout, ParamSlot};
-pub use trainer::{StepStats, Trainer};
+pub use grad_sync::DdpOptions;
+pub(crate) use grad_sync::GradSync;
+pub(crate) use layout::ParamLayout;
+pub use trainer::Trainer;

@@ -146,7 +146,7 @@ fn ddp_bench(
         Some("pong") => pong_learner(&device, &mut rng).0,
         _ => cartpole_learner(&device, &mut rng).0,
     };
-    ddp.distribute(pg.clone(), drill_algo::ddp::DdpOptions::default())?;
+    ddp.distribute(pg.clone(), drill_algo::optim::DdpOptions::default())?;
     let small = case != Some("pong") && device == Device::flex();
     let (n, warmup) = if small { (2000, 100) } else { (20, 3) };
     let n = iters.unwrap_or(n);
@@ -252,7 +252,7 @@ fn device(gpu: bool) -> anyhow::Result<Device> {
     if !gpu {
         return Ok(Device::flex());
     }
-    drill_algo::compute::device::gpu().map_err(|why| anyhow::anyhow!("--gpu: {why}"))
+    drill_algo::compute::gpu().map_err(|why| anyhow::anyhow!("--gpu: {why}"))
 }
 
 /// Run the selected benchmarks.

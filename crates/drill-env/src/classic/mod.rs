@@ -1,6 +1,6 @@
 //! Gymnasium's classic-control environments, ported line by line (state in `f64`, observations
 //! in `f32`, the same operation order), so that a state and action give Gymnasium's numbers;
-//! resets draw from numpy's generator ([`np_random`]), so a seed gives Gymnasium's episodes.
+//! resets draw from numpy's generator (`np_random`), so a seed gives Gymnasium's episodes.
 
 mod acrobot;
 mod cartpole;

@@ -180,8 +180,8 @@ impl Args {
     }
 
     /// What the user asked of the experiment folder and the starting checkpoint.
-    fn start_options(&self) -> drill_algo::resume::StartOptions {
-        drill_algo::resume::StartOptions {
+    fn start_options(&self) -> drill_algo::runner::StartOptions {
+        drill_algo::runner::StartOptions {
             exp_dir: self.exp_dir.clone(),
             resume: self.resume.clone(),
             quiet: self.quiet,

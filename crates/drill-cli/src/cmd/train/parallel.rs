@@ -161,13 +161,13 @@ fn worker(
     drill_algo::interrupt::install().context("cannot install the Ctrl-C handler")?;
     let task_labels = task.labels();
     let names = roles.names();
-    let restarts = drill_algo::resume::restart_count();
+    let restarts = drill_algo::runner::restart_count();
     let mut exp = None;
     let mut resume = None;
     if roles.learner {
         let previous = std::env::var_os(EXP_DIR_ENV).map(PathBuf::from);
         let (e, r) =
-            drill_algo::resume::open(config, &args.start_options(), previous.as_deref(), restarts)?;
+            drill_algo::runner::open(config, &args.start_options(), previous.as_deref(), restarts)?;
         (exp, resume) = (Some(e), r);
     }
     let labels: Vec<&str> = task_labels.iter().collect();
