@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Interleaved A/B of two drill binaries on `configs/pong_ppo.toml`: each round trains ITERS
 # iterations with A and with B (no evaluation inside the window), A first in odd rounds and B
-# first in even ones: on the 2-core AMD EPYC Zen 1 box (2026-11-27), two binaries A/B'd in
-# both orders, whichever ran second in a round was 1.6-2.0 % slower. Each run's figure is
+# first in even ones: on a 2-core box whichever runs second in a round runs 1.6-2.0 % slower,
+# so the order alternates. Each run's figure is
 # the median env steps/s over its iterations after the first (scripts/pong_ppo_rate.sh, as
 # bench_pong_ppo_vs_torch.sh). Prints every round, the medians and B/A.
 #

@@ -1,6 +1,7 @@
-//! What a training run reports and returns: [`Reporter`], [`Progress`], [`TrainResult`]
-//! (built by [`crate::middleware::run_result`]), and the context an algorithm runs in
-//! ([`RunContext`]); its error type is [`crate::error::TrainError`].
+//! What a training run runs in and gives back: the context an algorithm runs in
+//! ([`RunContext`]), the task its pipeline runs on ([`task`]), what it reports and returns
+//! (drill-exp's `Reporter`, `Progress`, `TrainResult`, built by `middleware::run_result`); its
+//! error type is `TrainError`.
 
 use crate::checkpoint::Checkpoint;
 use burn::tensor::Device;

@@ -243,6 +243,16 @@ pub struct Common {
 }
 
 impl Common {
+    /// Check the shared keys' values.
+    pub(crate) fn check(&self, c: &mut Checker<'_>) {
+        c.positive("policy.ddp_bucket_cap_mb", self.ddp_bucket_cap_mb);
+        c.check(
+            !(self.cuda && self.precision == Precision::Bf16),
+            "policy.precision",
+            "is \"bf16\", which drill's CPU kernels compute; on the GPU (policy.cuda = true) keep \"f32\"",
+        );
+    }
+
     /// The keys, as written in `[policy]` (`ddp` is `multi_gpu`'s alias).
     pub const KEYS: [&str; 7] = [
         "cuda",

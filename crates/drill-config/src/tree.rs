@@ -347,10 +347,7 @@ impl Config {
             "must be at least 1 (omit for no limit)",
         );
         c.at_least_1("policy.eval.evaluator.eval_freq", self.policy.eval_freq());
-        c.positive(
-            "policy.ddp_bucket_cap_mb",
-            self.policy.common().ddp_bucket_cap_mb,
-        );
+        self.policy.common().check(&mut c);
         match &self.policy {
             Policy::Dqn(p) => p.check(&mut c),
             Policy::Ppo(p) => p.check(&mut c, self.env.collector_env_num, self.max_env_step),
@@ -751,6 +748,11 @@ batch_size = 64
         let e = err(DQN, &["policy.ddp_bucket_cap_mb=0"]);
         assert!(
             e.starts_with("t.toml: bad value for `policy.ddp_bucket_cap_mb`"),
+            "{e}"
+        );
+        let e = err(DQN, &["policy.cuda=true", "policy.precision=bf16"]);
+        assert!(
+            e.starts_with("t.toml: bad value for `policy.precision`: is \"bf16\""),
             "{e}"
         );
         let e = err(DQN, &["policy.learn.learning_rate=0"]);

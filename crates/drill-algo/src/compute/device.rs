@@ -7,18 +7,10 @@ use burn::tensor::Device;
 /// The device for `policy.cuda`: the CPU (burn's flex backend, with [`super::conv2d`] and
 /// [`super::linear`]'s own kernels) when false, else [`gpu`]. A binary without a GPU backend,
 /// or a machine without an adapter, is refused here, before anything trains, naming
-/// `policy.cuda`. Sets this process's product precision from `policy.precision` (bf16 is
-/// a CPU path: refused with `policy.cuda`).
+/// `policy.cuda`. Sets this process's product precision from `policy.precision` (a CPU
+/// path: drill-config refuses it with `policy.cuda`).
 pub fn select_device(config: &drill_config::Config) -> Result<Device, TrainError> {
     let bf16 = config.policy.precision() == drill_config::Precision::Bf16;
-    if bf16 && config.policy.cuda() {
-        return Err(config
-            .error(
-                "policy.precision",
-                "is \"bf16\", which drill's CPU kernels compute; on the GPU (policy.cuda = true) keep \"f32\"",
-            )
-            .into());
-    }
     drill_kernels::precision::set_enabled(bf16);
     if !config.policy.cuda() {
         return Ok(Device::flex());
