@@ -60,17 +60,7 @@ pub(crate) fn check_model(
         (p.model.obs_shape.as_ref(), p.model.action_shape),
         (&spec.obs.shape, actions),
     )?;
-    let Some(obs) = ObsShape::of(&spec.obs.shape) else {
-        return Err(cfg
-            .error(
-                "env.id",
-                format!(
-                    "{} observes shape {:?}; DQN encodes vectors or [channels, height, width] frames",
-                    spec.id, spec.obs.shape
-                ),
-            )
-            .into());
-    };
+    let obs = ObsShape::of(cfg, spec, "DQN")?;
     if let ObsShape::Frames(shape) = obs {
         let hidden =
             (p.model.encoder == ConvKind::Ding).then_some(&p.model.encoder_hidden_size_list);

@@ -62,17 +62,7 @@ pub(crate) fn check_model(
         (p.model.obs_shape.as_ref(), p.model.action_shape),
         (&spec.obs.shape, act_dim),
     )?;
-    let Some(obs) = ObsShape::of(&spec.obs.shape) else {
-        return Err(cfg
-            .error(
-                "env.id",
-                format!(
-                    "{} observes shape {:?}; PPO encodes vectors or [channels, height, width] frames",
-                    spec.id, spec.obs.shape
-                ),
-            )
-            .into());
-    };
+    let obs = ObsShape::of(cfg, spec, "PPO")?;
     if let ObsShape::Frames(shape) = obs {
         check_encoder(shape, None).map_err(|e| cfg.error("env.screen_size", e))?;
     }

@@ -378,6 +378,28 @@ fn bn_run(
     (out, m, v)
 }
 
+/// The gradients of `sum(y * w)` (`w` fixed per row of the whole batch) with respect to the
+/// input rows `rows`, gamma and beta, after one training forward.
+fn bn_grads(
+    pg: Option<&ProcessGroup>,
+    rows: std::ops::Range<usize>,
+) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let ad = Device::flex().autodiff();
+    let bn = SyncBatchNorm::new(3, &ad);
+    let x = bn_input(0)[rows.start * 3..rows.end * 3].to_vec();
+    let x = Tensor::<2>::from_data(TensorData::new(x, [rows.len(), 3]), &ad).require_grad();
+    let w = bn_input(7)[rows.start * 3..rows.end * 3].to_vec();
+    let w = Tensor::<2>::from_data(TensorData::new(w, [rows.len(), 3]), &ad);
+    let grads = (bn.forward(x.clone(), pg).unwrap() * w).sum().backward();
+    let v = |t: Option<Tensor<2>>| t.unwrap().into_data().try_to_vec::<f32>().unwrap();
+    let v1 = |t: Option<Tensor<1>>| t.unwrap().into_data().try_to_vec::<f32>().unwrap();
+    (
+        v(x.grad(&grads)),
+        v1(bn.inner.gamma.grad(&grads)),
+        v1(bn.inner.beta.grad(&grads)),
+    )
+}
+
 fn sync_batch_norm() {
     let (whole, mean, var) = bn_run(None, 0..2 * B);
     let outs = two_ranks("sync_bn");
@@ -399,6 +421,33 @@ fn sync_batch_norm() {
     // Without synchronisation the halves would be normalised differently.
     let (alone, _, _) = bn_run(None, 0..B);
     assert!(alone.iter().zip(&whole).any(|(a, b)| (a - b).abs() > 1e-3));
+    // Backward: each rank's input gradient is its rows of the whole batch's (the sums of dy
+    // and dy * x_hat all-reduced, as torch's); gamma's and beta's add up to the whole's.
+    let (dx, dgamma, dbeta) = bn_grads(None, 0..2 * B);
+    let (mut gamma_sum, mut beta_sum) = (vec![0f32; 3], vec![0f32; 3]);
+    for o in &outs {
+        let r = o.rank;
+        assert_close(
+            &printed(o, "dx"),
+            &dx[r * B * 3..(r + 1) * B * 3],
+            &format!("SyncBatchNorm input gradient, rank {r}"),
+        );
+        for (sum, g) in [
+            (&mut gamma_sum, printed(o, "dgamma")),
+            (&mut beta_sum, printed(o, "dbeta")),
+        ] {
+            sum.iter_mut().zip(g).for_each(|(s, g)| *s += g);
+        }
+    }
+    assert_close(
+        &gamma_sum,
+        &dgamma,
+        "gamma's gradient summed over the ranks",
+    );
+    assert_close(&beta_sum, &dbeta, "beta's gradient summed over the ranks");
+    // A rank-local backward gives other input gradients.
+    let (local, _, _) = bn_grads(None, 0..B);
+    assert!(local.iter().zip(&dx).any(|(a, b)| (a - b).abs() > 1e-3));
 }
 
 // ------------------------------------------------------------------ children
@@ -465,6 +514,10 @@ fn run_child(name: &str, pg: ProcessGroup) {
             print("out", &out);
             print("mean", &mean);
             print("var", &var);
+            let (dx, dgamma, dbeta) = bn_grads(Some(&pg), rank * B..(rank + 1) * B);
+            print("dx", &dx);
+            print("dgamma", &dgamma);
+            print("dbeta", &dbeta);
         }
         other => panic!("unknown child {other}"),
     }

@@ -22,10 +22,11 @@ use burn::tensor::activation::relu as relu_op;
 use burn::tensor::ops::ConvOptions;
 use burn::tensor::{DType, Device, Int, Tensor};
 pub use device::{gpu, select_device};
+pub(crate) use ops::BatchStats;
 use ops::FastOps;
 
 /// Whether `x` goes to drill's kernels: `f32` on the flex device.
-fn native<const D: usize>(x: &Tensor<D>) -> bool {
+pub(crate) fn native<const D: usize>(x: &Tensor<D>) -> bool {
     x.dtype() == DType::F32 && x.device() == Device::flex()
 }
 
@@ -92,6 +93,24 @@ pub fn linear(x: Tensor<2>, weight: Tensor<2>, bias: Tensor<1>, relu: bool) -> T
     }
     let y = x.matmul(weight) + bias.unsqueeze();
     if relu { relu_op(y) } else { y }
+}
+
+/// Batch normalisation's training forward over `x [n, c]` with the statistics `stats` (over
+/// every rank's rows), scaled by `gamma` and shifted by `beta`, on drill's CPU path: its
+/// backward all-reduces over `stats.group` ([`BatchStats`]). Only for [`native`] tensors.
+pub(crate) fn batch_norm(
+    x: Tensor<2>,
+    gamma: Tensor<1>,
+    beta: Tensor<1>,
+    stats: BatchStats,
+) -> Tensor<2> {
+    assert!(native(&x), "batch_norm runs drill's CPU path only");
+    Tensor::from_dispatch(<Dispatch as FastOps>::fast_batch_norm(
+        x.into_dispatch(),
+        gamma.into_dispatch(),
+        beta.into_dispatch(),
+        stats,
+    ))
 }
 
 /// Buffers of at least this many floats (1 MiB) are masked over the rayon pool's threads

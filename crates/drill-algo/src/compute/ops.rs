@@ -54,6 +54,34 @@ pub(crate) trait FastOps: Backend {
         bias: FloatTensor<Self>,
         relu: bool,
     ) -> FloatTensor<Self>;
+
+    /// Batch normalisation's training forward over `x [n, c]` with the batch statistics in
+    /// `stats` (computed by the caller, over every rank's rows): `(x - mean) * invstd * gamma
+    /// + beta`. Its backward all-reduces the sums of `dy` and `dy * x_hat` over `stats.group`,
+    /// so the input gradient has the other ranks' terms (torch's `SyncBatchNorm`).
+    fn fast_batch_norm(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        stats: BatchStats,
+    ) -> FloatTensor<Self>;
+}
+
+/// A batch normalisation's statistics over every rank's rows, and the group its backward
+/// reduces over ([`FastOps::fast_batch_norm`]).
+#[derive(Clone, Debug)]
+pub(crate) struct BatchStats {
+    /// Per-feature mean.
+    pub(crate) mean: Vec<f32>,
+    /// Per-feature `1 / sqrt(var + eps)`.
+    pub(crate) invstd: Vec<f32>,
+    /// Rows over every rank.
+    pub(crate) total: f64,
+    /// The ranks whose rows the statistics cover (`None`: this rank's only).
+    pub(crate) group: Option<drill_comm::ProcessGroup>,
+    /// Where the backward leaves an all-reduce's error (a backward cannot return one); the
+    /// layer reports it.
+    pub(crate) failed: std::sync::Arc<std::sync::Mutex<Option<drill_comm::CommError>>>,
 }
 
 fn geometry(x: &FlexTensor, weight: &FlexTensor, stride: [usize; 2]) -> Geometry {
@@ -193,6 +221,17 @@ impl FastOps for Flex {
         };
         tensor(y, [d.n, d.d_out])
     }
+
+    fn fast_batch_norm(
+        x: FlexTensor,
+        gamma: FlexTensor,
+        beta: FlexTensor,
+        stats: BatchStats,
+    ) -> FlexTensor {
+        let shape = x.shape();
+        let (_, y) = batch_norm(&values(&x), &values(&gamma), &values(&beta), &stats);
+        tensor(y, shape)
+    }
 }
 
 /// Which layer a [`LayerBackward`] differentiates.
@@ -277,6 +316,77 @@ impl Backward<Flex, 2> for FramesBackward {
             params,
             w_shape,
         );
+    }
+}
+
+/// `x_hat = (x - mean) * invstd` and `y = x_hat * gamma + beta`, row-major `[n, c]`.
+fn batch_norm(x: &[f32], gamma: &[f32], beta: &[f32], s: &BatchStats) -> (Vec<f32>, Vec<f32>) {
+    let c = gamma.len();
+    let x_hat: Vec<f32> = x
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| (v - s.mean[i % c]) * s.invstd[i % c])
+        .collect();
+    let y = x_hat
+        .iter()
+        .enumerate()
+        .map(|(i, &h)| h * gamma[i % c] + beta[i % c])
+        .collect();
+    (x_hat, y)
+}
+
+/// The backward pass of [`FastOps::fast_batch_norm`]: `gamma`'s and `beta`'s gradients from
+/// this rank's rows (DDP averages them), the input's through the statistics of every rank's
+/// rows (torch's `SyncBatchNorm` backward): `dx = gamma * invstd * (dy - sum(dy) / N - x_hat
+/// * sum(dy * x_hat) / N)`, the sums and `N` over the group.
+#[derive(Debug)]
+struct BatchNormBackward;
+
+impl Backward<Flex, 3> for BatchNormBackward {
+    /// `x_hat`, `gamma`'s values, the statistics.
+    type State = (Vec<f32>, Vec<f32>, BatchStats);
+
+    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_x, node_gamma, node_beta] = ops.parents;
+        let dy_t: FlexTensor = grads.consume::<Flex>(&ops.node);
+        let shape = dy_t.shape();
+        let dy = values(&dy_t);
+        let (x_hat, gamma, stats) = ops.state;
+        let c = gamma.len();
+        // This rank's sums of dy and dy * x_hat per feature, side by side.
+        let mut sums = vec![0f64; 2 * c];
+        for (i, (&g, &h)) in dy.iter().zip(&x_hat).enumerate() {
+            sums[i % c] += f64::from(g);
+            sums[c + i % c] += f64::from(g) * f64::from(h);
+        }
+        let local = |range: std::ops::Range<usize>| -> Vec<f32> {
+            sums[range].iter().map(|&v| v as f32).collect()
+        };
+        if let Some(node) = node_gamma {
+            grads.register::<Flex>(node.id, tensor(local(c..2 * c), [c]));
+        }
+        if let Some(node) = node_beta {
+            grads.register::<Flex>(node.id, tensor(local(0..c), [c]));
+        }
+        let Some(node) = node_x else { return };
+        if let Some(group) = &stats.group
+            && let Err(e) = group.all_reduce(&mut sums, drill_comm::ReduceOp::Sum)
+        {
+            tracing::error!("SyncBatchNorm's backward all-reduce failed: {e}");
+            *stats.failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+        }
+        let n = stats.total;
+        let dx = dy
+            .iter()
+            .zip(&x_hat)
+            .enumerate()
+            .map(|(i, (&g, &h))| {
+                let j = i % c;
+                let centred = f64::from(g) - sums[j] / n - f64::from(h) * sums[c + j] / n;
+                (f64::from(gamma[j] * stats.invstd[j]) * centred) as f32
+            })
+            .collect();
+        grads.register::<Flex>(node.id, tensor(dx, shape));
     }
 }
 
@@ -389,5 +499,30 @@ impl<C: CheckpointStrategy> FastOps for Autodiff<Flex, C> {
         layer::<C>((x, weight, bias), Layer::Linear, relu, |x, w, b| {
             Flex::fast_linear(x, w, b, relu)
         })
+    }
+
+    fn fast_batch_norm(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        stats: BatchStats,
+    ) -> FloatTensor<Self> {
+        let prep = BatchNormBackward
+            .prepare::<C>([x.node(), gamma.node(), beta.node()])
+            .compute_bound()
+            .stateful();
+        let (x, gamma, beta) = (
+            x.into_primitive(),
+            gamma.into_primitive(),
+            beta.into_primitive(),
+        );
+        let shape = x.shape();
+        let gamma = values(&gamma).into_owned();
+        let (x_hat, y) = batch_norm(&values(&x), &gamma, &values(&beta), &stats);
+        let y = tensor(y, shape);
+        match prep {
+            OpsKind::Tracked(prep) => prep.finish((x_hat, gamma, stats), y),
+            OpsKind::UnTracked(prep) => prep.finish(y),
+        }
     }
 }

@@ -3,6 +3,7 @@
 
 use crate::error::TrainError;
 use drill_config::Config;
+use drill_env::EnvSpec;
 
 /// The observations a network here encodes: vectors, or frames `[channels, height, width]`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -14,12 +15,21 @@ pub(crate) enum ObsShape {
 }
 
 impl ObsShape {
-    /// `shape` as one of the two, or `None` for shapes no network here encodes.
-    pub(crate) fn of(shape: &[usize]) -> Option<Self> {
-        match *shape {
-            [n] => Some(Self::Vector(n)),
-            [c, h, w] => Some(Self::Frames([c, h, w])),
-            _ => None,
+    /// The observations of the environment `spec` describes, or an error naming `env.id` for
+    /// a shape no network here encodes (`algo`: the algorithm, for the message).
+    pub(crate) fn of(cfg: &Config, spec: &EnvSpec, algo: &str) -> Result<Self, TrainError> {
+        match spec.obs.shape[..] {
+            [n] => Ok(Self::Vector(n)),
+            [c, h, w] => Ok(Self::Frames([c, h, w])),
+            ref shape => Err(cfg
+                .error(
+                    "env.id",
+                    format!(
+                        "{} observes shape {shape:?}; {algo} encodes vectors or [channels, height, width] frames",
+                        spec.id
+                    ),
+                )
+                .into()),
         }
     }
 }
