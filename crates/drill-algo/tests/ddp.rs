@@ -37,7 +37,7 @@ fn main() {
         std::process::exit(if r.is_ok() { 0 } else { 1 });
     }
     let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
-    let scenarios: [(&str, fn()); 6] = [
+    let scenarios: [(&str, fn()); 7] = [
         (
             "dqn_two_ranks_equal_one_rank_with_the_whole_batch",
             dqn_equivalence,
@@ -55,6 +55,10 @@ fn main() {
         (
             "sync_batch_norm_halves_equal_the_whole_batch",
             sync_batch_norm,
+        ),
+        (
+            "sync_batch_norm_reports_a_peer_lost_in_backward",
+            sync_batch_norm_lost_peer,
         ),
     ];
     let mut failed = 0;
@@ -450,6 +454,18 @@ fn sync_batch_norm() {
     assert!(local.iter().zip(&dx).any(|(a, b)| (a - b).abs() > 1e-3));
 }
 
+/// A backward cannot return an error: when rank 1 is gone before rank 0's backward
+/// all-reduce, rank 0's next forward (one needing no collective) returns it, naming the peer.
+fn sync_batch_norm_lost_peer() {
+    let outs = two_ranks("sync_bn_lost");
+    let rank0 = &outs[0].stdout;
+    let line = rank0
+        .lines()
+        .find_map(|l| l.strip_prefix("next forward: "))
+        .unwrap_or_else(|| panic!("no report in {rank0}"));
+    assert!(line.starts_with("Err") && line.contains("rank 1"), "{line}");
+}
+
 // ------------------------------------------------------------------ children
 
 fn run_child(name: &str, pg: ProcessGroup) {
@@ -518,6 +534,22 @@ fn run_child(name: &str, pg: ProcessGroup) {
             print("dx", &dx);
             print("dgamma", &dgamma);
             print("dbeta", &dbeta);
+        }
+        "sync_bn_lost" => {
+            let ad = Device::flex().autodiff();
+            let bn = SyncBatchNorm::new(3, &ad);
+            let x = bn_input(0)[rank * B * 3..(rank + 1) * B * 3].to_vec();
+            let x = Tensor::<2>::from_data(TensorData::new(x, [B, 3]), &ad).require_grad();
+            let y = bn.forward(x.clone(), Some(&pg)).unwrap();
+            if rank == 1 {
+                return;
+            }
+            let _ = y.sum().backward();
+            // Alone, so that only the backward's error can come back.
+            match bn.forward(x, None) {
+                Ok(_) => println!("next forward: Ok"),
+                Err(e) => println!("next forward: Err: {e}"),
+            }
         }
         other => panic!("unknown child {other}"),
     }

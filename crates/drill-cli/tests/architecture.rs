@@ -775,7 +775,8 @@ fn test_items_comments_and_strings_do_not_count() {
 }
 
 /// A layer breach that closes no loop: in a scratch copy of drill-algo, `compute/` (low)
-/// naming `middleware` (high) must fail the layer check while the cycle check passes; and a
+/// naming `interrupt` (a run's parts, which names no drill-algo module) must fail the layer
+/// check while the cycle check passes; and a
 /// crate depending on a higher crate must fail the crate check.
 #[test]
 fn the_layer_checks_see_a_breach() {
@@ -789,13 +790,13 @@ fn the_layer_checks_see_a_breach() {
     let text = std::fs::read_to_string(&compute).unwrap();
     std::fs::write(
         &compute,
-        format!("{text}\nuse crate::middleware::Epsilon;\n"),
+        format!("{text}\nuse crate::interrupt::requested;\n"),
     )
     .unwrap();
     assert_eq!(sibling_cycles(&src), Vec::<String>::new());
     assert_eq!(
         module_layer_breaches(&src, &layers),
-        ["compute names middleware, of a higher layer"]
+        ["compute names interrupt, of a higher layer"]
     );
 
     let layers = layer_table(&md, "crate layer");

@@ -796,6 +796,22 @@ batch_size = 64
         assert!(e.contains("`exp_name` is a value, not a table"), "{e}");
     }
 
+    /// Every shipped config loads, and its resolved tree (`to_toml`, as written to the
+    /// experiment folder) loads back to the same config.
+    #[test]
+    fn shipped_configs_load_and_round_trip() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let c = Config::load(path.to_str().unwrap(), &[]).unwrap();
+            let again = Config::parse(&c.to_toml(), &c.source, &[]).unwrap();
+            assert_eq!(again, c, "{}", path.display());
+            n += 1;
+        }
+        assert!(n >= 10, "{n} configs in {}", dir.display());
+    }
+
     #[test]
     fn overrides_defaults_aliases_and_round_trip() {
         let o = vec![
