@@ -37,7 +37,7 @@ fn main() {
         std::process::exit(if r.is_ok() { 0 } else { 1 });
     }
     let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
-    let scenarios: [(&str, fn()); 7] = [
+    let scenarios: [(&str, fn()); 8] = [
         (
             "dqn_two_ranks_equal_one_rank_with_the_whole_batch",
             dqn_equivalence,
@@ -49,6 +49,10 @@ fn main() {
         (
             "no_sync_accumulation_equals_the_whole_batch",
             no_sync_equivalence,
+        ),
+        (
+            "overlapped_all_reduce_gives_the_same_bits",
+            overlap_same_bits,
         ),
         ("each_rank_collects_with_its_own_seeds", seeds_differ),
         ("diverged_parameters_are_named", divergence_named),
@@ -252,6 +256,98 @@ fn ppo_steps(trainer: &mut Trainer<ActorCritic>, rows: std::ops::Range<usize>) {
     for k in 0..STEPS {
         let r = ppo_rollout(k);
         minibatch_update(trainer, &p, &ActionSpace::Discrete(2), &ad, &mb, &r, 3e-3).unwrap();
+    }
+}
+
+/// Tiny buckets: several all-reduces in flight per backward.
+fn tiny_buckets(overlap: bool) -> DdpOptions {
+    DdpOptions {
+        bucket_cap_mb: 0.004,
+        first_bucket_mb: 0.001,
+        check_every: 1,
+        overlap,
+    }
+}
+
+/// The all-reduce started during the backward pass (buckets launched as their gradients are
+/// written) gives the same parameters, bit for bit, as started after it.
+fn overlap_same_bits() {
+    let outs = two_ranks("overlap");
+    for o in &outs {
+        let r = o.rank;
+        assert_eq!(
+            printed(o, "during")
+                .iter()
+                .map(|v| v.to_bits())
+                .collect::<Vec<_>>(),
+            printed(o, "after")
+                .iter()
+                .map(|v| v.to_bits())
+                .collect::<Vec<_>>(),
+            "rank {r}: the parameters differ"
+        );
+        assert_eq!(
+            printed(o, "shared_during")
+                .iter()
+                .map(|v| v.to_bits())
+                .collect::<Vec<_>>(),
+            printed(o, "shared_after")
+                .iter()
+                .map(|v| v.to_bits())
+                .collect::<Vec<_>>(),
+            "rank {r}: parameters written twice or also by burn's operations differ"
+        );
+        let (during, after) = (printed(o, "early_during")[0], printed(o, "early_after")[0]);
+        println!("  rank {r}: buckets started during backward: {during} (overlap), {after} (off)");
+        assert!(during > 0.0 && after == 0.0, "rank {r}: {during} / {after}");
+    }
+}
+
+/// A layer whose weight burn's own operations also touch (an L2 term), and one applied twice:
+/// neither parameter gets its whole gradient in one of drill's writes, so neither may start
+/// its bucket early; the results stay those of the all-reduce after the pass.
+#[derive(burn::module::Module, Debug)]
+struct Shared {
+    wa: burn::module::Param<Tensor<2>>,
+    ba: burn::module::Param<Tensor<1>>,
+    wb: burn::module::Param<Tensor<2>>,
+    bb: burn::module::Param<Tensor<1>>,
+}
+
+fn shared_model() -> Shared {
+    let ad = Device::flex().autodiff();
+    let mut rng = ChaCha8Rng::seed_from_u64(400);
+    let mut t = |dims: Vec<usize>| {
+        let n = dims.iter().product();
+        let v: Vec<f32> = (0..n).map(|_| rng.random_range(-0.5..0.5)).collect();
+        TensorData::new(v, dims)
+    };
+    let p2 = |d: TensorData| burn::module::Param::from_tensor(Tensor::<2>::from_data(d, &ad));
+    let p1 = |d: TensorData| burn::module::Param::from_tensor(Tensor::<1>::from_data(d, &ad));
+    Shared {
+        wa: p2(t(vec![4, 6])),
+        ba: p1(t(vec![6])),
+        wb: p2(t(vec![6, 6])),
+        bb: p1(t(vec![6])),
+    }
+}
+
+fn shared_steps(t: &mut Trainer<Shared>, rows: std::ops::Range<usize>) {
+    use drill_algo::compute::linear;
+    let ad = Device::flex().autodiff();
+    for k in 0..STEPS {
+        let x = bn_input(k)[..2 * B * 3].to_vec();
+        let x: Vec<f32> = x.iter().cycle().take(2 * B * 4).copied().collect();
+        let x = x[rows.start * 4..rows.end * 4].to_vec();
+        let x = Tensor::<2>::from_data(TensorData::new(x, [rows.len(), 4]), &ad);
+        let m = t.model();
+        let h = linear(x, m.wa.val(), m.ba.val(), true);
+        let h = linear(h, m.wb.val(), m.bb.val(), true);
+        let y = linear(h, m.wb.val(), m.bb.val(), false);
+        let l2 = m.wa.val().powf_scalar(2.0).sum().mul_scalar(0.01);
+        let loss = y.powf_scalar(2.0).mean() + l2;
+        t.backward(loss).unwrap();
+        t.step(1e-2, 0.0).unwrap();
     }
 }
 
@@ -482,15 +578,25 @@ fn run_child(name: &str, pg: ProcessGroup) {
         "ppo" => {
             let mut t = ppo_trainer();
             // Tiny buckets: several all-reduces in flight per backward.
-            let opts = DdpOptions {
-                bucket_cap_mb: 0.004,
-                first_bucket_mb: 0.001,
-                check_every: 1,
-            };
-            t.distribute(pg, opts).unwrap();
+            t.distribute(pg, tiny_buckets(true)).unwrap();
             assert!(t.sync().unwrap().bucket_sizes().len() > 2);
             ppo_steps(&mut t, rank * B..(rank + 1) * B);
             print("params", t.params());
+        }
+        "overlap" => {
+            // The same steps with the all-reduce during and after the backward pass.
+            for (key, overlap) in [("during", true), ("after", false)] {
+                let mut t = ppo_trainer();
+                t.distribute(pg.clone(), tiny_buckets(overlap)).unwrap();
+                ppo_steps(&mut t, rank * B..(rank + 1) * B);
+                print(key, t.params());
+                let early = t.sync().unwrap().early_buckets() as f32;
+                print(&format!("early_{key}"), &[early]);
+                let mut t = Trainer::new(shared_model(), 1e-8);
+                t.distribute(pg.clone(), tiny_buckets(overlap)).unwrap();
+                shared_steps(&mut t, rank * B..(rank + 1) * B);
+                print(&format!("shared_{key}"), t.params());
+            }
         }
         "no_sync" => {
             let mut t = q_trainer();

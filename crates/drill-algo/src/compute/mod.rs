@@ -22,8 +22,8 @@ use burn::tensor::activation::relu as relu_op;
 use burn::tensor::ops::ConvOptions;
 use burn::tensor::{DType, Device, Int, Tensor};
 pub use device::{gpu, select_device};
-pub(crate) use ops::BatchStats;
 use ops::FastOps;
+pub(crate) use ops::{BatchStats, GradSink, sink_begin, sink_end};
 
 /// Whether `x` goes to drill's kernels: `f32` on the flex device.
 pub(crate) fn native<const D: usize>(x: &Tensor<D>) -> bool {
@@ -111,6 +111,26 @@ pub(crate) fn batch_norm(
         beta.into_dispatch(),
         stats,
     ))
+}
+
+/// Note `model`'s float parameters' graph nodes, slot by slot in visit order (a
+/// `ParamLayout`'s), for the gradient sink set on this thread ([`sink_begin`]); parameters
+/// off the CPU device are not noted.
+pub(crate) fn tag_params<M: burn::module::Module>(model: &M) {
+    struct Tag(usize);
+    impl burn::module::ModuleVisitor for Tag {
+        fn visit_float<const D: usize>(&mut self, param: &burn::module::Param<Tensor<D>>) {
+            let value = param.val();
+            if native(&value) {
+                let _ = Tensor::<D>::from_dispatch(<Dispatch as FastOps>::fast_tag_param(
+                    value.into_dispatch(),
+                    self.0,
+                ));
+            }
+            self.0 += 1;
+        }
+    }
+    model.visit(&mut Tag(0));
 }
 
 /// Buffers of at least this many floats (1 MiB) are masked over the rayon pool's threads

@@ -19,6 +19,9 @@ use burn::tensor::{Bytes, DType, Shape};
 use drill_kernels::conv::{self, Geometry, Source};
 use drill_kernels::dense::{self, Dims};
 use std::borrow::Cow;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
 
 /// Layers as single backend operations (see the module docs).
 #[backend_extension(Flex, Autodiff)]
@@ -65,6 +68,58 @@ pub(crate) trait FastOps: Backend {
         beta: FloatTensor<Self>,
         stats: BatchStats,
     ) -> FloatTensor<Self>;
+
+    /// `x` itself. On the autodiff backend, while a gradient sink is set ([`sink_begin`]),
+    /// `x`'s graph node is noted as parameter `slot`'s.
+    fn fast_tag_param(x: FloatTensor<Self>, slot: usize) -> FloatTensor<Self>;
+}
+
+/// Where drill's backward ops hand the parameter gradients they register while a backward
+/// pass runs on this thread: the gradient all-reduce overlapped with the backward pass
+/// (`optim`'s trainer).
+pub(crate) trait GradSink {
+    /// Parameter `slot`'s gradient, as registered.
+    fn written(&mut self, slot: usize, grad: &[f32]);
+}
+
+/// The sink of this thread's backward pass and its parameters' nodes.
+struct Sink {
+    /// Slot of each tagged parameter node ([`FastOps::fast_tag_param`]).
+    slots: HashMap<NodeId, usize>,
+    to: Rc<RefCell<dyn GradSink>>,
+}
+
+thread_local! {
+    static SINK: RefCell<Option<Sink>> = const { RefCell::new(None) };
+}
+
+/// Hand the parameter gradients that drill's ops register on this thread to `to`, until
+/// [`sink_end`]; the parameters are tagged after this ([`super::tag_params`]).
+pub(crate) fn sink_begin(to: Rc<RefCell<dyn GradSink>>) {
+    SINK.with(|s| {
+        *s.borrow_mut() = Some(Sink {
+            slots: HashMap::new(),
+            to,
+        })
+    });
+}
+
+/// Stop handing gradients over (releases the sink).
+pub(crate) fn sink_end() {
+    SINK.with(|s| s.borrow_mut().take());
+}
+
+/// Parameter node `id`'s gradient `grad` was registered: to the sink, when one is set and
+/// `id` is a tagged parameter's.
+fn sink_written(id: NodeId, grad: &[f32]) {
+    let to = SINK.with(|s| {
+        let s = s.borrow();
+        let s = s.as_ref()?;
+        s.slots.get(&id).map(|&slot| (slot, s.to.clone()))
+    });
+    if let Some((slot, to)) = to {
+        to.borrow_mut().written(slot, grad);
+    }
 }
 
 /// A batch normalisation's statistics over every rank's rows, and the group its backward
@@ -232,6 +287,10 @@ impl FastOps for Flex {
         let (_, y) = batch_norm(&values(&x), &values(&gamma), &values(&beta), &stats);
         tensor(y, shape)
     }
+
+    fn fast_tag_param(x: FlexTensor, _slot: usize) -> FlexTensor {
+        x
+    }
 }
 
 /// Which layer a [`LayerBackward`] differentiates.
@@ -362,11 +421,12 @@ impl Backward<Flex, 3> for BatchNormBackward {
         let local = |range: std::ops::Range<usize>| -> Vec<f32> {
             sums[range].iter().map(|&v| v as f32).collect()
         };
-        if let Some(node) = node_gamma {
-            grads.register::<Flex>(node.id, tensor(local(c..2 * c), [c]));
-        }
-        if let Some(node) = node_beta {
-            grads.register::<Flex>(node.id, tensor(local(0..c), [c]));
+        for (node, range) in [(node_gamma, c..2 * c), (node_beta, 0..c)] {
+            if let Some(node) = node {
+                let g = local(range);
+                sink_written(node.id, &g);
+                grads.register::<Flex>(node.id, tensor(g, [c]));
+            }
         }
         let Some(node) = node_x else { return };
         if let Some(group) = &stats.group
@@ -399,9 +459,11 @@ fn register_params(
     w_shape: Shape,
 ) {
     if let Some(id) = node_w {
+        sink_written(id, &dw);
         grads.register::<Flex>(id, tensor(dw, w_shape));
     }
     if let Some(id) = node_b {
+        sink_written(id, &db);
         let n = db.len();
         grads.register::<Flex>(id, tensor(db, [n]));
     }
@@ -524,5 +586,14 @@ impl<C: CheckpointStrategy> FastOps for Autodiff<Flex, C> {
             OpsKind::Tracked(prep) => prep.finish((x_hat, gamma, stats), y),
             OpsKind::UnTracked(prep) => prep.finish(y),
         }
+    }
+
+    fn fast_tag_param(x: FloatTensor<Self>, slot: usize) -> FloatTensor<Self> {
+        SINK.with(|s| {
+            if let Some(s) = s.borrow_mut().as_mut() {
+                s.slots.insert(x.id(), slot);
+            }
+        });
+        x
     }
 }

@@ -18,6 +18,9 @@ pub struct DdpOptions {
     pub first_bucket_mb: f64,
     /// Every this many steps, check that parameters are bit-identical on every rank (0: off).
     pub check_every: u64,
+    /// Start a bucket's all-reduce during the backward pass, as soon as its gradients are
+    /// written (on the CPU device; the same results as after the pass).
+    pub overlap: bool,
 }
 
 impl Default for DdpOptions {
@@ -26,6 +29,7 @@ impl Default for DdpOptions {
             bucket_cap_mb: 25.0,
             first_bucket_mb: 1.0,
             check_every: 0,
+            overlap: true,
         }
     }
 }
@@ -57,9 +61,13 @@ pub struct GradSync {
     slot_bucket: Vec<usize>,
     names: Vec<(String, Range<usize>)>,
     check_every: u64,
+    /// [`DdpOptions::overlap`].
+    overlap: bool,
     steps: u64,
     /// Buckets whose all-reduce started in this backward pass.
     started: usize,
+    /// Buckets started during backward passes, over the run ([`Self::early_buckets`]).
+    early: u64,
 }
 
 impl GradSync {
@@ -105,9 +113,21 @@ impl GradSync {
             slot_bucket,
             names,
             check_every: opts.check_every,
+            overlap: opts.overlap,
             steps: 0,
             started: 0,
+            early: 0,
         }
+    }
+
+    /// Whether buckets start during the backward pass ([`DdpOptions::overlap`]).
+    pub(crate) fn overlaps(&self) -> bool {
+        self.overlap
+    }
+
+    /// Buckets whose all-reduce started during a backward pass so far (the overlap at work).
+    pub fn early_buckets(&self) -> u64 {
+        self.early
     }
 
     /// The process group.
@@ -135,23 +155,42 @@ impl GradSync {
     /// with, so it is reduced in place on the calling thread (no hand-off to the comm thread:
     /// measured ~100 us less per update on the CartPole net, whose gradients fit one bucket).
     pub(crate) fn slot_ready(&mut self, slot: usize, grads: &mut [f32]) -> Result<(), TrainError> {
+        self.slot_ready_started(slot, grads).map(drop)
+    }
+
+    /// [`Self::slot_ready`] from inside a backward pass: a bucket it starts is counted in
+    /// [`Self::early_buckets`].
+    pub(crate) fn slot_written(
+        &mut self,
+        slot: usize,
+        grads: &mut [f32],
+    ) -> Result<(), TrainError> {
+        if self.slot_ready_started(slot, grads)? {
+            self.early += 1;
+        }
+        Ok(())
+    }
+
+    /// [`Self::slot_ready`], saying whether it started the bucket.
+    fn slot_ready_started(&mut self, slot: usize, grads: &mut [f32]) -> Result<bool, TrainError> {
         let k = self.slot_bucket[slot];
         let last = self.started + 1 == self.buckets.len();
         let b = &mut self.buckets[k];
         b.pending -= 1;
         if b.pending > 0 {
-            return Ok(());
+            return Ok(false);
         }
         self.started += 1;
         if last {
             let range = b.range.clone();
-            return Ok(self.pg.all_reduce(&mut grads[range], ReduceOp::Avg)?);
+            self.pg.all_reduce(&mut grads[range], ReduceOp::Avg)?;
+            return Ok(true);
         }
         let mut buf = std::mem::take(&mut b.buf);
         buf.clear();
         buf.extend_from_slice(&grads[b.range.clone()]);
         b.work = Some(self.pg.all_reduce_async(buf, ReduceOp::Avg));
-        Ok(())
+        Ok(true)
     }
 
     /// Wait for every bucket and write the averaged gradients into `grads`.

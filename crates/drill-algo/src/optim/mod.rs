@@ -17,6 +17,7 @@ mod acting;
 mod adam;
 mod grad_sync;
 mod layout;
+mod overlap;
 mod trainer;
 
 pub(crate) use acting::ActingCopy;

@@ -1,11 +1,14 @@
 //! [`Trainer`]: a model with its flat parameters and Adam state.
 
+use super::overlap::Pass;
 use super::{Adam, DdpOptions, GradSync, ParamLayout};
 use crate::error::TrainError;
 use burn::module::Module;
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Tensor, TensorData};
+use std::cell::RefCell;
 use std::ops::Range;
+use std::rc::Rc;
 
 /// What one optimisation step measured.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -40,6 +43,9 @@ pub struct Trainer<M> {
     /// What [`Self::backward`] reads back in one transfer each, in order (slot indices): the
     /// DDP buckets, or every parameter at once.
     reads: Vec<Range<usize>>,
+    /// Distributed on the CPU with [`DdpOptions::overlap`]: the slots whose bucket may start
+    /// during the backward pass, once the first pass learned them (`super::overlap`).
+    early: Option<Vec<bool>>,
 }
 
 /// Gradients as a backward pass left them ([`Trainer::backward`] on the CPU): one per slot,
@@ -69,6 +75,7 @@ impl<M: Module> Trainer<M> {
             pending: None,
             gpu,
             reads,
+            early: None,
         }
     }
 
@@ -106,9 +113,12 @@ impl<M: Module> Trainer<M> {
     /// with nothing accumulated, the gradients stay where the backward pass left them
     /// until [`Self::step`] or [`Self::grads`] reads them.
     pub fn backward(&mut self, loss: Tensor<1>) -> Result<(), TrainError> {
-        let mut grads = GradientsParams::from_grads(loss.backward(), self.model());
         let add = std::mem::take(&mut self.accumulated);
         self.pending = None;
+        if !add && self.gpu.is_none() && self.sync.as_ref().is_some_and(GradSync::overlaps) {
+            return self.backward_overlapped(loss);
+        }
+        let mut grads = GradientsParams::from_grads(loss.backward(), self.model());
         if !add && self.sync.is_none() && self.gpu.is_none() {
             self.pending = Some(Pending {
                 parts: self.layout.take_grads(&mut grads),
@@ -133,6 +143,81 @@ impl<M: Module> Trainer<M> {
             Some(sync) => sync.finish(&mut self.grads),
             None => Ok(()),
         }
+    }
+
+    /// [`Self::backward`] distributed on the CPU, each bucket's all-reduce started during the
+    /// backward pass once its gradients are written (`super::overlap`); the first pass learns
+    /// which parameters may start a bucket early and starts none.
+    fn backward_overlapped(&mut self, loss: Tensor<1>) -> Result<(), TrainError> {
+        let sync = self.sync.take().expect("distributed");
+        let ranges = (self.layout.slots.iter())
+            .map(|s| s.offset..s.offset + s.len)
+            .collect();
+        let grads = std::mem::take(&mut self.grads);
+        let pass = Rc::new(RefCell::new(Pass::new(
+            sync,
+            grads,
+            ranges,
+            self.early.clone(),
+        )));
+        crate::compute::sink_begin(pass.clone());
+        crate::compute::tag_params(self.model());
+        let backward = loss.backward();
+        crate::compute::sink_end();
+        let pass = Rc::try_unwrap(pass)
+            .ok()
+            .expect("the sink is released")
+            .into_inner();
+        let mut grads = GradientsParams::from_grads(backward, self.model());
+        let (mut sync, done, writes) = (pass.sync, pass.done, pass.writes);
+        self.grads = pass.grads;
+        if let Some(e) = pass.error {
+            let _ = sync.finish(&mut self.grads);
+            self.sync = Some(sync);
+            return Err(e);
+        }
+        let learning = self.early.is_none();
+        if learning {
+            // The learning pass: a slot may start its bucket early when drill's layers wrote
+            // its whole gradient once (what they wrote is what the pass ends with), on every
+            // rank alike.
+            let written = self.grads.clone();
+            self.read_grads(0..self.layout.slots.len(), &mut grads, false);
+            let mut flags: Vec<f32> = (self.layout.slots.iter().enumerate())
+                .map(|(i, s)| {
+                    let r = s.offset..s.offset + s.len;
+                    let same = (written[r.clone()].iter().zip(&self.grads[r]))
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    f32::from(u8::from(writes[i] == 1 && same))
+                })
+                .collect();
+            let agreed = sync
+                .group()
+                .all_reduce(&mut flags, drill_comm::ReduceOp::Min);
+            if let Err(e) = agreed {
+                self.sync = Some(sync);
+                return Err(e.into());
+            }
+            self.early = Some(flags.iter().map(|&f| f == 1.0).collect());
+        }
+        for r in 0..self.reads.len() {
+            for i in self.reads[r].clone().rev() {
+                if done[i] {
+                    continue;
+                }
+                if !learning {
+                    self.layout.read_grad(i, &mut grads, &mut self.grads, false);
+                }
+                if let Err(e) = sync.slot_ready(i, &mut self.grads) {
+                    let _ = sync.finish(&mut self.grads);
+                    self.sync = Some(sync);
+                    return Err(e);
+                }
+            }
+        }
+        let result = sync.finish(&mut self.grads);
+        self.sync = Some(sync);
+        result
     }
 
     /// Backward `loss` and add its gradients locally, without communicating (torch's

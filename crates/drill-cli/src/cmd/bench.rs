@@ -142,16 +142,26 @@ fn ddp_bench(
         }
         Some(other) => anyhow::bail!("--case {other}: bench ddp knows `cartpole` and `pong`"),
     };
-    let mut ddp = match case {
+    let mut learner = || match case {
         Some("pong") => pong_learner(&device, &mut rng).0,
         _ => cartpole_learner(&device, &mut rng).0,
     };
-    ddp.distribute(pg.clone(), drill_algo::optim::DdpOptions::default())?;
+    // The all-reduce started during the backward pass (the default), and after it.
+    let (mut ddp, mut after) = (learner(), learner());
+    let opts = drill_algo::optim::DdpOptions::default();
+    ddp.distribute(pg.clone(), opts)?;
+    after.distribute(
+        pg.clone(),
+        drill_algo::optim::DdpOptions {
+            overlap: false,
+            ..opts
+        },
+    )?;
     let small = case != Some("pong") && device == Device::flex();
     let (n, warmup) = if small { (2000, 100) } else { (20, 3) };
     let n = iters.unwrap_or(n);
     // Interleaved, so both see the same machine load (this host is shared and noisy).
-    let (mut alone_us, mut ddp_us) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let mut us = [(); 3].map(|_| Vec::with_capacity(n));
     pg.barrier()?;
     for i in 0..n + warmup {
         let t = Instant::now();
@@ -160,19 +170,26 @@ fn ddp_bench(
         let t = Instant::now();
         ddp.update(&batch, None)?;
         let d = t.elapsed().as_secs_f64() * 1e6;
+        let t = Instant::now();
+        after.update(&batch, None)?;
+        let f = t.elapsed().as_secs_f64() * 1e6;
         if i >= warmup {
-            alone_us.push(a);
-            ddp_us.push(d);
+            for (v, x) in us.iter_mut().zip([a, d, f]) {
+                v.push(x);
+            }
         }
     }
-    let (t_alone, t_ddp) = (median(alone_us), median(ddp_us));
+    let [alone_us, ddp_us, after_us] = us;
+    let (t_alone, t_ddp, t_after) = (median(alone_us), median(ddp_us), median(after_us));
     let params = ddp.online.params().len();
     let mut grads = vec![0.0f32; params];
     let t_sync = time_us(warmup.min(n), n, || {
         pg.all_reduce(&mut grads, drill_comm::ReduceOp::Avg)
             .expect("all_reduce");
     });
-    let mut times = [t_alone, t_ddp, t_sync];
+    let sync = ddp.online.sync().expect("distributed");
+    let (early, buckets) = (sync.early_buckets(), sync.bucket_sizes().len());
+    let mut times = [t_alone, t_ddp, t_sync, t_after];
     pg.all_reduce(&mut times, drill_comm::ReduceOp::Max)?;
     if pg.is_main() {
         let w = pg.world_size();
@@ -188,7 +205,25 @@ fn ddp_bench(
             "us",
             times[1],
             n,
-            &format!("same, gradients averaged over {w} ranks"),
+            &format!(
+                "same, gradients averaged over {w} ranks, {} of {} buckets started during backward",
+                early,
+                buckets * (n + warmup),
+            ),
+        );
+        report.row(
+            "dqn-update-ddp-after",
+            "us",
+            times[3],
+            n,
+            "same, each bucket's all-reduce started after the backward pass",
+        );
+        report.row(
+            "overlap-hidden",
+            "percent",
+            100.0 * (times[3] - times[1]) / (times[3] - times[0]).max(1e-9),
+            n,
+            "share of DDP's cost that starting buckets during backward hides: (after - ddp) / (after - alone)",
         );
         report.row(
             "grad-all_reduce",
