@@ -275,26 +275,17 @@ fn overlap_same_bits() {
     let outs = two_ranks("overlap");
     for o in &outs {
         let r = o.rank;
+        // The bit patterns as printed (printed() reads them back into the same floats).
+        let bits =
+            |key: &str| -> Vec<u32> { printed(o, key).iter().map(|v| v.to_bits()).collect() };
         assert_eq!(
-            printed(o, "during")
-                .iter()
-                .map(|v| v.to_bits())
-                .collect::<Vec<_>>(),
-            printed(o, "after")
-                .iter()
-                .map(|v| v.to_bits())
-                .collect::<Vec<_>>(),
+            bits("during"),
+            bits("after"),
             "rank {r}: the parameters differ"
         );
         assert_eq!(
-            printed(o, "shared_during")
-                .iter()
-                .map(|v| v.to_bits())
-                .collect::<Vec<_>>(),
-            printed(o, "shared_after")
-                .iter()
-                .map(|v| v.to_bits())
-                .collect::<Vec<_>>(),
+            bits("shared_during"),
+            bits("shared_after"),
             "rank {r}: parameters written twice or also by burn's operations differ"
         );
         let (during, after) = (printed(o, "early_during")[0], printed(o, "early_after")[0]);
