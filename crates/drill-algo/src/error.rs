@@ -60,6 +60,15 @@ pub enum TrainError {
         /// What was asked for.
         what: &'static str,
     },
+    /// A parameter got another gradient after its bucket's all-reduce started during the
+    /// backward pass (`optim/overlap.rs`): the model's backward pass changed between steps.
+    #[error(
+        "DDP: parameter {tensor} got another gradient after its bucket's all-reduce started during the backward pass (the backward pass differs from the first step's); train with DdpOptions {{ overlap: false }}"
+    )]
+    LateGradient {
+        /// The parameter, in visit order's name.
+        tensor: String,
+    },
     /// Parameters are no longer identical across ranks.
     #[error(
         "DDP: parameter {tensor} differs between rank 0 and rank {rank} after optimizer step {step} (ranks ran different updates or a nondeterministic op)"

@@ -288,6 +288,13 @@ fn overlap_same_bits() {
             bits("shared_after"),
             "rank {r}: parameters written twice or also by burn's operations differ"
         );
+        let changed = (o.stdout.lines())
+            .find_map(|l| l.strip_prefix("changed: "))
+            .unwrap_or_default();
+        assert!(
+            changed.contains("parameter ba got another gradient"),
+            "rank {r}: {changed}"
+        );
         let (during, after) = (printed(o, "early_during")[0], printed(o, "early_after")[0]);
         println!("  rank {r}: buckets started during backward: {during} (overlap), {after} (off)");
         assert!(during > 0.0 && after == 0.0, "rank {r}: {during} / {after}");
@@ -324,6 +331,16 @@ fn shared_model() -> Shared {
 }
 
 fn shared_steps(t: &mut Trainer<Shared>, rows: std::ops::Range<usize>) {
+    shared_steps_changing(t, rows, usize::MAX).unwrap();
+}
+
+/// [`shared_steps`], from step `from` on with the first layer applied twice (a backward pass
+/// unlike the first step's); the first error.
+fn shared_steps_changing(
+    t: &mut Trainer<Shared>,
+    rows: std::ops::Range<usize>,
+    from: usize,
+) -> Result<(), TrainError> {
     use drill_algo::compute::linear;
     let ad = Device::flex().autodiff();
     for k in 0..STEPS {
@@ -332,14 +349,18 @@ fn shared_steps(t: &mut Trainer<Shared>, rows: std::ops::Range<usize>) {
         let x = x[rows.start * 4..rows.end * 4].to_vec();
         let x = Tensor::<2>::from_data(TensorData::new(x, [rows.len(), 4]), &ad);
         let m = t.model();
-        let h = linear(x, m.wa.val(), m.ba.val(), true);
+        let mut h = linear(x.clone(), m.wa.val(), m.ba.val(), true);
+        if k >= from {
+            h = h + linear(x, m.wa.val(), m.ba.val(), true);
+        }
         let h = linear(h, m.wb.val(), m.bb.val(), true);
         let y = linear(h, m.wb.val(), m.bb.val(), false);
         let l2 = m.wa.val().powf_scalar(2.0).sum().mul_scalar(0.01);
         let loss = y.powf_scalar(2.0).mean() + l2;
-        t.backward(loss).unwrap();
-        t.step(1e-2, 0.0).unwrap();
+        t.backward(loss)?;
+        t.step(1e-2, 0.0)?;
     }
+    Ok(())
 }
 
 fn ppo_equivalence() {
@@ -588,6 +609,15 @@ fn run_child(name: &str, pg: ProcessGroup) {
                 shared_steps(&mut t, rank * B..(rank + 1) * B);
                 print(&format!("shared_{key}"), t.params());
             }
+            // A backward pass that changes after the first step is refused, not averaged
+            // wrong.
+            let mut t = Trainer::new(shared_model(), 1e-8);
+            t.distribute(pg.clone(), tiny_buckets(true)).unwrap();
+            let changed = shared_steps_changing(&mut t, rank * B..(rank + 1) * B, 1);
+            println!(
+                "changed: {}",
+                changed.err().map_or("ok".into(), |e| e.to_string())
+            );
         }
         "no_sync" => {
             let mut t = q_trainer();

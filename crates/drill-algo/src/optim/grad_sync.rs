@@ -125,6 +125,11 @@ impl GradSync {
         self.overlap
     }
 
+    /// Parameter `slot`'s name.
+    pub(crate) fn name(&self, slot: usize) -> &str {
+        &self.names[slot].0
+    }
+
     /// Buckets whose all-reduce started during a backward pass so far (the overlap at work).
     pub fn early_buckets(&self) -> u64 {
         self.early

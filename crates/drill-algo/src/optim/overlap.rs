@@ -57,6 +57,13 @@ impl Pass {
 impl GradSink for Pass {
     fn written(&mut self, slot: usize, grad: &[f32]) {
         self.writes[slot] += 1;
+        if self.done[slot] {
+            // Its bucket may be reduced already: the sum it should have held is lost.
+            let tensor = self.sync.name(slot).to_string();
+            self.error
+                .get_or_insert(TrainError::LateGradient { tensor });
+            return;
+        }
         self.grads[self.ranges[slot].clone()].copy_from_slice(grad);
         let early = self.early.as_ref().is_some_and(|e| e[slot]);
         if !early || self.error.is_some() {
