@@ -219,7 +219,7 @@ pub struct DqnOther {
 }
 
 /// The `[policy]` keys every algorithm shares: written in `[policy]` itself, held in each
-/// algorithm's struct as `common` (the config tree moves them in and out: [`Common::KEYS`]).
+/// algorithm's struct as `common` (the config tree moves them in and out).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Common {
@@ -252,17 +252,6 @@ impl Common {
             "is \"bf16\", which drill's CPU kernels compute; on the GPU (policy.cuda = true) keep \"f32\"",
         );
     }
-
-    /// The keys, as written in `[policy]` (`ddp` is `multi_gpu`'s alias).
-    pub const KEYS: [&str; 7] = [
-        "cuda",
-        "precision",
-        "multi_gpu",
-        "ddp",
-        "ddp_split_batch",
-        "ddp_bucket_cap_mb",
-        "ddp_check_every",
-    ];
 }
 
 impl Default for Common {

@@ -464,20 +464,28 @@ pub fn url_has_password(url: &str) -> bool {
         .is_some_and(|(_, password)| !password.is_empty())
 }
 
-/// Deserialize with every unknown key and bad value reported by its full key path.
 /// Keys written in a table itself but held in a struct of their own, defined once where
 /// others use it too: (table, the field holding them, the keys). The shared `[policy]` keys
 /// ([`Common`]: one struct for every algorithm) and Atari's options in `[env]` (drill-env's
-/// [`AtariOptions`], which `drill env` and Python's `make_vec` read as well).
-const NESTED: [(&str, &str, &[&str]); 2] = [
-    ("policy", "common", &Common::KEYS),
-    ("env", "atari", &AtariOptions::KEYS),
-];
+/// [`AtariOptions`], which `drill env` and Python's `make_vec` read as well). The keys are
+/// the structs' own fields (as they serialise), and `ddp`, `multi_gpu`'s alias.
+fn nested() -> [(&'static str, &'static str, Vec<String>); 2] {
+    fn fields<T: Serialize + Default>() -> Vec<String> {
+        let table = toml::Table::try_from(T::default()).expect("a default serialises");
+        table.keys().cloned().collect()
+    }
+    let mut common = fields::<Common>();
+    common.push("ddp".into());
+    [
+        ("policy", "common", common),
+        ("env", "atari", fields::<AtariOptions>()),
+    ]
+}
 
-/// Move each [`NESTED`] group's keys into the table its struct reads them from; a config
+/// Move each [`nested`] group's keys into the table its struct reads them from; a config
 /// that writes the holding table itself (`policy.common`) has an unknown key.
 fn nest(table: &mut toml::Table, source: &str) -> Result<(), ConfigError> {
-    for (name, field, keys) in NESTED {
+    for (name, field, keys) in nested() {
         let Some(toml::Value::Table(t)) = table.get_mut(name) else {
             continue;
         };
@@ -489,9 +497,9 @@ fn nest(table: &mut toml::Table, source: &str) -> Result<(), ConfigError> {
             });
         }
         let mut group = toml::Table::new();
-        for &key in keys {
-            if let Some(v) = t.remove(key) {
-                group.insert(key.to_string(), v);
+        for key in keys {
+            if let Some(v) = t.remove(&key) {
+                group.insert(key, v);
             }
         }
         t.insert(field.to_string(), toml::Value::Table(group));
@@ -502,7 +510,7 @@ fn nest(table: &mut toml::Table, source: &str) -> Result<(), ConfigError> {
 /// The inverse of [`nest`] for writing: each group's keys back in their table, where the
 /// holding field was.
 fn unnest(table: &mut toml::Table) {
-    for (name, field, _) in NESTED {
+    for (name, field, _) in nested() {
         let Some(toml::Value::Table(t)) = table.get_mut(name) else {
             continue;
         };
@@ -519,17 +527,17 @@ fn unnest(table: &mut toml::Table) {
     }
 }
 
-/// An error's key path as the config writes it: a [`NESTED`] group's holding field dropped;
+/// An error's key path as the config writes it: a [`nested`] group's holding field dropped;
 /// `expected`, the keys an unknown key could have meant, with the group's keys in its place.
 fn written_path(path: String, expected: &mut Vec<String>) -> String {
-    for (name, field, keys) in NESTED {
+    for (name, field, keys) in nested() {
         let holder = format!("{name}.{field}");
         if path
             .rsplit_once('.')
             .is_some_and(|(parent, _)| parent == name)
         {
             expected.retain(|k| k != field);
-            expected.extend(keys.iter().map(|k| k.to_string()));
+            expected.extend(keys);
         }
         if path == holder {
             return name.to_string();
@@ -541,6 +549,7 @@ fn written_path(path: String, expected: &mut Vec<String>) -> String {
     path
 }
 
+/// Deserialize with every unknown key and bad value reported by its full key path.
 fn strict<T: DeserializeOwned>(table: toml::Table, source: &str) -> Result<T, ConfigError> {
     serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|err| {
         let message = err.inner().to_string();

@@ -45,18 +45,6 @@ impl Default for AtariOptions {
 }
 
 impl AtariOptions {
-    /// The options' names, as a config or `make_vec` writes them.
-    pub const KEYS: [&str; 8] = [
-        "frame_stack",
-        "noop_max",
-        "frame_skip",
-        "episode_life",
-        "fire_reset",
-        "clip_rewards",
-        "screen_size",
-        "full_action_space",
-    ];
-
     /// The evaluator's chain: the same, but whole games and raw rewards.
     pub fn eval(&self) -> Self {
         Self {
