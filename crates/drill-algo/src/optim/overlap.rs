@@ -64,11 +64,17 @@ impl GradSink for Pass {
                 .get_or_insert(TrainError::LateGradient { tensor });
             return;
         }
-        self.grads[self.ranges[slot].clone()].copy_from_slice(grad);
-        let early = self.early.as_ref().is_some_and(|e| e[slot]);
-        if !early || self.error.is_some() {
+        let range = self.ranges[slot].clone();
+        let Some(early) = &self.early else {
+            // The learning pass keeps every write, to compare with the pass's end.
+            self.grads[range].copy_from_slice(grad);
+            return;
+        };
+        if !early[slot] || self.error.is_some() {
+            // Read after the pass, as before.
             return;
         }
+        self.grads[range].copy_from_slice(grad);
         self.done[slot] = true;
         if let Err(e) = self.sync.slot_written(slot, &mut self.grads) {
             self.error = Some(e);

@@ -169,20 +169,35 @@ impl<M: Module> Trainer<M> {
             .expect("the sink is released")
             .into_inner();
         let mut grads = GradientsParams::from_grads(backward, self.model());
-        let (mut sync, done, writes) = (pass.sync, pass.done, pass.writes);
+        let mut sync = pass.sync;
         self.grads = pass.grads;
-        if let Some(e) = pass.error {
-            let _ = sync.finish(&mut self.grads);
-            self.sync = Some(sync);
-            return Err(e);
-        }
+        let mut result = match pass.error {
+            Some(e) => Err(e),
+            None => self.after_overlapped(&mut sync, &mut grads, &pass.writes, &pass.done),
+        };
+        // Collect the buckets already in flight, also before reporting an error.
+        let finished = sync.finish(&mut self.grads);
+        result = result.and(finished);
+        self.sync = Some(sync);
+        result
+    }
+
+    /// The rest of [`Self::backward_overlapped`]: on the first pass, learn which slots may
+    /// start their bucket early; then start every bucket the pass left (its slots read from
+    /// `grads`, in the order [`Self::backward`] reads them).
+    fn after_overlapped(
+        &mut self,
+        sync: &mut GradSync,
+        grads: &mut GradientsParams,
+        writes: &[u32],
+        done: &[bool],
+    ) -> Result<(), TrainError> {
         let learning = self.early.is_none();
         if learning {
-            // The learning pass: a slot may start its bucket early when drill's layers wrote
-            // its whole gradient once (what they wrote is what the pass ends with), on every
-            // rank alike.
+            // A slot may start its bucket early when drill's layers wrote its whole gradient
+            // once (what they wrote is what the pass ends with), on every rank alike.
             let written = self.grads.clone();
-            self.read_grads(0..self.layout.slots.len(), &mut grads, false);
+            self.read_grads(0..self.layout.slots.len(), grads, false);
             let mut flags: Vec<f32> = (self.layout.slots.iter().enumerate())
                 .map(|(i, s)| {
                     let r = s.offset..s.offset + s.len;
@@ -191,33 +206,19 @@ impl<M: Module> Trainer<M> {
                     f32::from(u8::from(writes[i] == 1 && same))
                 })
                 .collect();
-            let agreed = sync
-                .group()
-                .all_reduce(&mut flags, drill_comm::ReduceOp::Min);
-            if let Err(e) = agreed {
-                self.sync = Some(sync);
-                return Err(e.into());
-            }
+            sync.group()
+                .all_reduce(&mut flags, drill_comm::ReduceOp::Min)?;
             self.early = Some(flags.iter().map(|&f| f == 1.0).collect());
         }
         for r in 0..self.reads.len() {
-            for i in self.reads[r].clone().rev() {
-                if done[i] {
-                    continue;
-                }
+            for i in self.reads[r].clone().rev().filter(|&i| !done[i]) {
                 if !learning {
-                    self.layout.read_grad(i, &mut grads, &mut self.grads, false);
+                    self.layout.read_grad(i, grads, &mut self.grads, false);
                 }
-                if let Err(e) = sync.slot_ready(i, &mut self.grads) {
-                    let _ = sync.finish(&mut self.grads);
-                    self.sync = Some(sync);
-                    return Err(e);
-                }
+                sync.slot_ready(i, &mut self.grads)?;
             }
         }
-        let result = sync.finish(&mut self.grads);
-        self.sync = Some(sync);
-        result
+        Ok(())
     }
 
     /// Backward `loss` and add its gradients locally, without communicating (torch's
