@@ -472,6 +472,12 @@ fn bn_input(k: usize) -> Vec<f32> {
         .collect()
 }
 
+/// Rows `rows` of batch `k` as a `[rows, 3]` tensor on `device`.
+fn bn_rows(k: usize, rows: &std::ops::Range<usize>, device: &Device) -> Tensor<2> {
+    let x = bn_input(k)[rows.start * 3..rows.end * 3].to_vec();
+    Tensor::<2>::from_data(TensorData::new(x, [rows.len(), 3]), device)
+}
+
 /// Two training forwards of rows `rows` of two batches; the outputs and running statistics.
 fn bn_run(
     pg: Option<&ProcessGroup>,
@@ -481,9 +487,7 @@ fn bn_run(
     let bn = SyncBatchNorm::new(3, &ad);
     let mut out = Vec::new();
     for k in 0..2 {
-        let x = bn_input(k)[rows.start * 3..rows.end * 3].to_vec();
-        let x = Tensor::<2>::from_data(TensorData::new(x, [rows.len(), 3]), &ad);
-        let y = bn.forward(x, pg).unwrap();
+        let y = bn.forward(bn_rows(k, &rows, &ad), pg).unwrap();
         out.extend(y.into_data().try_to_vec::<f32>().unwrap());
     }
     let (m, v) = bn.running_stats();
@@ -498,10 +502,8 @@ fn bn_grads(
 ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     let ad = Device::flex().autodiff();
     let bn = SyncBatchNorm::new(3, &ad);
-    let x = bn_input(0)[rows.start * 3..rows.end * 3].to_vec();
-    let x = Tensor::<2>::from_data(TensorData::new(x, [rows.len(), 3]), &ad).require_grad();
-    let w = bn_input(7)[rows.start * 3..rows.end * 3].to_vec();
-    let w = Tensor::<2>::from_data(TensorData::new(w, [rows.len(), 3]), &ad);
+    let x = bn_rows(0, &rows, &ad).require_grad();
+    let w = bn_rows(7, &rows, &ad);
     let grads = (bn.forward(x.clone(), pg).unwrap() * w).sum().backward();
     let v = |t: Option<Tensor<2>>| t.unwrap().into_data().try_to_vec::<f32>().unwrap();
     let v1 = |t: Option<Tensor<1>>| t.unwrap().into_data().try_to_vec::<f32>().unwrap();
@@ -665,8 +667,7 @@ fn run_child(name: &str, pg: ProcessGroup) {
         "sync_bn_lost" => {
             let ad = Device::flex().autodiff();
             let bn = SyncBatchNorm::new(3, &ad);
-            let x = bn_input(0)[rank * B * 3..(rank + 1) * B * 3].to_vec();
-            let x = Tensor::<2>::from_data(TensorData::new(x, [B, 3]), &ad).require_grad();
+            let x = bn_rows(0, &(rank * B..(rank + 1) * B), &ad).require_grad();
             let y = bn.forward(x.clone(), Some(&pg)).unwrap();
             if rank == 1 {
                 return;
