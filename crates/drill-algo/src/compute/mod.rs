@@ -3,7 +3,8 @@
 //! operation (`conv2d_frames`: a first layer reading `u8` frames).
 //!
 //! On the CPU (flex) device with `f32` tensors they run the `drill-kernels` crate's kernels
-//! and drill's own backward pass (`ops`: the burn backend extension; `packed_weights`:
+//! and drill's own backward pass (`ops`: the burn backend extension, with SyncBatchNorm's op
+//! and the gradient sink a distributed trainer reads during backward; `packed_weights`:
 //! dense weights kept packed between calls). Anywhere else (the GPU, other dtypes) they are
 //! burn's own operations. Why: burn-flex 0.22.1 builds convolution patches through NHWC
 //! copies, computes the weight gradient as a convolution with the output gradient as kernel,

@@ -1,6 +1,9 @@
 //! drill's kernels as burn operations: the backend extension [`FastOps`], implemented for
 //! `Flex` (forward) and `Autodiff<Flex>` (forward plus a hand-written backward pass, one
-//! autodiff node per layer with its ReLU fused in).
+//! autodiff node per layer with its ReLU fused in); SyncBatchNorm's op, whose backward
+//! all-reduces its sums ([`BatchStats`]). The backward passes hand each parameter gradient
+//! they register to this thread's gradient sink, when a distributed trainer set one
+//! ([`GradSink`]: the all-reduce overlapped with backward).
 //!
 //! Only `f32` tensors on the flex device come here (and, for a first layer, `u8` frames:
 //! [`FastOps::fast_conv2d_frames`]); [`super::conv2d`] and [`super::linear`] send everything
