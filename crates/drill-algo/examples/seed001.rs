@@ -85,7 +85,7 @@ fn collect_and_train<'a>(
     buffer: &'a RefCell<ReplayBuffer>,
     rng: &'a RefCell<ChaCha8Rng>,
 ) {
-    let venv = envs::collector_envs(cfg, 0).unwrap();
+    let venv = envs::collector_envs(cfg, cfg.seed, 0).unwrap();
     let spec = venv.spec().clone();
     task.use_mw(EpsGreedyHandler::new(p.other.eps.clone()))
         .use_mw(StepCollector::new(

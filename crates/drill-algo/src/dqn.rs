@@ -397,6 +397,7 @@ pub fn train_roles(
     // PLUMBING: seeding, environments, networks, storage.
     let clock = TrainClock::start(run.resume.as_ref().filter(|_| roles.learner));
     let ranks = ddp::setup(cfg, run);
+    let streams = resume::stream_seed(cfg, run.resume.as_ref(), run.restarts);
     let (rank, world) = (ranks.rank(), ranks.world());
     // Split over processes, each collector worker is seeded as a DDP rank would be.
     let (slot, slots) = roles
@@ -411,7 +412,7 @@ pub fn train_roles(
         dqn.distribute(pg.clone(), ddp::options(cfg))?;
     }
     let dqn = RefCell::new(dqn);
-    let rng = RefCell::new(resume::rank_rng(cfg, run.resume.as_ref(), slot));
+    let rng = RefCell::new(resume::rank_rng(streams, run.resume.as_ref(), slot));
     let rb = &p.other.replay_buffer;
     let buffer = RefCell::new(ReplayBuffer::from_config(rb, spec, resume, rank, world)?);
     let eval_freq = p.eval.evaluator.eval_freq;
@@ -459,7 +460,7 @@ pub fn train_roles(
         // global env-step count.
         task.use_mw(EpsGreedyHandler::new(p.other.eps.clone()));
         task.use_mw(StepCollector::new(
-            envs::collector_envs(cfg, slot)?,
+            envs::collector_envs(cfg, streams, slot)?,
             ddp::split(cfg, &ranks, p.collect.n_sample),
             &dqn,
             &rng,

@@ -1,5 +1,6 @@
 //! A run's environments: the spec (an unknown `env.id` named), the collector's copies (each
-//! rank's seeded `seed + rank * collector_env_num + i`), the evaluator's share, Gymnasium
+//! rank's seeded `seed + rank * collector_env_num + i`, `seed` being the start's stream seed,
+//! `resume::stream_seed`), the evaluator's share, Gymnasium
 //! ids registered with their `[env]` options, and the default thread count they suggest.
 
 use crate::error::TrainError;
@@ -14,14 +15,19 @@ pub fn env_spec(cfg: &Config) -> Result<drill_env::EnvSpec, TrainError> {
         .map_err(|e| cfg.error("env.id", e.to_string()).into())
 }
 
-/// This rank's collector environments (copy `i` seeded `seed + rank * n + i`), reset.
-pub fn collector_envs(cfg: &Config, rank: usize) -> Result<Box<dyn DynVecEnv>, TrainError> {
+/// This rank's collector environments (copy `i` seeded `seed + rank * n + i`; `seed` is
+/// `cfg.seed` at a run's first start), reset.
+pub fn collector_envs(
+    cfg: &Config,
+    seed: u64,
+    rank: usize,
+) -> Result<Box<dyn DynVecEnv>, TrainError> {
     let n = cfg.env.collector_env_num;
     register_env(cfg);
     let mut venv = make_vec_with(
         &cfg.env.id,
         n,
-        cfg.seed + (rank * n) as u64,
+        seed.wrapping_add((rank * n) as u64),
         cfg.env.env_threads,
         &cfg.env.atari,
     )?;

@@ -530,7 +530,8 @@ pub fn train(
     // PLUMBING: seeding, environments, networks.
     let clock = TrainClock::start(run.resume.as_ref());
     let ranks = ddp::setup(cfg, run);
-    let venv = envs::collector_envs(cfg, ranks.rank())?;
+    let streams = resume::stream_seed(cfg, run.resume.as_ref(), run.restarts);
+    let venv = envs::collector_envs(cfg, streams, ranks.rank())?;
     let (rank, world) = (ranks.rank(), ranks.world());
     let n_env = venv.num_envs();
     let mut ppo = Ppo::from_spec(cfg, p, &run.spec, &run.device, ranks.clone())?;
@@ -539,7 +540,7 @@ pub fn train(
         ppo.distribute(pg.clone(), ddp::options(cfg))?;
     }
     let ppo = RefCell::new(ppo);
-    let rng = RefCell::new(resume::rank_rng(cfg, run.resume.as_ref(), rank));
+    let rng = RefCell::new(resume::rank_rng(streams, run.resume.as_ref(), rank));
     let out = Outputs::new(&mut *run.reporter);
     let iters = ppo.borrow().iters;
     let mut task = context::task(cfg, Task::new(), env_step, iters);

@@ -249,12 +249,33 @@ pub(crate) fn restore<P: Policy>(
 }
 
 /// This rank's generator: restored from `resume` (`rng.{rank}`) or seeded
-/// `seed + 0x5eed + rank`.
-pub(crate) fn rank_rng(cfg: &Config, resume: Option<&Checkpoint>, rank: usize) -> ChaCha8Rng {
+/// `streams + 0x5eed + rank` (`streams`: [`stream_seed`]; also a rank the checkpoint's world
+/// did not have).
+pub(crate) fn rank_rng(streams: u64, resume: Option<&Checkpoint>, rank: usize) -> ChaCha8Rng {
     resume
         .and_then(|ck| ck.meta.get(&format!("rng.{rank}")))
         .and_then(|s| parse_rng_state(s))
         .unwrap_or_else(|| {
-            ChaCha8Rng::seed_from_u64(cfg.seed.wrapping_add(0x5eed).wrapping_add(rank as u64))
+            ChaCha8Rng::seed_from_u64(streams.wrapping_add(0x5eed).wrapping_add(rank as u64))
         })
+}
+
+/// The seed this start's collection streams derive from (the collector copies' env seeds,
+/// a new rank's generator): `seed` at a run's first start; from a checkpoint at env step S
+/// or after restart K, a seed mixed from all three, so that a restarted or resumed group (of
+/// any world size) does not collect the streams an earlier start collected.
+pub(crate) fn stream_seed(cfg: &Config, resume: Option<&Checkpoint>, restarts: u32) -> u64 {
+    let at = resume
+        .and_then(|ck| ck.counter("env_steps").ok())
+        .unwrap_or(0);
+    if at == 0 && restarts == 0 {
+        return cfg.seed;
+    }
+    let mix = |mut z: u64| {
+        // splitmix64's finaliser: nearby inputs give unrelated outputs.
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    mix(cfg.seed ^ mix(at ^ mix(u64::from(restarts).wrapping_add(0x9e37_79b9_7f4a_7c15))))
 }

@@ -239,26 +239,45 @@ pub fn finish(
     Ok(exp.dir().join("result.json"))
 }
 
+/// The nodes of a multi-node job that `drill train --nnodes` launches this machine's share of.
+#[derive(Clone, Debug)]
+pub struct Nodes {
+    /// Nodes in the job (the most, when elastic).
+    pub nnodes: usize,
+    /// `--nnodes MIN:MAX`: nodes may leave and join.
+    pub elastic: Option<drill_launch::Elastic>,
+    /// `HOST:PORT` of the store the nodes meet at (`--rdzv-endpoint`).
+    pub endpoint: String,
+    /// The job's id (`--rdzv-id`).
+    pub id: String,
+}
+
 /// Start `n` ranks of a data-parallel job on this machine, each `program args` (a command
 /// that trains one rank: `drill train ...`, or a Python interpreter running `drill.train`),
-/// with the launcher's rendezvous on a free local port; a failed rank stops the others, and
-/// the group restarts up to `max_restarts` times. Returns the job's exit code.
+/// with the launcher's rendezvous on a free local port, or with `nodes` at their endpoint; a
+/// failed rank stops the others, and the group restarts up to `max_restarts` times. Returns
+/// the job's exit code.
 pub fn launch_ranks(
     config: &Config,
     program: String,
     args: Vec<String>,
     n: usize,
     max_restarts: usize,
+    nodes: Option<Nodes>,
 ) -> Result<i32, TrainError> {
     crate::ddp::check_data_parallel(config, "--nproc-per-node")?;
+    let (nnodes, elastic, endpoint, id) = match nodes {
+        Some(m) => (m.nnodes, m.elastic, Some(m.endpoint), m.id),
+        None => (1, None, None, "drill-train".into()),
+    };
     let outcome = drill_launch::launch(&drill_launch::LaunchConfig {
         nproc_per_node: n,
-        nnodes: 1,
-        node_rank: Some(0),
+        nnodes,
+        node_rank: endpoint.is_none().then_some(0),
         master_addr: "127.0.0.1".into(),
         master_port: drill_comm::spawn::free_port(),
-        rdzv_endpoint: None,
-        rdzv_id: "drill-train".into(),
+        rdzv_endpoint: endpoint,
+        rdzv_id: id,
         max_restarts,
         monitor_interval: Duration::from_millis(50),
         grace: Duration::from_secs(3),
@@ -268,6 +287,7 @@ pub fn launch_ranks(
         args,
         env: Vec::new(),
         bind: None,
+        elastic,
     })?;
     match &outcome {
         drill_launch::Outcome::Success { restarts } if *restarts > 0 => {

@@ -380,6 +380,7 @@ pub(crate) fn train(
     // PLUMBING: seeding, environments, networks, storage.
     let clock = TrainClock::start(run.resume.as_ref());
     let ranks = ddp::setup(cfg, run);
+    let streams = resume::stream_seed(cfg, run.resume.as_ref(), run.restarts);
     let (rank, world) = (ranks.rank(), ranks.world());
     let spec = &run.spec;
     let mut sac = Sac::from_spec(cfg, p, spec, &run.device, ranks.clone())?;
@@ -388,7 +389,7 @@ pub(crate) fn train(
         sac.distribute(pg.clone(), ddp::options(cfg))?;
     }
     let sac = RefCell::new(sac);
-    let rng = RefCell::new(resume::rank_rng(cfg, run.resume.as_ref(), rank));
+    let rng = RefCell::new(resume::rank_rng(streams, run.resume.as_ref(), rank));
     let buffer = RefCell::new(ReplayBuffer::from_config(
         &p.other.replay_buffer,
         spec,
@@ -421,7 +422,7 @@ pub(crate) fn train(
         ranks.clone(),
     ));
     task.use_mw(StepCollector::new(
-        envs::collector_envs(cfg, rank)?,
+        envs::collector_envs(cfg, streams, rank)?,
         ddp::split(cfg, &ranks, p.collect.n_sample),
         &sac,
         &rng,

@@ -448,7 +448,7 @@ fn seeds_differ() {
     assert_ne!(a, b, "ranks must not collect the same data");
     // Rank 0 collects exactly what a single process with the same seed collects.
     let cfg = Config::parse("[env]\nid = \"CartPole-v1\"\n", "t.toml", &[]).unwrap();
-    let venv = envs::collector_envs(&cfg, 0).unwrap();
+    let venv = envs::collector_envs(&cfg, cfg.seed, 0).unwrap();
     assert_eq!(a, venv.obs().f32(), "rank 0 = single process");
 }
 
@@ -636,7 +636,7 @@ fn run_child(name: &str, pg: ProcessGroup) {
             .unwrap();
             let ranks = Ranks::new(Some(pg));
             assert_eq!((ranks.rank(), ranks.world()), (rank, 2));
-            let venv = envs::collector_envs(&cfg, ranks.rank()).unwrap();
+            let venv = envs::collector_envs(&cfg, cfg.seed, ranks.rank()).unwrap();
             print("obs", venv.obs().f32());
         }
         "diverge" => {

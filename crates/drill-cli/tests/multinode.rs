@@ -4,7 +4,9 @@
 //! stopped) named within 5 s with the launchers gone within 10 s; a cut link restored, the
 //! group restarted (`--max-restarts 1`) from its newest checkpoint and trained to the stop
 //! value; a host 10 s late joining through `--rdzv-endpoint`; training to the stop value while each host drops 1 % of its
-//! packets (nftables; the kernel here has no netem for delay). Needs root and nftables;
+//! packets (nftables; the kernel here has no netem for delay); an elastic job (`drill train
+//! --nnodes 2:3`) of three hosts losing one and reaching the stop value on two, and one that
+//! a late host joins, loses a frozen host and takes it back when it thaws. Needs root and nftables;
 //! `cargo test --release -p drill-cli --features netns --test multinode`. Every test removes
 //! the hosts it made, also when it fails.
 #![cfg(feature = "netns")]
@@ -12,13 +14,25 @@
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 mod common;
 
 use common::netns::Hosts;
 use common::result;
+
+/// Tests that keep both cores busy run alone ([`busy`]); the others, whose checks time how
+/// fast a fault is named, run beside each other only ([`light`]).
+static CORES: RwLock<()> = RwLock::new(());
+
+fn light() -> RwLockReadGuard<'static, ()> {
+    CORES.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn busy() -> RwLockWriteGuard<'static, ()> {
+    CORES.write().unwrap_or_else(|p| p.into_inner())
+}
 
 impl Hosts {
     /// `drill launch` on `host` (node rank `host`, the store on host 0) with `args`.
@@ -86,6 +100,28 @@ impl Node {
     fn line(&self, what: &str) -> Option<(Instant, String)> {
         let lines = self.lines.lock().unwrap();
         lines.iter().find(|(_, l)| l.contains(what)).cloned()
+    }
+
+    /// Wait up to 60 s for a line containing `what` that came after a line containing
+    /// `after`; when it came.
+    fn expect_after(&self, after: &str, what: &str) -> Instant {
+        let start = Instant::now();
+        loop {
+            {
+                let lines = self.lines.lock().unwrap();
+                if let Some(i) = lines.iter().position(|(_, l)| l.contains(after))
+                    && let Some((t, _)) = lines[i..].iter().find(|(_, l)| l.contains(what))
+                {
+                    return *t;
+                }
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "no {what:?} after {after:?} in 60 s:\n{}",
+                self.text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     fn text(&self) -> String {
@@ -171,6 +207,7 @@ fn all_succeed(nodes: &mut [Node]) {
 
 #[test]
 fn two_hosts_of_two_ranks_train_to_the_stop_value_over_shm_inside_and_tcp_between() {
+    let _cores = light();
     let hosts = Hosts::up(2, "t");
     let tmp = tempfile::tempdir().unwrap();
     let t = Instant::now();
@@ -189,6 +226,7 @@ fn two_hosts_of_two_ranks_train_to_the_stop_value_over_shm_inside_and_tcp_betwee
 
 #[test]
 fn two_hosts_dropping_1_percent_of_their_packets_still_reach_the_stop_value() {
+    let _cores = light();
     let hosts = Hosts::up(2, "p");
     hosts.link(0, "loss", &["1"]);
     hosts.link(1, "loss", &["1"]);
@@ -235,6 +273,7 @@ fn assert_named_and_gone(n: &mut Node, h: usize, fault: Instant, gone: usize, ho
 
 #[test]
 fn a_cut_link_is_named_within_5_s_and_every_launcher_exits_within_10_s() {
+    let _cores = light();
     let hosts = Hosts::up(2, "c");
     let tmp = tempfile::tempdir().unwrap();
     // A stop value that cannot be reached: the job runs until the cut.
@@ -252,6 +291,7 @@ fn a_cut_link_is_named_within_5_s_and_every_launcher_exits_within_10_s() {
 
 #[test]
 fn a_frozen_host_is_named_within_5_s_and_the_other_launcher_exits_within_10_s() {
+    let _cores = light();
     let hosts = Hosts::up(2, "f");
     let tmp = tempfile::tempdir().unwrap();
     let sets = ["env.stop_value=1000000", "max_env_step=1000000000"];
@@ -274,6 +314,7 @@ fn a_frozen_host_is_named_within_5_s_and_the_other_launcher_exits_within_10_s() 
 
 #[test]
 fn a_job_whose_link_is_cut_and_restored_restarts_and_reaches_the_stop_value() {
+    let _cores = light();
     let hosts = Hosts::up(2, "r");
     let tmp = tempfile::tempdir().unwrap();
     let mut nodes = train(&hosts, 1, &["--max-restarts", "1"], tmp.path(), "rs", &[]);
@@ -317,6 +358,7 @@ fn a_job_whose_link_is_cut_and_restored_restarts_and_reaches_the_stop_value() {
 
 #[test]
 fn a_host_that_starts_10_s_late_joins_through_the_rendezvous_endpoint() {
+    let _cores = light();
     let hosts = Hosts::up(2, "l");
     let tmp = tempfile::tempdir().unwrap();
     let cfg = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/cartpole_dqn_ddp.toml");
@@ -341,4 +383,115 @@ fn a_host_that_starts_10_s_late_joins_through_the_rendezvous_endpoint() {
     }
     let result = result(&tmp.path().join("late"));
     assert_eq!(result["stop_reached"], true, "{result}");
+}
+
+/// A CartPole DQN slowed down (a wider net: about 20 s to the stop value on three hosts
+/// here), so that a host can leave before it ends.
+const WIDE: &str = "policy.model.encoder_hidden_size_list=[1024,1024,512]";
+/// A stop value no run reaches: the job trains until it is interrupted.
+const ENDLESS: &str = "env.stop_value=1000000";
+
+/// One node of an elastic job (`drill train --nnodes 2:3`, the store on host 0) on `host`,
+/// training CartPole DQN with `--set` overrides `sets`.
+fn elastic(hosts: &Hosts, host: usize, dir: &Path, sets: &str) -> Node {
+    let cfg = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/cartpole_dqn_ddp.toml");
+    let mut c = hosts.on(host, env!("CARGO_BIN_EXE_drill"));
+    c.arg("train")
+        .arg(&cfg)
+        .args(["--exp-dir", "el", "--quiet", "--nnodes", "2:3"])
+        .args(["--rdzv-endpoint", "10.77.0.1:29519", "--rdzv-id", "el"])
+        .args([
+            "--rdzv-conf",
+            "last_call_timeout=2,keep_alive_interval=0.5,keep_alive_max_attempt=4",
+        ])
+        .args(["--set", sets])
+        .current_dir(dir)
+        .env("DRILL_JOB_TOKEN", "netns-test")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    Node::start(c)
+}
+
+/// Where training (re)starts on a node: its rank's "training dqn on" line after `round`.
+const TRAINING: &str = "training dqn on";
+
+#[test]
+fn an_elastic_job_that_loses_a_host_trains_on_two_and_reaches_the_stop_value() {
+    let _cores = busy();
+    let hosts = Hosts::up(3, "e");
+    let tmp = tempfile::tempdir().unwrap();
+    let mut nodes: Vec<Node> = (0..3)
+        .map(|h| elastic(&hosts, h, tmp.path(), WIDE))
+        .collect();
+    for n in &nodes {
+        n.expect_after("round 0: 3 node(s)", TRAINING);
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    // Host 2's launcher dies, and its rank with it: a lost machine.
+    nodes[2].child.kill().unwrap();
+    let lost = Instant::now();
+    let mut again = Duration::ZERO;
+    for n in &nodes[..2] {
+        n.expect_after(
+            &format!("round 1: host {}-h2", hosts.set),
+            "left (no heartbeat since",
+        );
+        again = again.max(n.expect_after("round 1: 2 node(s)", TRAINING) - lost);
+    }
+    println!("host lost -> training on the other two: {again:?}");
+    all_succeed(&mut nodes[..2]);
+    let result = result(&tmp.path().join("el"));
+    assert_eq!(result["stop_reached"], true, "{result}");
+    assert_eq!(result["world_size"], 2, "{result}");
+}
+
+#[test]
+fn an_elastic_job_takes_a_late_host_loses_a_frozen_one_and_takes_it_back() {
+    let _cores = light();
+    let hosts = Hosts::up(3, "j");
+    let tmp = tempfile::tempdir().unwrap();
+    let mut nodes: Vec<Node> = (0..2)
+        .map(|h| elastic(&hosts, h, tmp.path(), ENDLESS))
+        .collect();
+    for n in &nodes {
+        n.expect_after("round 0: 2 node(s)", TRAINING);
+    }
+    let late = Instant::now();
+    nodes.push(elastic(&hosts, 2, tmp.path(), ENDLESS));
+    for n in &nodes {
+        n.expect_after("round 1: 3 node(s)", TRAINING);
+    }
+    let joined = nodes[2].expect_after("round 1: 3 node(s)", TRAINING) - late;
+    println!("late host started -> training with it: {joined:?}");
+    // Host 1 stops (every process on it): the others go on without it...
+    hosts.link(1, "freeze", &[]);
+    for h in [0, 2] {
+        nodes[h].expect_after(
+            &format!("round 2: host {}-h1", hosts.set),
+            "left (no heartbeat since",
+        );
+        nodes[h].expect_after("round 2: 2 node(s)", TRAINING);
+    }
+    // ...and when it runs again it finds its round over and joins the next.
+    hosts.link(1, "thaw", &[]);
+    for n in &nodes {
+        n.expect_after("round 3: 3 node(s)", TRAINING);
+    }
+    // Trains with the three (an evaluation after the restart), then Ctrl-C ends the job.
+    let resumed = "restart 3: resuming from";
+    nodes[0].expect_after(resumed, "eval at env step");
+    for n in &nodes {
+        // SAFETY: kill(2) on a child this test started and has not waited for.
+        unsafe { libc::kill(n.child.id() as i32, libc::SIGINT) };
+    }
+    for (h, n) in nodes.iter_mut().enumerate() {
+        let (status, _) = n
+            .wait(Duration::from_secs(60))
+            .unwrap_or_else(|| panic!("host {h} did not stop:\n{}", n.text()));
+        assert_eq!(status.code(), Some(130), "host {h}:\n{}", n.text());
+    }
+    let result = result(&tmp.path().join("el"));
+    assert_eq!(result["interrupted"], true, "{result}");
+    assert_eq!(result["world_size"], 3, "{result}");
+    assert_eq!(result["restarts"], 3, "{result}");
 }

@@ -1,8 +1,10 @@
 //! `drill launch`: torchrun for any program. Starts this node's ranks with the env protocol
 //! (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT,
 //! DRILL_RESTART_COUNT, DRILL_MAX_RESTARTS, DRILL_JOB_TOKEN), hosts the rendezvous store, prefixes and logs their
-//! output, and on a failure stops the group and restarts it or exits with a summary.
+//! output, and on a failure stops the group and restarts it or exits with a summary. With
+//! `--nnodes MIN:MAX` the job is elastic ([`Elastic`]): nodes may leave and join it.
 
+mod elastic;
 mod output;
 mod rendezvous;
 mod workers;
@@ -11,6 +13,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use elastic::{Elastic, parse_nnodes};
 pub use rendezvous::Placement;
 pub use workers::Failure;
 
@@ -19,7 +22,7 @@ pub use workers::Failure;
 pub struct LaunchConfig {
     /// Ranks on this node.
     pub nproc_per_node: usize,
-    /// Nodes in the job.
+    /// Nodes in the job (the most, when elastic).
     pub nnodes: usize,
     /// This node's index (static rendezvous); `None` = assigned at rendezvous.
     pub node_rank: Option<usize>,
@@ -51,6 +54,8 @@ pub struct LaunchConfig {
     /// for a loopback endpoint, else the interface that reaches the endpoint
     /// (`drill_comm::net::listen_ip`).
     pub bind: Option<std::net::IpAddr>,
+    /// `--nnodes MIN:MAX`: nodes may leave and join (needs `rdzv_endpoint`).
+    pub elastic: Option<Elastic>,
 }
 
 /// Errors that stop the launcher itself (not a worker's failure).
@@ -111,7 +116,10 @@ impl Outcome {
 
 /// Run the job to its end.
 pub fn launch(cfg: &LaunchConfig) -> Result<Outcome, LaunchError> {
-    if cfg.nproc_per_node == 0 || cfg.nnodes == 0 {
+    if cfg.nproc_per_node == 0
+        || cfg.nnodes == 0
+        || cfg.elastic.as_ref().is_some_and(|e| e.min_nodes == 0)
+    {
         return Err(LaunchError::Usage(
             "--nproc-per-node and --nnodes must be at least 1".into(),
         ));
@@ -158,18 +166,37 @@ pub fn launch(cfg: &LaunchConfig) -> Result<Outcome, LaunchError> {
             "drill launch: setting OMP_NUM_THREADS=1 for every rank (as torchrun does); set it yourself to change that"
         );
     }
+    if let Some(el) = &cfg.elastic {
+        if cfg.rdzv_endpoint.is_none() {
+            return Err(LaunchError::Usage(format!(
+                "--nnodes {}:{} needs --rdzv-endpoint HOST:PORT (the store every node meets at)",
+                el.min_nodes, el.max_nodes
+            )));
+        }
+        return elastic::run(cfg, el, &token, &signal);
+    }
     let mut rdzv = rendezvous::Rendezvous::join(cfg, &token)?;
     let mut restarts = 0;
     loop {
         let placement = rdzv.next_round(restarts)?;
-        let result = workers::run_round(cfg, &placement, &token, restarts, &rdzv, &signal)?;
+        let mut peers = rendezvous::Attempt {
+            rdzv: &rdzv,
+            round: restarts,
+        };
+        let result = workers::run_round(cfg, &placement, &token, restarts, &mut peers, &signal)?;
         match result {
-            workers::RoundEnd::Success => {
+            // A static job's membership does not change; all ranks exiting 0 is success.
+            workers::RoundEnd::Success | workers::RoundEnd::Changed(true) => {
                 rdzv.finish(restarts);
                 return Ok(Outcome::Success { restarts });
             }
             workers::RoundEnd::Interrupted(signal, finished) => {
                 return Ok(Outcome::Interrupted { signal, finished });
+            }
+            workers::RoundEnd::Changed(false) => {
+                return Err(LaunchError::Usage(
+                    "a static rendezvous cannot change its membership".into(),
+                ));
             }
             workers::RoundEnd::Failed(failure) => {
                 eprintln!("drill launch: {failure}");

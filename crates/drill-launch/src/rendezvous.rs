@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use drill_comm::{Store, StoreServer, Token};
 
+use crate::workers::{Peers, Stop};
 use crate::{LaunchConfig, LaunchError};
 
 /// Where this node's ranks sit in one attempt of the job.
@@ -24,11 +25,11 @@ pub struct Placement {
 
 /// The launcher's connection to the job's store (and the store itself on the hosting node).
 pub struct Rendezvous {
-    store: Store,
+    pub(crate) store: Store,
     _server: Option<StoreServer>,
-    hosting: bool,
-    host: String,
-    port: u16,
+    pub(crate) hosting: bool,
+    pub(crate) host: String,
+    pub(crate) port: u16,
     nnodes: usize,
     nproc: usize,
     node_rank: Option<usize>,
@@ -36,7 +37,8 @@ pub struct Rendezvous {
 }
 
 impl Rendezvous {
-    /// Host or reach the store.
+    /// Host or reach the store: `--rdzv-endpoint`'s (whichever node can bind its port
+    /// hosts it), else `--master-addr`'s (node 0 hosts it).
     pub fn join(cfg: &LaunchConfig, token: &str) -> Result<Rendezvous, LaunchError> {
         let token = Token::new(token);
         let (host, port, hosting_wanted) = match &cfg.rdzv_endpoint {
@@ -228,6 +230,27 @@ impl Rendezvous {
     }
 }
 
+/// The static rendezvous's view of the other nodes during attempt `round`: their failures.
+pub(crate) struct Attempt<'a> {
+    /// The job's rendezvous.
+    pub rdzv: &'a Rendezvous,
+    /// The attempt.
+    pub round: usize,
+}
+
+impl Peers for Attempt<'_> {
+    fn report_failure(&self, what: &str) {
+        self.rdzv.report_failure(self.round, what);
+    }
+
+    fn poll(&mut self) -> Option<Stop> {
+        if self.rdzv.nnodes < 2 {
+            return None;
+        }
+        self.rdzv.remote_failure(self.round).map(Stop::Failed)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -282,6 +305,7 @@ mod tests {
             args: vec![],
             env: vec![],
             bind: None,
+            elastic: None,
         }
     }
 

@@ -10,8 +10,26 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::output::{Stream, pump};
-use crate::rendezvous::{Placement, Rendezvous};
+use crate::rendezvous::Placement;
 use crate::{LaunchConfig, LaunchError};
+
+/// The other nodes of an attempt, as the watch loop sees them.
+pub(crate) trait Peers {
+    /// Tell the other nodes this attempt failed (`what`).
+    fn report_failure(&self, what: &str);
+    /// Checked every 100 ms while the ranks run: why the other nodes end the attempt, if
+    /// they do.
+    fn poll(&mut self) -> Option<Stop>;
+}
+
+/// Why the other nodes end an attempt.
+pub(crate) enum Stop {
+    /// A rank elsewhere failed (the report).
+    Failed(String),
+    /// The membership changes (what changes): the ranks are asked to stop as on Ctrl-C,
+    /// saving a checkpoint at their current step, and the group restarts from it.
+    Change(String),
+}
 
 /// The failure that ended an attempt.
 #[derive(Clone, Debug)]
@@ -87,6 +105,9 @@ pub enum RoundEnd {
     Failed(Failure),
     /// The launcher was signalled (the signal; whether every rank exited 0 all the same).
     Interrupted(i32, bool),
+    /// The membership changed and the ranks stopped (whether every rank exited 0: the run
+    /// had finished).
+    Changed(bool),
 }
 
 struct Worker {
@@ -130,7 +151,7 @@ pub fn run_round(
     p: &Placement,
     token: &str,
     restart: usize,
-    rdzv: &Rendezvous,
+    peers: &mut dyn Peers,
     signals: &Signals,
 ) -> Result<RoundEnd, LaunchError> {
     let dir = match &cfg.log_dir {
@@ -152,7 +173,7 @@ pub fn run_round(
             }
         }
     }
-    Ok(watch(cfg, p, restart, rdzv, signals, workers))
+    Ok(watch(cfg, p, peers, signals, workers))
 }
 
 /// Start local rank `local` with torchrun's environment, its output pumped to the terminal
@@ -238,13 +259,16 @@ fn start_rank(
     })
 }
 
+/// How long ranks asked to stop for a membership change may take (a step and a checkpoint)
+/// before they are stopped with SIGTERM.
+const CHANGE_STOP: Duration = Duration::from_secs(60);
+
 /// Watch the started ranks until the attempt ends: all exited 0, one failed (here or, with
-/// several nodes, elsewhere), or the launcher was signalled.
+/// several nodes, elsewhere), the membership changed, or the launcher was signalled.
 fn watch(
     cfg: &LaunchConfig,
     p: &Placement,
-    restart: usize,
-    rdzv: &Rendezvous,
+    peers: &mut dyn Peers,
     signals: &Signals,
     mut workers: Vec<Worker>,
 ) -> RoundEnd {
@@ -256,6 +280,8 @@ fn watch(
     // The first signal is passed on and the ranks finish their step, save and exit (drill
     // train's interrupt); the launcher waits for them. A second one stops them at once.
     let mut interrupt: Option<i32> = None;
+    // Set when the ranks were asked to stop for a membership change: until when they may take.
+    let mut changing: Option<Instant> = None;
     let mut seen = 0;
     loop {
         let (count, sig) = signals.get();
@@ -276,16 +302,52 @@ fn watch(
                 "drill launch: got {}; passing it to every rank (drill train stops after its current step and saves; send it again to stop at once)",
                 signal_name(sig)
             );
-            signal_all(&mut workers, sig);
+            if changing.is_none() {
+                signal_all(&mut workers, sig);
+            }
             interrupt = Some(sig);
         }
-        let failure = reap(&mut workers, p, &mut interrupt);
-        if let Some(sig) = interrupt {
+        let (failure, stopped_elsewhere) = reap(&mut workers, p);
+        if let Some(until) = changing {
+            if workers.iter().all(|w| w.status.is_some()) {
+                let finished = workers
+                    .iter()
+                    .all(|w| w.status.is_some_and(|s| s.success()));
+                let end = match interrupt {
+                    Some(sig) => RoundEnd::Interrupted(sig, finished),
+                    None => RoundEnd::Changed(finished),
+                };
+                return end_with(&mut workers, None, end);
+            }
+            if Instant::now() >= until {
+                eprintln!(
+                    "drill launch: ranks still running {CHANGE_STOP:?} after they were asked to stop; stopping them"
+                );
+                return end_with(
+                    &mut workers,
+                    Some((libc::SIGTERM, cfg.grace)),
+                    RoundEnd::Changed(false),
+                );
+            }
+        } else if interrupt.is_none() && stopped_elsewhere.is_some() {
+            // A rank stopped as on an interrupt the launcher did not get: a membership
+            // change the other nodes saw first, or a signal on another node.
+            match peers.poll() {
+                Some(Stop::Change(what)) => changing = Some(begin_change(&mut workers, &what)),
+                _ => {
+                    eprintln!(
+                        "drill launch: rank {} stopped on an interrupt; waiting for the others",
+                        stopped_elsewhere.unwrap_or(0)
+                    );
+                    interrupt = Some(libc::SIGINT);
+                }
+            }
+        } else if let Some(sig) = interrupt {
             if let Some(end) = end_of_interrupt(&mut workers, sig, cfg.grace) {
                 return end;
             }
         } else if let Some(f) = failure {
-            rdzv.report_failure(restart, &f.to_string());
+            peers.report_failure(&f.to_string());
             return end_with(
                 &mut workers,
                 Some((libc::SIGTERM, cfg.grace)),
@@ -293,46 +355,56 @@ fn watch(
             );
         } else if workers.iter().all(|w| w.status.is_some()) {
             return end_with(&mut workers, None, RoundEnd::Success);
-        } else if cfg.nnodes > 1 && last_remote_check.elapsed() >= Duration::from_millis(100) {
+        } else if last_remote_check.elapsed() >= Duration::from_millis(100) {
             last_remote_check = Instant::now();
-            if let Some(r) = rdzv.remote_failure(restart) {
-                let f = Failure {
-                    rank: None,
-                    node_rank: p.node_rank,
-                    pid: 0,
-                    status: None,
-                    log: None,
-                    remote: Some(r),
-                };
-                return end_with(
-                    &mut workers,
-                    Some((libc::SIGTERM, cfg.grace)),
-                    RoundEnd::Failed(f),
-                );
+            match peers.poll() {
+                Some(Stop::Failed(r)) => {
+                    let f = Failure {
+                        rank: None,
+                        node_rank: p.node_rank,
+                        pid: 0,
+                        status: None,
+                        log: None,
+                        remote: Some(r),
+                    };
+                    return end_with(
+                        &mut workers,
+                        Some((libc::SIGTERM, cfg.grace)),
+                        RoundEnd::Failed(f),
+                    );
+                }
+                Some(Stop::Change(what)) => changing = Some(begin_change(&mut workers, &what)),
+                None => {}
             }
         }
         std::thread::sleep(tick);
     }
 }
 
-/// Note the exits since the last look; the failure among them that ends the attempt. A rank
-/// killed by a signal is the cause; ranks that exited with an error in the same pass are
-/// usually reporting it (their peer is gone), so the signal wins. A rank that stopped on an
-/// interrupt while the launcher got none was interrupted elsewhere (another node's launcher
-/// got the signal): `interrupt` is set, and the others are waited for, not restarted.
-fn reap(workers: &mut [Worker], p: &Placement, interrupt: &mut Option<i32>) -> Option<Failure> {
+/// Ask every rank to stop at its current step (SIGINT: drill train saves a checkpoint and
+/// exits) because `what` changes the membership; the deadline for them to do it.
+fn begin_change(workers: &mut [Worker], what: &str) -> Instant {
+    eprintln!(
+        "drill launch: {what}: asking every rank to save and stop, then the group restarts from that checkpoint"
+    );
+    signal_all(workers, libc::SIGINT);
+    Instant::now() + CHANGE_STOP
+}
+
+/// Note the exits since the last look: the failure among them that ends the attempt, and a
+/// rank that stopped as on an interrupt (exit 130), if any. A rank killed by a signal is the
+/// cause; ranks that exited with an error in the same pass are usually reporting it (their
+/// peer is gone), so the signal wins.
+fn reap(workers: &mut [Worker], p: &Placement) -> (Option<Failure>, Option<usize>) {
     let mut failure: Option<Failure> = None;
+    let mut interrupted = None;
     for w in workers.iter_mut().filter(|w| w.status.is_none()) {
         let Ok(Some(s)) = w.child.try_wait() else {
             continue;
         };
         w.status = Some(s);
-        if s.code() == Some(INTERRUPTED) && interrupt.is_none() {
-            eprintln!(
-                "drill launch: rank {} stopped on an interrupt; waiting for the others",
-                w.rank
-            );
-            *interrupt = Some(libc::SIGINT);
+        if s.code() == Some(INTERRUPTED) {
+            interrupted.get_or_insert(w.rank);
         }
         let killed = s.signal().is_some();
         let better = match &failure {
@@ -350,7 +422,7 @@ fn reap(workers: &mut [Worker], p: &Placement, interrupt: &mut Option<i32>) -> O
             });
         }
     }
-    failure
+    (failure, interrupted)
 }
 
 /// While interrupted, exits are the ranks stopping as asked: the attempt ends when all have.

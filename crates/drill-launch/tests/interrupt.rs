@@ -26,6 +26,7 @@ fn config(script: String) -> LaunchConfig {
         args: vec!["-c".into(), script],
         env: Vec::new(),
         bind: None,
+        elastic: None,
     }
 }
 

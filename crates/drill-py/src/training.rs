@@ -119,6 +119,7 @@ pub fn launch(
             args,
             nproc_per_node,
             max_restarts,
+            None,
         )
     })
     .map_err(errors::train)

@@ -326,7 +326,7 @@ mod tests {
         let rng = RefCell::new(ChaCha8Rng::seed_from_u64(1));
         let steps = 256;
         let mut task = Task::<OnlineRLContext>::new();
-        let venv = envs::collector_envs(&cfg, 0).unwrap();
+        let venv = envs::collector_envs(&cfg, cfg.seed, 0).unwrap();
         task.use_mw(RolloutCollector::new(
             venv,
             steps,
@@ -343,7 +343,7 @@ mod tests {
 
         // The same episodes again, with the rollout's actions, keeping every next observation
         // (the episode's last one where it ended).
-        let mut twin = envs::collector_envs(&cfg, 0).unwrap();
+        let mut twin = envs::collector_envs(&cfg, cfg.seed, 0).unwrap();
         let mut next_obs = ObsBuf::new(r.obs.dtype());
         let ActionBuf::Continuous { dim, values } = &r.actions else {
             unreachable!("Pendulum's actions are continuous")

@@ -11,9 +11,11 @@ pub struct Args {
     /// Ranks on this node: a number or `auto` (one per CPU core).
     #[arg(long, alias = "nproc_per_node", default_value = "1")]
     pub nproc_per_node: String,
-    /// Nodes in the job.
-    #[arg(long, default_value_t = 1)]
-    pub nnodes: usize,
+    /// Nodes in the job: N, or MIN:MAX for an elastic job (needs --rdzv-endpoint): nodes may
+    /// leave while MIN remain and join up to MAX; each change restarts the ranks from the
+    /// newest checkpoint with the new world size.
+    #[arg(long, default_value = "1")]
+    pub nnodes: String,
     /// This node's index (static rendezvous; omit with --rdzv-endpoint to be assigned one).
     #[arg(long, alias = "node_rank")]
     pub node_rank: Option<usize>,
@@ -29,6 +31,10 @@ pub struct Args {
     /// Job id (jobs sharing a store stay apart).
     #[arg(long, alias = "rdzv_id", default_value = "none")]
     pub rdzv_id: String,
+    /// Elastic rendezvous settings, KEY=VALUE,... (torchrun's): join_timeout (600 s),
+    /// last_call_timeout (30 s), keep_alive_interval (1 s), keep_alive_max_attempt (5).
+    #[arg(long, alias = "rdzv_conf", default_value = "")]
+    pub rdzv_conf: String,
     /// The address this node's listeners (the store, the ranks' connections) bind: by
     /// default loopback when the endpoint is loopback, else the interface that reaches it.
     #[arg(long)]
@@ -36,7 +42,8 @@ pub struct Args {
     /// Single-node job on a free local port (ignores --master-addr/--master-port).
     #[arg(long)]
     pub standalone: bool,
-    /// Restarts of the whole group after a rank fails.
+    /// Restarts of the whole group after a rank fails (an elastic job's membership changes
+    /// are not counted).
     #[arg(long, alias = "max_restarts", default_value_t = 0)]
     pub max_restarts: usize,
     /// Seconds between checks of the workers.
@@ -66,10 +73,24 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             .parse()
             .map_err(|_| anyhow::anyhow!("--nproc-per-node {n:?}: expected a number or `auto`"))?,
     };
-    let (master_addr, master_port, nnodes) = if args.standalone {
-        ("127.0.0.1".to_string(), drill_comm::spawn::free_port(), 1)
+    let (nnodes, mut elastic) =
+        drill_launch::parse_nnodes(&args.nnodes).map_err(anyhow::Error::msg)?;
+    match &mut elastic {
+        Some(el) => el.configure(&args.rdzv_conf).map_err(anyhow::Error::msg)?,
+        None if !args.rdzv_conf.is_empty() => {
+            anyhow::bail!("--rdzv-conf is for an elastic job (--nnodes MIN:MAX)")
+        }
+        None => {}
+    }
+    let (master_addr, master_port, nnodes, elastic) = if args.standalone {
+        (
+            "127.0.0.1".to_string(),
+            drill_comm::spawn::free_port(),
+            1,
+            None,
+        )
     } else {
-        (args.master_addr, args.master_port, args.nnodes)
+        (args.master_addr, args.master_port, nnodes, elastic)
     };
     let secs = |s: f64, flag: &str| {
         if s.is_finite() && s > 0.0 {
@@ -103,6 +124,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         args: args.command[1..].to_vec(),
         env: Vec::new(),
         bind: args.bind,
+        elastic,
     };
     let outcome = launch(&cfg)?;
     if let Outcome::Success { restarts } = &outcome

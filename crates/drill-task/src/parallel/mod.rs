@@ -230,6 +230,7 @@ impl Parallel {
                 .chain(self.env.iter().cloned())
                 .collect(),
             bind: None,
+            elastic: None,
         })
         .map_err(|e| TaskError::msg(format!("parallel runner: {e}")))?;
         match outcome {

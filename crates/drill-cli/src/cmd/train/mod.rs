@@ -47,6 +47,28 @@ pub struct Args {
     /// from the run's newest checkpoint in the same folder.
     #[arg(long, alias = "max_restarts", value_name = "R", default_value_t = 0)]
     pub max_restarts: usize,
+    /// Nodes of a multi-node data-parallel job, this machine being one (with
+    /// --rdzv-endpoint; --nproc-per-node ranks here, 1 by default): N, or MIN:MAX for an
+    /// elastic job whose nodes may leave (while MIN remain) and join (up to MAX), each change
+    /// restarting the ranks from the newest checkpoint with the new world size. As `drill
+    /// launch --nnodes`; the experiment folder must be one path every node reaches.
+    #[arg(long, value_name = "N|MIN:MAX")]
+    pub nnodes: Option<String>,
+    /// With --nnodes: `HOST:PORT` of the store the nodes meet at (the node that can bind it
+    /// hosts it and must stay for the whole job).
+    #[arg(
+        long,
+        alias = "rdzv_endpoint",
+        value_name = "HOST:PORT",
+        requires = "nnodes"
+    )]
+    pub rdzv_endpoint: Option<String>,
+    /// With --nnodes: the job's id (jobs sharing a store stay apart).
+    #[arg(long, alias = "rdzv_id", default_value = "drill-train")]
+    pub rdzv_id: String,
+    /// With --nnodes MIN:MAX: KEY=VALUE,... as `drill launch --rdzv-conf`.
+    #[arg(long, alias = "rdzv_conf", default_value = "")]
+    pub rdzv_conf: String,
     /// Split the pipeline over N worker processes (DI-engine's ditask): which roles
     /// (collector, learner, evaluator) run where comes from the config's `[task.roles]`
     /// (default: `[task] workers`).
@@ -213,7 +235,7 @@ pub fn run(args: Args, threads: Option<usize>) -> anyhow::Result<i32> {
         let drill_algo::runner::Prepared { config, spec } = prepared;
         return parallel::run(&args, config, &spec, workers);
     }
-    if let Some(n) = args.nproc_per_node {
+    if let Some(n) = args.nproc_per_node.or(args.nnodes.as_ref().map(|_| 1)) {
         return ranks::launch_ranks(&args, config, n);
     }
     ranks::train_rank(&args, prepared)

@@ -42,7 +42,34 @@ pub(super) fn launch_ranks(args: &Args, config: &Config, n: usize) -> anyhow::Re
         child,
         n,
         args.max_restarts,
+        nodes(args)?,
     )?)
+}
+
+/// `--nnodes`, `--rdzv-endpoint`, `--rdzv-id`, `--rdzv-conf`: the job's nodes, if several.
+fn nodes(args: &Args) -> anyhow::Result<Option<runner::Nodes>> {
+    let Some(nnodes) = &args.nnodes else {
+        return Ok(None);
+    };
+    let (n, mut elastic) = drill_launch::parse_nnodes(nnodes).map_err(anyhow::Error::msg)?;
+    match &mut elastic {
+        Some(el) => el.configure(&args.rdzv_conf).map_err(anyhow::Error::msg)?,
+        None if !args.rdzv_conf.is_empty() => {
+            anyhow::bail!("--rdzv-conf is for an elastic job (--nnodes MIN:MAX)")
+        }
+        None => {}
+    }
+    let endpoint = args.rdzv_endpoint.clone().ok_or_else(|| {
+        anyhow::anyhow!(
+            "--nnodes {nnodes} needs --rdzv-endpoint HOST:PORT (the store every node meets at)"
+        )
+    })?;
+    Ok(Some(runner::Nodes {
+        nnodes: n,
+        elastic,
+        endpoint,
+        id: args.rdzv_id.clone(),
+    }))
 }
 
 /// Train as one process or one rank; rank 0 owns the experiment folder.
