@@ -279,3 +279,64 @@ pub(crate) fn stream_seed(cfg: &Config, resume: Option<&Checkpoint>, restarts: u
     };
     mix(cfg.seed ^ mix(at ^ mix(u64::from(restarts).wrapping_add(0x9e37_79b9_7f4a_7c15))))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    /// A checkpoint at `env_steps`.
+    fn at(env_steps: u64) -> Checkpoint {
+        let mut ck = Checkpoint::default();
+        ck.meta.insert("env_steps".into(), env_steps.to_string());
+        ck
+    }
+
+    #[test]
+    fn no_two_starts_of_any_world_size_collect_the_same_env_streams() {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../configs/cartpole_dqn_ddp.toml"
+        ))
+        .unwrap();
+        let cfg = Config::parse(&text, "cartpole_dqn_ddp.toml", &[]).unwrap();
+        assert_eq!(
+            stream_seed(&cfg, None, 0),
+            cfg.seed,
+            "a first start keeps its seeds"
+        );
+        let n = cfg.env.collector_env_num as u64;
+        // An elastic job's starts: first (3 ranks), a host lost (2), one back (3), a plain
+        // restart from the same checkpoint (3), then --resume of it (3).
+        let starts = [
+            (None, 0, 3),
+            (Some(at(8000)), 1, 2),
+            (Some(at(12000)), 2, 3),
+            (Some(at(12000)), 3, 3),
+            (Some(at(12000)), 0, 3),
+        ];
+        let mut seen = HashSet::new();
+        for (ck, restarts, world) in &starts {
+            let s = stream_seed(&cfg, ck.as_ref(), *restarts);
+            for rank in 0..*world {
+                for i in 0..n {
+                    let env = s.wrapping_add(rank * n + i);
+                    assert!(
+                        seen.insert(env),
+                        "env seed {env} again (restart {restarts}, rank {rank}, copy {i})"
+                    );
+                }
+                // A rank the checkpoint has no generator for gets a new one too.
+                let rng = rank_rng(s, ck.as_ref(), rank as usize);
+                assert!(
+                    seen.insert(
+                        rng.get_seed()[..8]
+                            .iter()
+                            .fold(0, |a, b| a << 8 | *b as u64)
+                    ),
+                    "generator of rank {rank} again (restart {restarts})"
+                );
+            }
+        }
+    }
+}

@@ -4,7 +4,12 @@
 //! disk filling up under the experiment folder (a tmpfs). With and without `--max-restarts 1`.
 //! Then jobs across two hosts made of namespaces (`scripts/netns_hosts.sh`, 1 rank each): a
 //! cut link (restored for a restart budget), packet loss, a frozen host, the store's host
-//! killed.
+//! killed. Then elastic jobs (`drill train --nnodes 2:3`) on three hosts: a host killed,
+//! frozen (thawed 4 s later), cut off (restored 4 s later), or started late; the job must
+//! reach its step limit without spending a restart (`--max-restarts 0`), the hosts that
+//! stayed exit 0 and so does one that came back (rejoined, or found the job finished; if the
+//! store's launcher had already exited, it must say it cannot rejoin), the counters of every
+//! restart never go back.
 //! Every drawn fault is injected (the pid it hits found, or the job's own) or counted as not
 //! injected with the reason; none is dropped. Every job is checked against what its faults
 //! must lead to:
@@ -27,8 +32,9 @@
 //!   restart starts from the newest checkpoint there was at the fault or a newer one, and no
 //!   checkpoint is ahead of result.json.
 //!
-//! `CHAOS_JOBS` jobs on one host (default 12, what CI runs) and `CHAOS_NET_JOBS` on two (default
-//! 4) from seed `CHAOS_SEED` (default 0); the table of
+//! `CHAOS_JOBS` jobs on one host (default 12, what CI runs), `CHAOS_NET_JOBS` on two (default
+//! 4) and `CHAOS_ELASTIC_JOBS` elastic ones on three (default 3) from seed `CHAOS_SEED`
+//! (default 0); the table of
 //! faults by kind and phase, outcomes, the longest time from a fault to the job's error and
 //! every violation is printed (`--nocapture`). Needs root (the tmpfs): `cargo test --release -p
 //! drill-cli --features netns --test chaos -- --nocapture --test-threads 1`.
@@ -1349,4 +1355,227 @@ fn network_faults_on_two_hosts_end_the_job_cleanly() {
             .push(format!("namespaces left behind: {left}"));
     }
     tally.report("chaos (two hosts)", "network fault", jobs, seed);
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum ElasticFault {
+    KillHost,
+    FreezeHost,
+    CutLink,
+    LateHost,
+}
+
+/// The step limit of an elastic job.
+const ELASTIC_LIMIT: u64 = 15000;
+
+/// One node (1 rank) of an elastic DQN DDP job (`drill train --nnodes 2:3`, the store on
+/// host 0) on `host`, marked with `id`, output to `log`.
+fn elastic_on(hosts: &Hosts, host: usize, id: &str, port: u16, exp: &Path, log: &Path) -> Child {
+    let cfg = repo().join("configs/cartpole_dqn_ddp.toml");
+    let mut c = hosts.on(host, env!("CARGO_BIN_EXE_drill"));
+    c.arg("train")
+        .arg(&cfg)
+        .args(["--quiet", "--exp-dir"])
+        .arg(exp)
+        .args(["--nnodes", "2:3", "--rdzv-endpoint"])
+        .arg(format!("10.77.0.1:{port}"))
+        .args([
+            "--rdzv-conf",
+            "last_call_timeout=2,join_timeout=30,keep_alive_interval=0.5,keep_alive_max_attempt=4",
+        ])
+        .args(["--set", "env.stop_value=1000", "--set"])
+        .arg(format!("max_env_step={ELASTIC_LIMIT}"))
+        .env("DRILL_CHAOS", id)
+        .env("DRILL_JOB_TOKEN", "chaos")
+        .stdout(Stdio::from(std::fs::File::create(log).unwrap()))
+        .stderr(Stdio::from(
+            std::fs::OpenOptions::new().append(true).open(log).unwrap(),
+        ));
+    c.spawn().unwrap()
+}
+
+/// One elastic job on three hosts with `fault` on host `k` (1 or 2) at `at`: what it did and
+/// the phase the fault hit.
+fn run_elastic_job(
+    hosts: &Hosts,
+    n: usize,
+    fault: ElasticFault,
+    k: usize,
+    at: Duration,
+) -> (Report, &'static str) {
+    let id = format!("{}-el{n}", std::process::id());
+    let dir = std::env::temp_dir().join(format!("drill-chaos-{id}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exp = dir.join("run");
+    let port = 29400 + (n % 100) as u16;
+    let logs: Vec<_> = (0..3).map(|h| dir.join(format!("h{h}.log"))).collect();
+    let mut r = Report::default();
+    let start = Instant::now();
+    let late = fault == ElasticFault::LateHost;
+    let mut nodes: Vec<Option<Child>> = (0..3)
+        .map(|h| (!(late && h == k)).then(|| elastic_on(hosts, h, &id, port, &exp, &logs[h])))
+        .collect();
+    let mut ended: Vec<Option<ExitStatus>> = vec![None; 3];
+    let poll = |nodes: &mut Vec<Option<Child>>, ended: &mut Vec<Option<ExitStatus>>| {
+        for (h, c) in nodes.iter_mut().enumerate() {
+            if ended[h].is_none()
+                && let Some(c) = c
+                && let Some(s) = c.try_wait().unwrap()
+            {
+                ended[h] = Some(s);
+            }
+        }
+    };
+    while start.elapsed() < at && ended[0].is_none() {
+        poll(&mut nodes, &mut ended);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut phase = "not injected: the job ended first";
+    let mut undo: Option<(Instant, &str)> = None;
+    if ended[0].is_none() && !exp.join("result.json").is_file() {
+        let so_far = std::fs::read_to_string(&logs[0]).unwrap_or_default();
+        phase = if so_far.contains("eval at env step") {
+            "training"
+        } else {
+            "startup (rendezvous)"
+        };
+        match fault {
+            ElasticFault::KillHost => {
+                if let Some(c) = &nodes[k] {
+                    signal(c.id() as i32, libc::SIGKILL);
+                }
+            }
+            ElasticFault::FreezeHost => {
+                hosts.link(k, "freeze", &[]);
+                undo = Some((Instant::now() + Duration::from_secs(4), "thaw"));
+            }
+            ElasticFault::CutLink => {
+                hosts.link(k, "cut", &[]);
+                undo = Some((Instant::now() + Duration::from_secs(4), "restore"));
+            }
+            ElasticFault::LateHost => {
+                nodes[k] = Some(elastic_on(hosts, k, &id, port, &exp, &logs[k]));
+            }
+        }
+    }
+    while ended
+        .iter()
+        .zip(&nodes)
+        .any(|(e, c)| e.is_none() && c.is_some())
+        && start.elapsed() < BOUND
+    {
+        poll(&mut nodes, &mut ended);
+        if let Some((when, how)) = undo
+            && Instant::now() >= when
+        {
+            hosts.link(k, how, &[]);
+            undo = None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if let Some((_, how)) = undo {
+        hosts.link(k, how, &[]);
+    }
+    let text: Vec<String> = logs
+        .iter()
+        .map(|l| std::fs::read_to_string(l).unwrap_or_default())
+        .collect();
+    if ended
+        .iter()
+        .zip(&nodes)
+        .any(|(e, c)| e.is_none() && c.is_some())
+    {
+        r.violations
+            .push(format!("hang: a launcher still runs after {BOUND:?}"));
+        for c in nodes.iter_mut().flatten() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+    expect_gone(&id, &mut r);
+    let steps = result(&exp).map_or(0, |res| res["env_steps"].as_u64().unwrap_or(0));
+    if steps < ELASTIC_LIMIT {
+        r.violations.push(format!(
+            "the job stopped at {steps} env steps, short of {ELASTIC_LIMIT}: {}",
+            tail(&text[0])
+        ));
+    }
+    let injected = !phase.starts_with("not injected");
+    for h in 0..3 {
+        let killed = fault == ElasticFault::KillHost && h == k && injected;
+        match ended[h] {
+            Some(s)
+                if killed
+                    && std::os::unix::process::ExitStatusExt::signal(&s) != Some(libc::SIGKILL) =>
+            {
+                r.violations
+                    .push(format!("host {h} was killed, yet it ended with {s}"))
+            }
+            // A host back after the job ended finds the store gone and says so.
+            Some(s) if h == k && !s.success() && text[h].contains("so this host cannot rejoin") => {
+            }
+            Some(s) if !killed && !s.success() => r
+                .violations
+                .push(format!("host {h} ended with {s}: {}", tail(&text[h]))),
+            _ => {}
+        }
+    }
+    // Counters never go back: each restart starts where a checkpoint was, in order.
+    let marks = resume_marks(&exp, &mut r.violations);
+    if marks.windows(2).any(|w| w[1].0 < w[0].0 || w[1].1 < w[0].1) {
+        r.violations
+            .push(format!("a restart went back: resume marks {marks:?}"));
+    }
+    for (name, s, _) in checkpoints(&exp, &mut r.violations) {
+        if s > steps {
+            r.violations.push(format!(
+                "{name} ({s} env steps) is ahead of result.json ({steps})"
+            ));
+        }
+    }
+    r.outcome = match (fault, phase) {
+        _ if !injected => "reached the step limit".into(),
+        (ElasticFault::LateHost, _) => "took the late host, reached the step limit".into(),
+        (ElasticFault::KillHost, _) => "went on without the host, reached the step limit".into(),
+        _ if text[k].contains("cannot rejoin") => {
+            "reached the step limit; the host came back after the store's launcher ended".into()
+        }
+        _ if text[k].contains("could rejoin it") => {
+            "reached the step limit before the host came back".into()
+        }
+        _ => "took the host back, reached the step limit".into(),
+    };
+    kill_job(&id);
+    keep(&id, std::slice::from_ref(&dir), &mut r);
+    let _ = std::fs::remove_dir_all(&dir);
+    (r, phase)
+}
+
+#[test]
+fn elastic_jobs_on_three_hosts_lose_and_take_hosts_and_reach_the_limit() {
+    let jobs: usize = env_or("CHAOS_ELASTIC_JOBS", 3);
+    let seed: u64 = env_or("CHAOS_SEED", 0);
+    let mut rng = Rng::new(seed ^ 0x656c6173);
+    let hosts = Hosts::up(3, "z");
+    let mut tally = Tally::new();
+    for n in 0..jobs {
+        let fault = *rng.pick(&[
+            ElasticFault::KillHost,
+            ElasticFault::FreezeHost,
+            ElasticFault::CutLink,
+            ElasticFault::LateHost,
+        ]);
+        // Never host 0: the store's host must stay (the docs say so).
+        let k = 1 + rng.below(2) as usize;
+        let at = Duration::from_millis(300 + rng.below(3500) as u64);
+        let (r, phase) = run_elastic_job(&hosts, n, fault, k, at);
+        println!(
+            "elastic job {n}: {fault:?} on host {k} at {at:?} ({phase}) -> {}",
+            r.outcome
+        );
+        tally.count(format!("{fault:?}"), phase, &r.outcome);
+        tally.note(&format!("elastic job {n}"), &format!("{fault:?}"), &r);
+    }
+    drop(hosts);
+    tally.report("chaos (elastic, three hosts)", "fault", jobs, seed);
 }

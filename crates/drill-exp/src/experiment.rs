@@ -148,8 +148,9 @@ fn whole_lines_len(file: &mut File) -> std::io::Result<u64> {
 }
 
 /// `ckpt/latest.safetensors` is rewritten at most this often (`best` and `final` always are),
-/// unless the run can be restarted (`DRILL_MAX_RESTARTS` > 0, set by the launcher): then at
-/// every evaluation, so a restart loses as little as possible.
+/// unless the run can be restarted (`DRILL_MAX_RESTARTS` > 0, or an elastic job's
+/// `DRILL_ELASTIC`, both set by the launcher): then at every evaluation, so a restart loses
+/// as little as possible.
 const LATEST_EVERY: Duration = Duration::from_secs(10);
 
 /// `dir`, or `dir_2`, `dir_3`, … if it already holds files: a run never overwrites another.
@@ -245,6 +246,7 @@ impl Experiment {
             last_latest: None,
             latest_every: match std::env::var("DRILL_MAX_RESTARTS") {
                 Ok(v) if v.parse::<u64>().is_ok_and(|n| n > 0) => Duration::ZERO,
+                _ if std::env::var_os("DRILL_ELASTIC").is_some() => Duration::ZERO,
                 _ => LATEST_EVERY,
             },
         })

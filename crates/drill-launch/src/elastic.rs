@@ -366,15 +366,23 @@ impl<'a> Node<'a> {
     }
 
     /// Meet the other nodes in round `r` (or a later one, when `r` closes without this
-    /// node): the decision of the round this node is in, and that round. Refused (more than
-    /// MAX) or below MIN for `join_timeout`: an error naming the nodes.
-    fn join(&mut self, mut r: usize) -> Result<(usize, Decision), LaunchError> {
+    /// node): the decision of the round this node is in, and that round; `None` when the
+    /// job finished first. Refused (more than MAX) or below MIN for `join_timeout`: an error
+    /// naming the nodes.
+    fn join(&mut self, mut r: usize) -> Result<Option<(usize, Decision)>, LaunchError> {
         let started = Instant::now();
         let mut said = false;
         loop {
             match self.join_from(&mut r, started) {
                 // Behind a cut link the store is out of reach: keep trying until the join
                 // timeout (an arrival sent twice counts once: arrivals are told apart by id).
+                Err(LaunchError::Comm(_)) if self.store_host_ended() => {
+                    self.leave("the store's host ended");
+                    return Err(LaunchError::Usage(format!(
+                        "the rendezvous store at {}:{} refuses connections: the launcher hosting it has ended (the job finished or failed while host {} was away), so this host cannot rejoin",
+                        self.rdzv.host, self.rdzv.port, self.me.name
+                    )));
+                }
                 Err(LaunchError::Comm(e)) if started.elapsed() < self.el.join_timeout => {
                     if !said {
                         eprintln!(
@@ -390,19 +398,33 @@ impl<'a> Node<'a> {
         }
     }
 
+    /// Whether the store's host answers but nothing listens on the store's port: its
+    /// launcher has ended (a cut link or a frozen host time out instead).
+    fn store_host_ended(&self) -> bool {
+        use std::net::ToSocketAddrs;
+        let Some(addr) = (self.rdzv.host.as_str(), self.rdzv.port)
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut a| a.next())
+        else {
+            return false;
+        };
+        matches!(
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused
+        )
+    }
+
     /// [`Node::join`] from round `*r`, which it advances as rounds close without this node.
     fn join_from(
         &mut self,
         next: &mut usize,
         started: Instant,
-    ) -> Result<(usize, Decision), LaunchError> {
+    ) -> Result<Option<(usize, Decision)>, LaunchError> {
         'rounds: loop {
             let r = *next;
             if self.finished()? {
-                return Err(LaunchError::Usage(format!(
-                    "job {:?} has finished; host {} did not join it",
-                    self.cfg.rdzv_id, self.me.name
-                )));
+                return Ok(None);
             }
             if self.me.prev.is_none() && r > 0 {
                 // A newcomer: refused if the running round is full.
@@ -420,7 +442,7 @@ impl<'a> Node<'a> {
             loop {
                 if let Some(d) = self.decision(r)? {
                     if d.members.iter().any(|m| m.id == self.me.id) {
-                        return Ok((r, d));
+                        return Ok(Some((r, d)));
                     }
                     if d.refused.iter().any(|m| m.id == self.me.id) {
                         return Err(self.refuse(&d));
@@ -431,6 +453,9 @@ impl<'a> Node<'a> {
                     continue 'rounds;
                 }
                 self.try_close(r, &mut min_at)?;
+                if self.finished()? {
+                    return Ok(None);
+                }
                 if started.elapsed() >= self.el.join_timeout {
                     return Err(self.below_min(r)?);
                 }
@@ -686,7 +711,15 @@ pub(crate) fn run(
     let mut round = start;
     let mut last_failure: Option<Failure> = None;
     loop {
-        let (r, d) = node.join(round)?;
+        let Some((r, d)) = node.join(round)? else {
+            // A node back from a cut or a freeze after the others had finished.
+            eprintln!(
+                "drill launch: job {:?} finished before host {} could rejoin it",
+                cfg.rdzv_id, node.me.name
+            );
+            node.leave("the job finished");
+            return Ok(Outcome::Success { restarts: 0 });
+        };
         let me = d
             .members
             .iter()

@@ -1,6 +1,7 @@
 //! `drill launch`: torchrun for any program. Starts this node's ranks with the env protocol
 //! (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT,
-//! DRILL_RESTART_COUNT, DRILL_MAX_RESTARTS, DRILL_JOB_TOKEN), hosts the rendezvous store, prefixes and logs their
+//! DRILL_RESTART_COUNT, DRILL_MAX_RESTARTS, DRILL_JOB_TOKEN; DRILL_ELASTIC=MIN:MAX in an elastic
+//! job), hosts the rendezvous store, prefixes and logs their
 //! output, and on a failure stops the group and restarts it or exits with a summary. With
 //! `--nnodes MIN:MAX` the job is elastic ([`Elastic`]): nodes may leave and join it.
 

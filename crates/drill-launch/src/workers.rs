@@ -219,6 +219,11 @@ fn start_rank(
             cfg.bind
                 .map(|ip| (drill_comm::net::BIND_VAR, ip.to_string())),
         )
+        .envs(
+            cfg.elastic
+                .as_ref()
+                .map(|e| ("DRILL_ELASTIC", format!("{}:{}", e.min_nodes, e.max_nodes))),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
