@@ -23,14 +23,15 @@ scripts/netns_hosts.sh up 3 >/dev/null
 
 now() { date +%s.%N; }
 
-# start K TRY: the launcher of host K (1 rank), output to $tmp/TRY/hK.log; prints its pid.
+# start K TRY: start the launcher of host K (1 rank), output to $tmp/TRY/hK.log; its pid in
+# pids[K].
 start() {
   scripts/netns_hosts.sh exec "$1" "$drill" train "$cfg" --quiet --exp-dir "$tmp/$2/run" \
     --nnodes "1:3" --rdzv-endpoint 10.77.0.1:$((29700 + $2 % 200)) --rdzv-id "bench-el-$$" \
     --rdzv-conf "last_call_timeout=1${RDZV_CONF:+,$RDZV_CONF}" \
     --set 'policy.model.encoder_hidden_size_list=[1024,1024,512]' \
     --set env.stop_value=1000000 >"$tmp/$2/h$1.log" 2>&1 &
-  echo $!
+  pids[$1]=$!
 }
 
 # when FILE PATTERN: the epoch seconds of the first log line matching PATTERN (the ranks'
@@ -63,9 +64,9 @@ for n in 2 3; do
       pids=()
       hosts=$n
       [[ $kind == late ]] && hosts=$last
-      pids+=("$(start 0 "$try")")
+      start 0 "$try"
       sleep 0.3
-      for ((k = 1; k < hosts; k++)); do pids+=("$(start "$k" "$try")"); done
+      for ((k = 1; k < hosts; k++)); do start "$k" "$try"; done
       when "$tmp/$try/h0.log" "training dqn on .*rank 0 of $hosts" >/dev/null
       sleep 2
       if [[ $kind == loss ]]; then
@@ -74,7 +75,7 @@ for n in 2 3; do
         t1=$(when "$tmp/$try/h0.log" "training dqn on .*rank 0 of $last")
       else
         t0=$(now)
-        pids+=("$(start "$last" "$try")")
+        start "$last" "$try"
         t1=$(when "$tmp/$try/h$last.log" "training dqn on .*rank $last of $n")
       fi
       dt=$(echo "$t1 - $t0" | bc -l)
@@ -82,6 +83,7 @@ for n in 2 3; do
       echo "$dt" >>"$tmp/$kind$n"
       kill -INT "${pids[@]}" 2>/dev/null || true
       wait "${pids[@]}" 2>/dev/null || true
+      pids=()
     done
   done
 done

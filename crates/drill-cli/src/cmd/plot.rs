@@ -40,6 +40,9 @@ pub struct Args {
     /// Average each run over its last N points before combining the seeds (1: raw).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub smooth: u32,
+    /// One line per folder, even for runs of one config (to compare how two runs of it went).
+    #[arg(long)]
+    pub each: bool,
 }
 
 /// `--x`.
@@ -358,13 +361,17 @@ fn style(size: f32, anchor: Anchor, color: RGBAColor, vertical: bool) -> Style {
     }
 }
 
-/// The runs of `args`, one line per config (seeds combined), in the order given.
+/// The runs of `args`, one line per config (seeds combined; with `--each`, per folder), in
+/// the order given.
 fn load_lines(args: &Args) -> anyhow::Result<Vec<Line>> {
     // Groups in the order their first folder was given.
     let mut groups: Vec<(String, String, Vec<Points>)> = Vec::new();
     for dir in &args.exp_dirs {
         let points = smooth(&series(dir, &args.tag, args.x)?, args.smooth as usize);
-        let (key, label) = group_of(dir);
+        let (mut key, label) = group_of(dir);
+        if args.each {
+            key = dir.display().to_string();
+        }
         match groups.iter_mut().find(|g| g.0 == key) {
             Some(g) => g.2.push(points),
             None => groups.push((key, label, vec![points])),
@@ -602,5 +609,30 @@ mod tests {
             wall.iter().map(|p| p.1).collect::<Vec<_>>(),
             [-21.0, -15.0, -10.0, -5.0, -4.0, 3.0]
         );
+    }
+
+    #[test]
+    fn seeds_of_one_config_are_one_line_unless_each_is_asked_for() {
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/plot");
+        let args = |each| Args {
+            exp_dirs: ["cp_seed0", "cp_seed1", "other"]
+                .iter()
+                .map(|d| fixtures.join(d))
+                .collect(),
+            output: "unused.png".into(),
+            tag: "eval/episodic_return_mean".into(),
+            x: XAxis::Steps,
+            smooth: 1,
+            each,
+        };
+        let names = |each| -> Vec<String> {
+            load_lines(&args(each))
+                .unwrap()
+                .into_iter()
+                .map(|l| l.0)
+                .collect()
+        };
+        assert_eq!(names(false).len(), 2, "{:?}", names(false));
+        assert_eq!(names(true).len(), 3, "{:?}", names(true));
     }
 }
