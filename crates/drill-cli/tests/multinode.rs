@@ -491,6 +491,27 @@ fn an_elastic_job_takes_a_late_host_loses_a_frozen_one_and_takes_it_back() {
         assert_eq!(status.code(), Some(130), "host {h}:\n{}", n.text());
     }
     let result = result(&tmp.path().join("el"));
+    // Each round started from a checkpoint no older than the last (or, stopped before its
+    // first one, from the start): counters never go back.
+    let metrics = std::fs::read_to_string(tmp.path().join("el/metrics.jsonl")).unwrap();
+    let marks: Vec<(u64, u64)> = metrics
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|j| j["tag"] == drill_exp::RESUMED_ITER_TAG)
+        .map(|j| {
+            (
+                j["step"].as_u64().unwrap(),
+                j["value"].as_f64().unwrap() as u64,
+            )
+        })
+        .collect();
+    assert!((1..=3).contains(&marks.len()), "a mark per restart: {marks:?}");
+    assert!(
+        marks
+            .windows(2)
+            .all(|w| w[0].0 <= w[1].0 && w[0].1 <= w[1].1),
+        "counters went back: {marks:?}"
+    );
     assert_eq!(result["interrupted"], true, "{result}");
     assert_eq!(result["world_size"], 3, "{result}");
     assert_eq!(result["restarts"], 3, "{result}");

@@ -31,6 +31,10 @@ pub struct Args {
     /// Job id (jobs sharing a store stay apart).
     #[arg(long, alias = "rdzv_id", default_value = "none")]
     pub rdzv_id: String,
+    /// torchrun's rendezvous backend: `c10d` (drill's store at --rdzv-endpoint) or `static`
+    /// (--node-rank and --master-addr); accepted so torchrun command lines run as written.
+    #[arg(long, alias = "rdzv_backend", default_value = "c10d")]
+    pub rdzv_backend: String,
     /// Elastic rendezvous settings, KEY=VALUE,... (torchrun's): join_timeout (600 s),
     /// last_call_timeout (30 s), keep_alive_interval (1 s), keep_alive_max_attempt (5).
     #[arg(long, alias = "rdzv_conf", default_value = "")]
@@ -73,6 +77,12 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             .parse()
             .map_err(|_| anyhow::anyhow!("--nproc-per-node {n:?}: expected a number or `auto`"))?,
     };
+    if !matches!(args.rdzv_backend.as_str(), "c10d" | "static") {
+        anyhow::bail!(
+            "--rdzv-backend {}: drill meets at its own store (torchrun's c10d shape, `c10d`) or by node rank (`static`); etcd is not supported",
+            args.rdzv_backend
+        );
+    }
     let (nnodes, mut elastic) =
         drill_launch::parse_nnodes(&args.nnodes).map_err(anyhow::Error::msg)?;
     match &mut elastic {
