@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The gradient all-reduce during the backward pass against after it, between 2 hosts made of
 # namespaces (scripts/netns_hosts.sh; needs root), 1 rank each, TCP between them: `drill bench
-# ddp` times a DQN update alone, with DDP starting each bucket during backward (the default),
+# ddp` times an update (DQN or PPO) alone, with DDP starting each bucket during backward (the default),
 # and with DDP starting them after backward, interleaved; rank 0 prints the medians and the
 # share of DDP's cost the overlap hides.
-#   CASE=pong ITERS=20 scripts/bench_ddp_overlap.sh     (CASE: pong (DI-engine's Pong net) or cartpole)
+#   CASE=pong ITERS=20 scripts/bench_ddp_overlap.sh     (CASE: pong (DI-engine's Pong DQN net),
+#                                                      pong-ppo (pong_ppo's minibatch update) or cartpole)
 # Uses target/release/drill (build it first: cargo build --release).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,4 +22,4 @@ for k in 0 1; do
   pids+=($!)
 done
 wait "${pids[@]}" || { cat "$tmp"/h*.log >&2; exit 1; }
-grep -E 'dqn-update|overlap-hidden|grad-all_reduce|ddp-overhead' "$tmp/h0.log" | sed 's/^\[rank 0\] //'
+grep -E '(dqn|ppo)-update|overlap-hidden|grad-all_reduce|ddp-overhead' "$tmp/h0.log" | sed 's/^\[rank 0\] //'

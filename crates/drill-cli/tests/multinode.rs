@@ -505,7 +505,10 @@ fn an_elastic_job_takes_a_late_host_loses_a_frozen_one_and_takes_it_back() {
             )
         })
         .collect();
-    assert!((1..=3).contains(&marks.len()), "a mark per restart: {marks:?}");
+    assert!(
+        (1..=3).contains(&marks.len()),
+        "a mark per restart: {marks:?}"
+    );
     assert!(
         marks
             .windows(2)

@@ -32,9 +32,10 @@ pub enum Target {
     Comm,
     /// Task runtime: overhead per step of 5 no-op middlewares, with and without the StepTimer.
     Task,
-    /// DQN update alone and with DDP gradient averaging across the job's ranks: the sync
-    /// overhead. DI-engine's CartPole net, or its Pong net with `--case pong`. Run under
-    /// `drill launch --nproc-per-node 2`.
+    /// An update alone and with DDP gradient averaging across the job's ranks (the
+    /// all-reduce started during backward, and after it): the sync overhead. A DQN update on
+    /// DI-engine's CartPole net, its Pong net with `--case pong`, or `pong_ppo`'s PPO
+    /// minibatch with `--case pong-ppo`. Run under `drill launch --nproc-per-node 2`.
     Ddp,
 }
 
@@ -119,9 +120,115 @@ fn time_us(warmup: usize, iters: usize, mut f: impl FnMut()) -> f64 {
     )
 }
 
-/// DQN updates (DI-engine's CartPole net, batch 64, or with `case` "pong" its Pong net, batch
-/// 32) on `device` without and with DDP on this job's ranks; every rank times both in lock
-/// step, rank 0 prints the medians and the overhead.
+/// One learner of `bench ddp`: a DQN update on a batch, or a PPO minibatch update.
+enum Learner {
+    Dqn(Box<Dqn>, Batch),
+    Ppo(Box<PpoStep>),
+}
+
+/// `pong_ppo`'s actor-critic (Nature CNN, 6 actions) and one minibatch of its rollouts.
+struct PpoStep {
+    trainer: Trainer<drill_algo::nets::ActorCritic>,
+    policy: drill_config::PpoPolicy,
+    rollout: drill_algo::data::Rollout,
+    rows: Vec<usize>,
+}
+
+impl Learner {
+    fn update(&mut self) -> Result<(), drill_algo::TrainError> {
+        match self {
+            Learner::Dqn(dqn, batch) => dqn.update(batch, None).map(drop),
+            Learner::Ppo(s) => {
+                let ad = Device::flex().autodiff();
+                let lr = s.policy.learn.learning_rate;
+                drill_algo::ppo::minibatch_update(
+                    &mut s.trainer,
+                    &s.policy,
+                    &drill_env::ActionSpace::Discrete(6),
+                    &ad,
+                    &s.rows,
+                    &s.rollout,
+                    lr,
+                )
+                .map(drop)
+            }
+        }
+    }
+
+    fn distribute(
+        &mut self,
+        pg: drill_comm::ProcessGroup,
+        opts: drill_algo::optim::DdpOptions,
+    ) -> Result<(), drill_algo::TrainError> {
+        match self {
+            Learner::Dqn(dqn, _) => dqn.distribute(pg, opts),
+            Learner::Ppo(s) => s.trainer.distribute(pg, opts),
+        }
+    }
+
+    fn params(&self) -> usize {
+        match self {
+            Learner::Dqn(dqn, _) => dqn.online.params().len(),
+            Learner::Ppo(s) => s.trainer.params().len(),
+        }
+    }
+
+    /// Buckets started during backward so far, and buckets per update (when distributed).
+    fn buckets(&self) -> Option<(u64, usize)> {
+        let sync = match self {
+            Learner::Dqn(dqn, _) => dqn.online.sync(),
+            Learner::Ppo(s) => s.trainer.sync(),
+        }?;
+        Some((sync.early_buckets(), sync.bucket_sizes().len()))
+    }
+}
+
+/// `pong_ppo`'s learner (its config's model and learning keys) and a random minibatch of 256
+/// stacked u8 frames, as its rollouts hand them over.
+fn pong_ppo_learner(device: &Device, rng: &mut rand_chacha::ChaCha8Rng) -> anyhow::Result<Learner> {
+    let cfg = drill_config::Config::parse(
+        include_str!("../../../../configs/pong_ppo.toml"),
+        "configs/pong_ppo.toml",
+        &[],
+    )?;
+    let drill_config::Policy::Ppo(policy) = cfg.policy.clone() else {
+        anyhow::bail!("configs/pong_ppo.toml is not a PPO config");
+    };
+    let spec = drill_env::EnvSpec {
+        id: cfg.env.id.clone(),
+        obs: drill_env::ObsSpace {
+            shape: vec![4, 84, 84],
+            dtype: drill_env::Dtype::U8,
+        },
+        action_space: drill_env::ActionSpace::Discrete(6),
+        max_episode_steps: None,
+        reward_threshold: None,
+    };
+    let agent = drill_algo::ppo::build_agent(&cfg, &policy, &spec, &device.clone().autodiff())?;
+    let n = policy.learn.batch_size;
+    let rollout = drill_algo::data::Rollout {
+        obs_dim: 4 * 84 * 84,
+        num_envs: 1,
+        obs: ObsBuf::U8((0..n * 4 * 84 * 84).map(|_| rng.random::<u8>()).collect()),
+        actions: ActionBuf::Discrete((0..n).map(|_| rng.random_range(0u32..6)).collect()),
+        logp: (0..n).map(|_| rng.random_range(-2.0..-1.5)).collect(),
+        adv: (0..n).map(|_| rng.random_range(-1.0..1.0)).collect(),
+        returns: (0..n).map(|_| rng.random_range(-1.0..1.0)).collect(),
+        values: (0..n).map(|_| rng.random_range(-1.0..1.0)).collect(),
+        ..drill_algo::data::Rollout::default()
+    };
+    Ok(Learner::Ppo(Box::new(PpoStep {
+        trainer: Trainer::new(agent, 1e-5),
+        policy,
+        rollout,
+        rows: (0..n).collect(),
+    })))
+}
+
+/// Updates (a DQN update on DI-engine's CartPole net, batch 64, or with `case` "pong" its Pong
+/// net, batch 32; with "pong-ppo" a PPO minibatch update of `pong_ppo`, batch 256) on `device`
+/// without and with DDP on this job's ranks; every rank times both in lock step, rank 0
+/// prints the medians and the overhead.
 fn ddp_bench(
     report: &Report,
     case: Option<&str>,
@@ -131,23 +238,30 @@ fn ddp_bench(
     let pg = drill_comm::ProcessGroup::from_env()?;
     device.seed(0);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(pg.rank() as u64);
-    let (mut alone, batch, net) = match case {
-        None | Some("cartpole") => {
-            let (learner, batch) = cartpole_learner(&device, &mut rng);
-            (learner, batch, "cartpole net, batch 64")
+    let (what, net) = match case {
+        None | Some("cartpole") => ("dqn-update", "cartpole net, batch 64"),
+        Some("pong") => ("dqn-update", "pong net, batch 32"),
+        Some("pong-ppo") => ("ppo-update", "pong_ppo actor-critic, minibatch 256"),
+        Some(other) => {
+            anyhow::bail!("--case {other}: bench ddp knows `cartpole`, `pong` and `pong-ppo`")
         }
-        Some("pong") => {
-            let (learner, batch) = pong_learner(&device, &mut rng);
-            (learner, batch, "pong net, batch 32")
-        }
-        Some(other) => anyhow::bail!("--case {other}: bench ddp knows `cartpole` and `pong`"),
     };
-    let mut learner = || match case {
-        Some("pong") => pong_learner(&device, &mut rng).0,
-        _ => cartpole_learner(&device, &mut rng).0,
+    let mut learner = || -> anyhow::Result<Learner> {
+        Ok(match case {
+            Some("pong") => {
+                let (l, b) = pong_learner(&device, &mut rng);
+                Learner::Dqn(Box::new(l), b)
+            }
+            Some("pong-ppo") => pong_ppo_learner(&device, &mut rng)?,
+            _ => {
+                let (l, b) = cartpole_learner(&device, &mut rng);
+                Learner::Dqn(Box::new(l), b)
+            }
+        })
     };
+    let mut alone = learner()?;
     // The all-reduce started during the backward pass (the default), and after it.
-    let (mut ddp, mut after) = (learner(), learner());
+    let (mut ddp, mut after) = (learner()?, learner()?);
     let opts = drill_algo::optim::DdpOptions::default();
     ddp.distribute(pg.clone(), opts)?;
     after.distribute(
@@ -157,7 +271,7 @@ fn ddp_bench(
             ..opts
         },
     )?;
-    let small = case != Some("pong") && device == Device::flex();
+    let small = matches!(case, None | Some("cartpole")) && device == Device::flex();
     let (n, warmup) = if small { (2000, 100) } else { (20, 3) };
     let n = iters.unwrap_or(n);
     // Interleaved, so both see the same machine load (this host is shared and noisy).
@@ -165,13 +279,13 @@ fn ddp_bench(
     pg.barrier()?;
     for i in 0..n + warmup {
         let t = Instant::now();
-        alone.update(&batch, None).expect("one process");
+        alone.update().expect("one process");
         let a = t.elapsed().as_secs_f64() * 1e6;
         let t = Instant::now();
-        ddp.update(&batch, None)?;
+        ddp.update()?;
         let d = t.elapsed().as_secs_f64() * 1e6;
         let t = Instant::now();
-        after.update(&batch, None)?;
+        after.update()?;
         let f = t.elapsed().as_secs_f64() * 1e6;
         if i >= warmup {
             for (v, x) in us.iter_mut().zip([a, d, f]) {
@@ -181,27 +295,26 @@ fn ddp_bench(
     }
     let [alone_us, ddp_us, after_us] = us;
     let (t_alone, t_ddp, t_after) = (median(alone_us), median(ddp_us), median(after_us));
-    let params = ddp.online.params().len();
+    let params = ddp.params();
     let mut grads = vec![0.0f32; params];
     let t_sync = time_us(warmup.min(n), n, || {
         pg.all_reduce(&mut grads, drill_comm::ReduceOp::Avg)
             .expect("all_reduce");
     });
-    let sync = ddp.online.sync().expect("distributed");
-    let (early, buckets) = (sync.early_buckets(), sync.bucket_sizes().len());
+    let (early, buckets) = ddp.buckets().expect("distributed");
     let mut times = [t_alone, t_ddp, t_sync, t_after];
     pg.all_reduce(&mut times, drill_comm::ReduceOp::Max)?;
     if pg.is_main() {
         let w = pg.world_size();
         report.row(
-            "dqn-update-alone",
+            &format!("{what}-alone"),
             "us",
             times[0],
             n,
             &format!("{net}, {params} params, {w} ranks busy, {device:?}"),
         );
         report.row(
-            "dqn-update-ddp",
+            &format!("{what}-ddp"),
             "us",
             times[1],
             n,
@@ -212,7 +325,7 @@ fn ddp_bench(
             ),
         );
         report.row(
-            "dqn-update-ddp-after",
+            &format!("{what}-ddp-after"),
             "us",
             times[3],
             n,
