@@ -405,3 +405,46 @@ fn a_rank_across_hosts_without_a_token_is_refused_with_the_fix() {
         "{err}"
     );
 }
+
+#[test]
+fn bench_ddp_times_pong_ppo_with_and_without_the_overlap_and_names_an_unknown_case() {
+    let out = drill()
+        .args(["launch", "--standalone", "--nproc-per-node", "2", "--"])
+        .args([
+            env!("CARGO_BIN_EXE_drill"),
+            "bench",
+            "ddp",
+            "--case",
+            "pong-ppo",
+        ])
+        .args(["--iters", "1"])
+        .output()
+        .unwrap();
+    let (so, se) = text(&out);
+    assert!(out.status.success(), "{so}\n{se}");
+    for row in [
+        "ppo-update-alone",
+        "ppo-update-ddp ",
+        "ppo-update-ddp-after",
+        "overlap-hidden",
+    ] {
+        assert!(so.contains(&format!("[rank 0] {row}")), "{row}: {so}");
+    }
+    assert!(so.contains("1687719 params"), "{so}");
+    let out = drill()
+        .args(["launch", "--standalone", "--nproc-per-node", "1", "--"])
+        .args([
+            env!("CARGO_BIN_EXE_drill"),
+            "bench",
+            "ddp",
+            "--case",
+            "pong-sac",
+        ])
+        .output()
+        .unwrap();
+    let (so, se) = text(&out);
+    assert!(
+        se.contains("--case pong-sac: bench ddp knows `cartpole`, `pong` and `pong-ppo`"),
+        "{so}\n{se}"
+    );
+}
