@@ -1566,7 +1566,7 @@ fn elastic_jobs_on_three_hosts_lose_and_take_hosts_and_reach_the_limit() {
             ElasticFault::LateHost,
         ]);
         // Never host 0: the store's host must stay (the docs say so).
-        let k = 1 + rng.below(2) as usize;
+        let k = 1 + rng.below(2);
         let at = Duration::from_millis(300 + rng.below(3500) as u64);
         let (r, phase) = run_elastic_job(&hosts, n, fault, k, at);
         println!(

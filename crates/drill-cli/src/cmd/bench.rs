@@ -122,7 +122,7 @@ fn time_us(warmup: usize, iters: usize, mut f: impl FnMut()) -> f64 {
 
 /// One learner of `bench ddp`: a DQN update on a batch, or a PPO minibatch update.
 enum Learner {
-    Dqn(Box<Dqn>, Batch),
+    Dqn(Box<(Dqn, Batch)>),
     Ppo(Box<PpoStep>),
 }
 
@@ -137,7 +137,7 @@ struct PpoStep {
 impl Learner {
     fn update(&mut self) -> Result<(), drill_algo::TrainError> {
         match self {
-            Learner::Dqn(dqn, batch) => dqn.update(batch, None).map(drop),
+            Learner::Dqn(d) => d.0.update(&d.1, None).map(drop),
             Learner::Ppo(s) => {
                 let ad = Device::flex().autodiff();
                 let lr = s.policy.learn.learning_rate;
@@ -161,14 +161,14 @@ impl Learner {
         opts: drill_algo::optim::DdpOptions,
     ) -> Result<(), drill_algo::TrainError> {
         match self {
-            Learner::Dqn(dqn, _) => dqn.distribute(pg, opts),
+            Learner::Dqn(d) => d.0.distribute(pg, opts),
             Learner::Ppo(s) => s.trainer.distribute(pg, opts),
         }
     }
 
     fn params(&self) -> usize {
         match self {
-            Learner::Dqn(dqn, _) => dqn.online.params().len(),
+            Learner::Dqn(d) => d.0.online.params().len(),
             Learner::Ppo(s) => s.trainer.params().len(),
         }
     }
@@ -176,7 +176,7 @@ impl Learner {
     /// Buckets started during backward so far, and buckets per update (when distributed).
     fn buckets(&self) -> Option<(u64, usize)> {
         let sync = match self {
-            Learner::Dqn(dqn, _) => dqn.online.sync(),
+            Learner::Dqn(d) => d.0.online.sync(),
             Learner::Ppo(s) => s.trainer.sync(),
         }?;
         Some((sync.early_buckets(), sync.bucket_sizes().len()))
@@ -248,15 +248,9 @@ fn ddp_bench(
     };
     let mut learner = || -> anyhow::Result<Learner> {
         Ok(match case {
-            Some("pong") => {
-                let (l, b) = pong_learner(&device, &mut rng);
-                Learner::Dqn(Box::new(l), b)
-            }
+            Some("pong") => Learner::Dqn(Box::new(pong_learner(&device, &mut rng))),
             Some("pong-ppo") => pong_ppo_learner(&device, &mut rng)?,
-            _ => {
-                let (l, b) = cartpole_learner(&device, &mut rng);
-                Learner::Dqn(Box::new(l), b)
-            }
+            _ => Learner::Dqn(Box::new(cartpole_learner(&device, &mut rng))),
         })
     };
     let mut alone = learner()?;
