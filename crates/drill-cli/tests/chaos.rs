@@ -1097,8 +1097,14 @@ fn launch_on(
             "env.stop_value=1000",
             "--set",
             "max_env_step=15000",
-        ])
-        .env("DRILL_CHAOS", id)
+        ]);
+    spawn_on_host(c, id, log)
+}
+
+/// Start `c` (a launcher on a namespace host) as part of job `id`, with the jobs' token, its
+/// output to `log`.
+fn spawn_on_host(mut c: Command, id: &str, log: &Path) -> Child {
+    c.env("DRILL_CHAOS", id)
         .env("DRILL_JOB_TOKEN", "chaos")
         .stdout(Stdio::from(std::fs::File::create(log).unwrap()))
         .stderr(Stdio::from(
@@ -1384,14 +1390,8 @@ fn elastic_on(hosts: &Hosts, host: usize, id: &str, port: u16, exp: &Path, log: 
             "last_call_timeout=2,join_timeout=30,keep_alive_interval=0.5,keep_alive_max_attempt=4",
         ])
         .args(["--set", "env.stop_value=1000", "--set"])
-        .arg(format!("max_env_step={ELASTIC_LIMIT}"))
-        .env("DRILL_CHAOS", id)
-        .env("DRILL_JOB_TOKEN", "chaos")
-        .stdout(Stdio::from(std::fs::File::create(log).unwrap()))
-        .stderr(Stdio::from(
-            std::fs::OpenOptions::new().append(true).open(log).unwrap(),
-        ));
-    c.spawn().unwrap()
+        .arg(format!("max_env_step={ELASTIC_LIMIT}"));
+    spawn_on_host(c, id, log)
 }
 
 /// One elastic job on three hosts with `fault` on host `k` (1 or 2) at `at`: what it did and

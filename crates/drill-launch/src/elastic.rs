@@ -32,7 +32,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use drill_comm::{Store, Token};
 
-use crate::rendezvous::{Placement, Rendezvous};
+use crate::rendezvous::{Placement, Rendezvous, text};
 use crate::workers::{self, Failure, Peers, RoundEnd, Signals, Stop};
 use crate::{LaunchConfig, LaunchError, Outcome};
 
@@ -232,12 +232,8 @@ impl Liveness {
     /// Why `id` counts as gone, if it does: its own word (`gone/{id}`), or silence for
     /// `dead_after` (since when). Unreachable store: not gone (nothing is known).
     fn gone(&mut self, store: &Store, id: &str, dead_after: Duration) -> Option<String> {
-        let said = format!("gone/{id}");
-        if store.check(&[&said]).ok()? {
-            return store
-                .get(&said)
-                .ok()
-                .map(|v| String::from_utf8_lossy(&v).into_owned());
+        if let Some(why) = text(store, &format!("gone/{id}")) {
+            return Some(why);
         }
         let count = store.add(&format!("hb/{id}"), 0).ok()?;
         let now = Instant::now();
@@ -518,15 +514,7 @@ impl<'a> Node<'a> {
 
     /// Round `r`'s failure report, if any.
     fn failed_text(&self, r: usize) -> Option<String> {
-        let k = format!("round{r}/failed");
-        if self.store.check(&[&k]).ok()? {
-            self.store
-                .get(&k)
-                .ok()
-                .map(|v| String::from_utf8_lossy(&v).into_owned())
-        } else {
-            None
-        }
+        text(&self.store, &format!("round{r}/failed"))
     }
 
     /// Whether round `r`'s `n` nodes all finished it.

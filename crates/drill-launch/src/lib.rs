@@ -180,7 +180,7 @@ pub fn launch(cfg: &LaunchConfig) -> Result<Outcome, LaunchError> {
     let mut restarts = 0;
     loop {
         let placement = rdzv.next_round(restarts)?;
-        let mut peers = rendezvous::Attempt {
+        let mut peers = workers::Attempt {
             rdzv: &rdzv,
             round: restarts,
         };

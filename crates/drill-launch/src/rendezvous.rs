@@ -5,7 +5,6 @@ use std::time::{Duration, Instant};
 
 use drill_comm::{Store, StoreServer, Token};
 
-use crate::workers::{Peers, Stop};
 use crate::{LaunchConfig, LaunchError};
 
 /// Where this node's ranks sit in one attempt of the job.
@@ -30,7 +29,7 @@ pub struct Rendezvous {
     pub(crate) hosting: bool,
     pub(crate) host: String,
     pub(crate) port: u16,
-    nnodes: usize,
+    pub(crate) nnodes: usize,
     nproc: usize,
     node_rank: Option<usize>,
     timeout: Duration,
@@ -201,15 +200,7 @@ impl Rendezvous {
 
     /// Another node's failure report for attempt `round`, if any.
     pub fn remote_failure(&self, round: usize) -> Option<String> {
-        let k = format!("round{round}/failed");
-        if self.store.check(&[&k]).ok()? {
-            self.store
-                .get(&k)
-                .ok()
-                .map(|v| String::from_utf8_lossy(&v).into_owned())
-        } else {
-            None
-        }
+        text(&self.store, &format!("round{round}/failed"))
     }
 
     /// This node finished attempt `round`; the hosting node keeps the store up until every
@@ -230,24 +221,15 @@ impl Rendezvous {
     }
 }
 
-/// The static rendezvous's view of the other nodes during attempt `round`: their failures.
-pub(crate) struct Attempt<'a> {
-    /// The job's rendezvous.
-    pub rdzv: &'a Rendezvous,
-    /// The attempt.
-    pub round: usize,
-}
-
-impl Peers for Attempt<'_> {
-    fn report_failure(&self, what: &str) {
-        self.rdzv.report_failure(self.round, what);
-    }
-
-    fn poll(&mut self) -> Option<Stop> {
-        if self.rdzv.nnodes < 2 {
-            return None;
-        }
-        self.rdzv.remote_failure(self.round).map(Stop::Failed)
+/// The text at `key`, if the key is set and the store answers.
+pub(crate) fn text(store: &Store, key: &str) -> Option<String> {
+    if store.check(&[key]).ok()? {
+        store
+            .get(key)
+            .ok()
+            .map(|v| String::from_utf8_lossy(&v).into_owned())
+    } else {
+        None
     }
 }
 

@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::output::{Stream, pump};
-use crate::rendezvous::Placement;
+use crate::rendezvous::{Placement, Rendezvous};
 use crate::{LaunchConfig, LaunchError};
 
 /// The other nodes of an attempt, as the watch loop sees them.
@@ -29,6 +29,27 @@ pub(crate) enum Stop {
     /// The membership changes (what changes): the ranks are asked to stop as on Ctrl-C,
     /// saving a checkpoint at their current step, and the group restarts from it.
     Change(String),
+}
+
+/// The static rendezvous's view of the other nodes during attempt `round`: their failures.
+pub(crate) struct Attempt<'a> {
+    /// The job's rendezvous.
+    pub rdzv: &'a Rendezvous,
+    /// The attempt.
+    pub round: usize,
+}
+
+impl Peers for Attempt<'_> {
+    fn report_failure(&self, what: &str) {
+        self.rdzv.report_failure(self.round, what);
+    }
+
+    fn poll(&mut self) -> Option<Stop> {
+        if self.rdzv.nnodes < 2 {
+            return None;
+        }
+        self.rdzv.remote_failure(self.round).map(Stop::Failed)
+    }
 }
 
 /// The failure that ended an attempt.
