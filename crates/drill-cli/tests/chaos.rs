@@ -1387,7 +1387,7 @@ fn elastic_on(hosts: &Hosts, host: usize, id: &str, port: u16, exp: &Path, log: 
         .arg(format!("10.77.0.1:{port}"))
         .args([
             "--rdzv-conf",
-            "last_call_timeout=2,join_timeout=30,keep_alive_interval=0.5,keep_alive_max_attempt=4",
+            "last_call_timeout=2,join_timeout=30,keep_alive_interval=0.5,keep_alive_max_attempt=8",
         ])
         .args(["--set", "env.stop_value=1000", "--set"])
         .arg(format!("max_env_step={ELASTIC_LIMIT}"));

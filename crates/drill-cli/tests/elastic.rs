@@ -37,7 +37,7 @@ impl Node {
             .args(["--rdzv-id", "el", "--grace", "1"])
             .args([
                 "--rdzv-conf",
-                "last_call_timeout=1,join_timeout=8,keep_alive_interval=0.5,keep_alive_max_attempt=4",
+                "last_call_timeout=1,join_timeout=8,keep_alive_interval=0.5,keep_alive_max_attempt=10",
             ])
             .args(extra)
             .args(["--", "sh", "-c", RANK])
@@ -268,6 +268,6 @@ fn when_the_store_host_is_lost_the_others_end_naming_the_store() {
         "{text}"
     );
     assert!(text.contains(&format!("127.0.0.1:{p}")), "{text}");
-    // Within the join timeout (8 s) and the silence allowed (2 s), with slack.
+    // Within the silence allowed (5 s) and then the join timeout (8 s), with slack.
     assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
 }

@@ -402,7 +402,7 @@ fn elastic(hosts: &Hosts, host: usize, dir: &Path, sets: &str) -> Node {
         .args(["--rdzv-endpoint", "10.77.0.1:29519", "--rdzv-id", "el"])
         .args([
             "--rdzv-conf",
-            "last_call_timeout=2,keep_alive_interval=0.5,keep_alive_max_attempt=4",
+            "last_call_timeout=2,keep_alive_interval=0.5,keep_alive_max_attempt=8",
         ])
         .args(["--set", sets])
         .current_dir(dir)

@@ -1,5 +1,5 @@
 //! Data between the collector and the learner: the replay buffer, n-step transitions, the
-//! on-policy rollout and GAE; a replay buffer's file (`replay_file.rs`).
+//! on-policy rollout, GAE and V-trace; a replay buffer's file (`replay_file.rs`).
 
 mod frame_store;
 mod gae;
@@ -8,6 +8,7 @@ mod replay;
 mod replay_file;
 mod rollout;
 mod sum_tree;
+mod vtrace;
 
 pub(crate) use gae::gae;
 pub(crate) use nstep::NStep;
@@ -16,3 +17,4 @@ pub use replay::{Batch, ReplayBuffer};
 pub use replay_file::{Stamp, path_for as replay_path};
 pub use rollout::Rollout;
 pub(crate) use sum_tree::SumTree;
+pub use vtrace::{Trajectory, VtraceClip, vtrace};
