@@ -205,13 +205,21 @@ pub fn finish(
         )
     })?;
     if result.interrupted {
+        // In an elastic job the launcher interrupts the ranks when a host joins, and starts
+        // the next round from `final` itself.
+        let next = match std::env::var("DRILL_ELASTIC") {
+            Ok(range) => format!(
+                "an elastic job (--nnodes {range}) goes on from it when its next round starts; after a Ctrl-C, continue with: {}",
+                continue_with(exp.dir())
+            ),
+            Err(_) => format!("continue with: {}", continue_with(exp.dir())),
+        };
         tracing::info!(
-            "interrupted at env step {}, train iteration {} (last eval {:.1} ± {:.1}), `final` checkpoint written; continue with: {}",
+            "interrupted at env step {}, train iteration {} (last eval {:.1} ± {:.1}), `final` checkpoint written; {next}",
             result.env_steps,
             result.train_iters,
             result.eval_reward_mean,
             result.eval_reward_std,
-            continue_with(exp.dir())
         );
     } else {
         let stop = if result.stop_reached {
