@@ -24,12 +24,9 @@
 //! [`Decision`]), `round{R}/failed`, `round{R}/done`, `hb/{ID}` (heartbeats), `gone/{ID}` (why a
 //! node left on its own), `refused`, `refused/{K}`, `finished`.
 
-use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
+use drill_comm::store::{Heartbeat, Liveness};
 use drill_comm::{Store, Token};
 
 use crate::rendezvous::{Placement, Rendezvous, text};
@@ -221,33 +218,6 @@ fn clock(t: SystemTime) -> String {
     format!("{:02}:{:02}:{:02} UTC", s / 3600 % 24, s / 60 % 60, s % 60)
 }
 
-/// What this node saw of the other launchers' heartbeats.
-#[derive(Default)]
-struct Liveness {
-    /// Per node id: the last count seen and when it last changed.
-    seen: HashMap<String, (i64, Instant)>,
-}
-
-impl Liveness {
-    /// Why `id` counts as gone, if it does: its own word (`gone/{id}`), or silence for
-    /// `dead_after` (since when). Unreachable store: not gone (nothing is known).
-    fn gone(&mut self, store: &Store, id: &str, dead_after: Duration) -> Option<String> {
-        if let Some(why) = text(store, &format!("gone/{id}")) {
-            return Some(why);
-        }
-        let count = store.add(&format!("hb/{id}"), 0).ok()?;
-        let now = Instant::now();
-        let (last, changed) = self.seen.entry(id.to_string()).or_insert((count, now));
-        if *last != count {
-            (*last, *changed) = (count, now);
-            return None;
-        }
-        let silent = now - *changed;
-        (silent >= dead_after)
-            .then(|| format!("no heartbeat since {}", clock(SystemTime::now() - silent)))
-    }
-}
-
 /// This launcher in the elastic job: its identity, its heartbeat, its view of the others.
 struct Node<'a> {
     cfg: &'a LaunchConfig,
@@ -255,8 +225,10 @@ struct Node<'a> {
     rdzv: &'a Rendezvous,
     store: Store,
     me: Entry,
+    /// The other launchers' heartbeats, as this one saw them.
     live: Liveness,
-    beat: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
+    /// This launcher's heartbeat, until it leaves.
+    beat: Option<Heartbeat>,
     /// Refusals already said.
     refusals_seen: i64,
 }
@@ -290,18 +262,7 @@ impl<'a> Node<'a> {
         let hb = Store::connect(&rdzv.host, rdzv.port, &Token::new(token), cfg.timeout)?
             .with_prefix(&prefix)
             .with_reply_slack(Duration::from_secs(2));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (key, every, s) = (format!("hb/{id}"), el.keep_alive, stop.clone());
-        let _ = hb.add(&key, 1);
-        let beat = std::thread::spawn(move || {
-            while !s.load(Ordering::SeqCst) {
-                let _ = hb.add(&key, 1);
-                let until = Instant::now() + every;
-                while Instant::now() < until && !s.load(Ordering::SeqCst) {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-            }
-        });
+        let beat = Heartbeat::every(hb, format!("hb/{id}"), el.keep_alive);
         Ok(Node {
             cfg,
             el,
@@ -313,10 +274,23 @@ impl<'a> Node<'a> {
                 nproc: cfg.nproc_per_node,
                 prev: None,
             },
-            live: Liveness::default(),
-            beat: Some((stop, beat)),
+            live: Liveness::with_bound(rdzv.store.clone(), el.dead_after()),
+            beat: Some(beat),
             refusals_seen: 0,
         })
+    }
+
+    /// Why node `id` counts as gone, if it does: its own word (`gone/{id}`), or a heartbeat
+    /// silent past the limit (since when). An unreachable store says nothing of it.
+    fn gone(&mut self, id: &str) -> Option<String> {
+        if let Some(why) = text(&self.store, &format!("gone/{id}")) {
+            return Some(why);
+        }
+        let silent = self.live.silent(&format!("hb/{id}")).ok()??;
+        Some(format!(
+            "no heartbeat since {}",
+            clock(SystemTime::now() - silent)
+        ))
     }
 
     /// Say why this node leaves (read by the others as it goes) and stop its heartbeat.
@@ -325,10 +299,7 @@ impl<'a> Node<'a> {
             &format!("gone/{}", self.me.id),
             format!("{why} at {}", clock(SystemTime::now())).as_bytes(),
         );
-        if let Some((stop, h)) = self.beat.take() {
-            stop.store(true, Ordering::SeqCst);
-            let _ = h.join();
-        }
+        self.beat.take();
     }
 
     /// Round `r`'s decision, if it closed.
@@ -476,13 +447,12 @@ impl<'a> Node<'a> {
         let ready = match &before {
             None => arrived.len() >= self.el.max_nodes || first_at.elapsed() >= self.el.last_call,
             Some(d) => {
-                let dead_after = self.el.dead_after();
                 let mut all = true;
                 for m in &d.members {
                     if arrived.iter().any(|a| a.id == m.id) {
                         continue;
                     }
-                    match self.live.gone(&self.store, &m.id, dead_after) {
+                    match self.gone(&m.id) {
                         Some(why) => left.push((m.clone(), why)),
                         None => all = false,
                     }
@@ -559,8 +529,7 @@ impl<'a> Node<'a> {
                 .filter(|m| !arrived.iter().any(|a| a.id == m.id))
             {
                 let why = self
-                    .live
-                    .gone(&self.store, &m.id, self.el.dead_after())
+                    .gone(&m.id)
                     .unwrap_or_else(|| "alive but did not rejoin".into());
                 left.push(format!("{} ({why})", m.name));
             }
@@ -661,12 +630,11 @@ impl Peers for Watch<'_, '_> {
         }
         if self.last_beat_check.elapsed() >= Duration::from_millis(500) {
             self.last_beat_check = Instant::now();
-            let dead_after = node.el.dead_after();
             for (n, m) in self.members.iter().enumerate() {
                 if m.id == node.me.id {
                     continue;
                 }
-                if let Some(why) = node.live.gone(&node.store, &m.id, dead_after) {
+                if let Some(why) = node.gone(&m.id) {
                     let what = format!("host {} (node {n}) is gone: {why}", m.name);
                     self.report_failure(&what);
                     return Some(Stop::Failed(what));

@@ -1,8 +1,9 @@
 //! Liveness through the Store, for backends without connections of their own to watch (NCCL
-//! today): each process bumps a counter `hb/<global rank>` every [`HEARTBEAT_EVERY`] from a
-//! thread ([`Heartbeat`]); a waiting operation reads the others' counters ([`Liveness`]) and
-//! declares a rank dead once its counter has not moved for [`HEARTBEAT_DEAD`]. A store that
-//! cannot be reached counts as rank 0 (or the launcher hosting it) being gone.
+//! today) and for the launchers of an elastic job: each process bumps a counter (`hb/<global
+//! rank>`, or a key of its own) every [`HEARTBEAT_EVERY`] (or its own period) from a thread
+//! ([`Heartbeat`]); a reader ([`Liveness`]) declares it dead once its counter has not moved
+//! for [`HEARTBEAT_DEAD`] (or the reader's bound). To a rank waiting on a collective, a store
+//! that cannot be reached counts as rank 0 (or the launcher hosting it) being gone.
 
 use std::collections::HashMap;
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
@@ -26,20 +27,23 @@ pub struct Heartbeat {
 }
 
 impl Heartbeat {
-    /// Start bumping `hb/<global_rank>` under `store`'s prefix (give it a connection of its
-    /// own: the thread holds it).
+    /// Start bumping `hb/<global_rank>` under `store`'s prefix every [`HEARTBEAT_EVERY`]
+    /// (give it a connection of its own: the thread holds it).
     pub fn start(store: Store, global_rank: usize) -> Heartbeat {
+        Heartbeat::every(store, format!("hb/{global_rank}"), HEARTBEAT_EVERY)
+    }
+
+    /// Start bumping `key` under `store`'s prefix every `period`; a failed bump is tried
+    /// again next period (a store behind a cut link may come back).
+    pub fn every(store: Store, key: String, period: Duration) -> Heartbeat {
         let (stop, stopped) = mpsc::channel::<()>();
-        let key = format!("hb/{global_rank}");
         let thread = std::thread::Builder::new()
             .name("drill-heartbeat".into())
             .spawn(move || {
                 loop {
-                    if store.add(&key, 1).is_err() {
-                        return;
-                    }
+                    let _ = store.add(&key, 1);
                     // The wait is the period, cut short by a stop (the sender dropped).
-                    if stopped.recv_timeout(HEARTBEAT_EVERY) != Err(RecvTimeoutError::Timeout) {
+                    if stopped.recv_timeout(period) != Err(RecvTimeoutError::Timeout) {
                         return;
                     }
                 }
@@ -78,24 +82,51 @@ impl Drop for Heartbeat {
     }
 }
 
-/// Reads the other ranks' heartbeats while an operation waits.
+/// Reads the other processes' heartbeats.
 pub struct Liveness {
     store: Store,
-    /// Last counter seen and when it last moved, per global rank.
-    seen: HashMap<usize, (i64, Instant)>,
+    /// Silence after which a heartbeat counts as stopped.
+    bound: Duration,
+    /// Last counter seen and when it last moved, per key.
+    seen: HashMap<String, (i64, Instant)>,
 }
 
 impl Liveness {
-    /// Watch heartbeats through `store` (the prefix the heartbeats were started under).
+    /// Watch heartbeats through `store` (the prefix the heartbeats were started under),
+    /// declaring one dead after [`HEARTBEAT_DEAD`].
     pub fn new(store: Store) -> Liveness {
+        Liveness::with_bound(store, HEARTBEAT_DEAD)
+    }
+
+    /// The same with a bound of the caller's.
+    pub fn with_bound(store: Store, bound: Duration) -> Liveness {
         Liveness {
             store,
+            bound,
             seen: HashMap::new(),
         }
     }
 
-    /// The first of `ranks` whose heartbeat has not moved for [`HEARTBEAT_DEAD`], or a store
-    /// that cannot be reached (its host, rank 0 or the launcher, is gone).
+    /// How long the counter at `key` has stood still, once that is past the bound (`None`
+    /// while it moves, or before this reader has watched it that long); the store's error
+    /// when it cannot be read.
+    pub fn silent(&mut self, key: &str) -> crate::Result<Option<Duration>> {
+        self.silent_at(key, Instant::now())
+    }
+
+    fn silent_at(&mut self, key: &str, now: Instant) -> crate::Result<Option<Duration>> {
+        let v = self.store.add(key, 0)?;
+        let e = self.seen.entry(key.to_string()).or_insert((v, now));
+        if v != e.0 {
+            *e = (v, now);
+            return Ok(None);
+        }
+        let silent = now.saturating_duration_since(e.1);
+        Ok((silent > self.bound).then_some(silent))
+    }
+
+    /// The first of `ranks` whose heartbeat has not moved for the bound, or a store that
+    /// cannot be reached (its host, rank 0 or the launcher, is gone).
     pub fn dead(&mut self, ranks: &[usize]) -> Option<(usize, String)> {
         self.dead_at(ranks, Instant::now())
     }
@@ -104,16 +135,9 @@ impl Liveness {
     /// silence measured against `now`, so the rule is testable without racing a clock.
     fn dead_at(&mut self, ranks: &[usize], now: Instant) -> Option<(usize, String)> {
         for &r in ranks {
-            match self.store.add(&format!("hb/{r}"), 0) {
-                Ok(v) => {
-                    let e = self.seen.entry(r).or_insert((v, now));
-                    if v != e.0 {
-                        *e = (v, now);
-                    } else if now.saturating_duration_since(e.1) > HEARTBEAT_DEAD {
-                        let silent = now.saturating_duration_since(e.1);
-                        return Some((r, format!("no heartbeat for {silent:?}")));
-                    }
-                }
+            match self.silent_at(&format!("hb/{r}"), now) {
+                Ok(None) => {}
+                Ok(Some(silent)) => return Some((r, format!("no heartbeat for {silent:?}"))),
                 Err(e) => return Some((0, format!("the store is unreachable: {e}"))),
             }
         }
@@ -194,5 +218,31 @@ mod tests {
             last,
             "bumped after it stopped"
         );
+    }
+
+    /// A heartbeat under a key of its own, read with a bound of the reader's (an elastic
+    /// job's launchers): silent once, and only once, its counter has stood past that bound.
+    #[test]
+    fn a_named_heartbeat_is_silent_past_the_readers_bound() {
+        let (_srv, connect) = store();
+        let beats = connect();
+        let mut live = Liveness::with_bound(connect(), Duration::from_millis(800));
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        beats.add("hb/host-a:1", 1).unwrap();
+        assert_eq!(live.silent_at("hb/host-a:1", at(0)).unwrap(), None);
+        assert_eq!(live.silent_at("hb/host-a:1", at(800)).unwrap(), None);
+        let silent = live.silent_at("hb/host-a:1", at(801)).unwrap();
+        assert_eq!(silent, Some(Duration::from_millis(801)));
+        beats.add("hb/host-a:1", 1).unwrap();
+        assert_eq!(live.silent_at("hb/host-a:1", at(5000)).unwrap(), None);
+        // The thread bumps the key it was given, at its own period.
+        let beat = Heartbeat::every(connect(), "hb/host-b:2".into(), Duration::from_millis(10));
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while beats.add("hb/host-b:2", 0).unwrap() < 3 {
+            assert!(Instant::now() < deadline, "never bumped 3 times");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        beat.stop();
     }
 }
