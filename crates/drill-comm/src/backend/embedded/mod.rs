@@ -1,6 +1,6 @@
 //! The embedded backend (the default; nothing to install): shared-memory rings between ranks
 //! on one host, TCP between hosts, a full mesh of authenticated control connections as the
-//! failure detector, and size-dependent algorithms ([`algo`]).
+//! failure detector, and size-dependent algorithms (`algo.rs`).
 
 pub(crate) mod algo;
 mod connect;
@@ -31,7 +31,7 @@ pub struct EmbeddedOptions {
     pub shm: bool,
     /// Longest wait without progress.
     pub timeout: Duration,
-    /// Silence after which a peer counts as unreachable ([`health`]).
+    /// Silence after which a peer counts as unreachable (`health.rs`).
     pub heartbeat: Duration,
 }
 
