@@ -106,8 +106,22 @@ impl Elastic {
     }
 }
 
-/// `--nnodes`: `N`, or `MIN:MAX` (elastic). The node count (MAX) and the elastic range.
-pub fn parse_nnodes(s: &str) -> Result<(usize, Option<Elastic>), String> {
+/// `--nnodes` (`N`, or `MIN:MAX`: elastic) and `--rdzv-conf` (`conf`, only for an elastic
+/// job): the node count (MAX) and the elastic range with its settings.
+pub fn parse_nnodes(s: &str, conf: &str) -> Result<(usize, Option<Elastic>), String> {
+    let (n, mut elastic) = parse_range(s)?;
+    match &mut elastic {
+        Some(el) => el.configure(conf)?,
+        None if !conf.is_empty() => {
+            return Err("--rdzv-conf is for an elastic job (--nnodes MIN:MAX)".into());
+        }
+        None => {}
+    }
+    Ok((n, elastic))
+}
+
+/// `--nnodes` alone.
+fn parse_range(s: &str) -> Result<(usize, Option<Elastic>), String> {
     let num = |t: &str| {
         t.trim()
             .parse::<usize>()
@@ -243,16 +257,13 @@ impl<'a> Node<'a> {
         let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|s| s.trim().to_string())
             .unwrap_or_else(|_| "?".into());
+        // A fresh RandomState is randomly keyed: its empty hash is a random number.
         let nonce = {
             use std::hash::{BuildHasher, Hasher};
-            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-            h.write_u128(
-                SystemTime::now()
-                    .duration_since(SystemTime::UNIX_EPOCH)
-                    .unwrap_or_default()
-                    .as_nanos(),
-            );
-            h.finish() & 0xffff_ffff
+            std::collections::hash_map::RandomState::new()
+                .build_hasher()
+                .finish()
+                & 0xffff_ffff
         };
         // Named host:pid, as torchrun names its agents: two launchers on one host stay apart.
         let name = format!("{name}:{}", std::process::id());
@@ -550,21 +561,11 @@ impl<'a> Node<'a> {
         )))
     }
 
-    /// The hosting node keeps the store up until the round's `n` nodes have finished.
+    /// The job is over: nodes still waiting to join learn it, and the hosting node keeps the
+    /// store up until the round's `n` nodes have finished.
     fn finish(&self, r: usize, n: usize) {
-        let k = format!("round{r}/done");
-        let _ = self.store.add(&k, 1);
         let _ = self.store.set("finished", b"1");
-        if self.rdzv.hosting {
-            let deadline = Instant::now() + self.cfg.timeout;
-            while Instant::now() < deadline {
-                match self.store.add(&k, 0) {
-                    Ok(c) if c as usize >= n => break,
-                    Ok(_) => std::thread::sleep(Duration::from_millis(20)),
-                    Err(_) => break,
-                }
-            }
-        }
+        self.rdzv.finish_nodes(r, n);
     }
 }
 
@@ -654,7 +655,8 @@ pub(crate) fn run(
 ) -> Result<Outcome, LaunchError> {
     let rdzv = Rendezvous::join(cfg, token)?;
     let mut node = Node::start(cfg, el, &rdzv, token)?;
-    let start = match node.store.check(&["latest"])? {
+    // A node arriving at a running job meets it in the round after the newest closed one.
+    let mut round = match node.store.check(&["latest"])? {
         true => {
             String::from_utf8_lossy(&node.store.get("latest")?)
                 .parse::<usize>()
@@ -663,8 +665,6 @@ pub(crate) fn run(
         }
         false => 0,
     };
-    // A node arriving at a running job meets it in the round after the newest closed one.
-    let mut round = start;
     let mut last_failure: Option<Failure> = None;
     loop {
         let Some((r, d)) = node.join(round)? else {
@@ -754,18 +754,25 @@ mod tests {
 
     #[test]
     fn nnodes_and_rdzv_conf_parse_or_name_what_is_wrong() {
-        assert_eq!(parse_nnodes("3").unwrap(), (3, None));
-        let (n, el) = parse_nnodes("2:3").unwrap();
+        assert_eq!(parse_nnodes("3", "").unwrap(), (3, None));
+        let (n, el) = parse_nnodes("2:3", "").unwrap();
         assert_eq!(
             (n, el.clone().map(|e| (e.min_nodes, e.max_nodes))),
             (3, Some((2, 3)))
         );
         assert!(
-            parse_nnodes("3:2")
+            parse_nnodes("3:2", "")
                 .unwrap_err()
                 .contains("MIN is above MAX")
         );
-        assert!(parse_nnodes("0:2").unwrap_err().contains("positive"));
+        assert!(parse_nnodes("0:2", "").unwrap_err().contains("positive"));
+        assert!(
+            parse_nnodes("2", "join_timeout=3")
+                .unwrap_err()
+                .contains("--rdzv-conf is for an elastic job")
+        );
+        let (_, tuned) = parse_nnodes("1:2", "last_call_timeout=4").unwrap();
+        assert_eq!(tuned.unwrap().last_call, Duration::from_secs(4));
         let mut el = el.unwrap();
         el.configure("join_timeout=20, last_call_timeout=0.5,keep_alive_max_attempt=3")
             .unwrap();

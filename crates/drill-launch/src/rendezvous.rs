@@ -206,13 +206,18 @@ impl Rendezvous {
     /// This node finished attempt `round`; the hosting node keeps the store up until every
     /// node has said so (bounded by the timeout).
     pub fn finish(&self, round: usize) {
+        self.finish_nodes(round, self.nnodes);
+    }
+
+    /// [`Rendezvous::finish`] for a round of `nodes` nodes (an elastic job's rounds vary).
+    pub(crate) fn finish_nodes(&self, round: usize, nodes: usize) {
         let k = format!("round{round}/done");
         let _ = self.store.add(&k, 1);
         if self.hosting {
             let deadline = Instant::now() + self.timeout;
             while Instant::now() < deadline {
                 match self.store.add(&k, 0) {
-                    Ok(n) if n as usize >= self.nnodes => break,
+                    Ok(n) if n as usize >= nodes => break,
                     Ok(_) => std::thread::sleep(Duration::from_millis(20)),
                     Err(_) => break,
                 }

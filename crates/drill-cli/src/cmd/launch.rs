@@ -83,15 +83,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             args.rdzv_backend
         );
     }
-    let (nnodes, mut elastic) =
-        drill_launch::parse_nnodes(&args.nnodes).map_err(anyhow::Error::msg)?;
-    match &mut elastic {
-        Some(el) => el.configure(&args.rdzv_conf).map_err(anyhow::Error::msg)?,
-        None if !args.rdzv_conf.is_empty() => {
-            anyhow::bail!("--rdzv-conf is for an elastic job (--nnodes MIN:MAX)")
-        }
-        None => {}
-    }
+    let (nnodes, elastic) =
+        drill_launch::parse_nnodes(&args.nnodes, &args.rdzv_conf).map_err(anyhow::Error::msg)?;
     let (master_addr, master_port, nnodes, elastic) = if args.standalone {
         (
             "127.0.0.1".to_string(),

@@ -51,14 +51,8 @@ fn nodes(args: &Args) -> anyhow::Result<Option<runner::Nodes>> {
     let Some(nnodes) = &args.nnodes else {
         return Ok(None);
     };
-    let (n, mut elastic) = drill_launch::parse_nnodes(nnodes).map_err(anyhow::Error::msg)?;
-    match &mut elastic {
-        Some(el) => el.configure(&args.rdzv_conf).map_err(anyhow::Error::msg)?,
-        None if !args.rdzv_conf.is_empty() => {
-            anyhow::bail!("--rdzv-conf is for an elastic job (--nnodes MIN:MAX)")
-        }
-        None => {}
-    }
+    let (n, elastic) =
+        drill_launch::parse_nnodes(nnodes, &args.rdzv_conf).map_err(anyhow::Error::msg)?;
     let endpoint = args.rdzv_endpoint.clone().ok_or_else(|| {
         anyhow::anyhow!(
             "--nnodes {nnodes} needs --rdzv-endpoint HOST:PORT (the store every node meets at)"
