@@ -4,7 +4,7 @@
 use crate::context::{RunContext, TrainResult};
 use crate::envs;
 use crate::error::TrainError;
-use crate::{checkpoint, ddp, dqn, eval, middleware, policy, ppo, sac};
+use crate::{appo, checkpoint, ddp, dqn, eval, middleware, policy, ppo, sac};
 
 /// Check what only the environment can tell: that the model fits the spaces of the
 /// environment `spec` describes (`policy.model.obs_shape`, discrete vs continuous actions,
@@ -17,7 +17,9 @@ pub fn validate(
 ) -> Result<(), TrainError> {
     match &config.policy {
         drill_config::Policy::Dqn(p) => dqn::check_model(config, p, spec).map(drop),
-        drill_config::Policy::Ppo(p) => ppo::check_model(config, p, spec).map(drop),
+        drill_config::Policy::Ppo(p) | drill_config::Policy::Appo(p) => {
+            ppo::check_model(config, p, spec).map(drop)
+        }
         drill_config::Policy::Sac(p) => sac::check_model(config, p, spec).map(drop),
     }
 }
@@ -31,6 +33,7 @@ pub fn train(
     match &config.policy {
         drill_config::Policy::Dqn(p) => dqn::train(config, p, ctx),
         drill_config::Policy::Ppo(p) => ppo::train(config, p, ctx),
+        drill_config::Policy::Appo(p) => appo::train(config, p, ctx),
         drill_config::Policy::Sac(p) => sac::train(config, p, ctx),
     }
 }
@@ -46,14 +49,15 @@ pub fn train_roles(
 ) -> Result<Option<TrainResult>, TrainError> {
     validate(config, &run.spec)?;
     check_splittable(config)?;
-    let drill_config::Policy::Dqn(p) = &config.policy else {
-        return Err(not_splittable(config));
-    };
-    dqn::train_roles(config, p, run, task, roles)
+    match &config.policy {
+        drill_config::Policy::Dqn(p) => dqn::train_roles(config, p, run, task, roles),
+        drill_config::Policy::Appo(p) => appo::train_roles(config, p, run, task, roles),
+        _ => Err(not_splittable(config)),
+    }
 }
 
 /// Whether `config`'s pipeline can be split over processes (`--parallel-workers`): DQN's
-/// off-policy pipeline can; PPO's on-policy one is refused, naming `policy.type`.
+/// off-policy pipeline and APPO's can; PPO's on-policy one is refused, naming `policy.type`.
 pub fn check_splittable(config: &drill_config::Config) -> Result<(), TrainError> {
     if config.policy.multi_gpu() {
         return Err(config
@@ -64,7 +68,7 @@ pub fn check_splittable(config: &drill_config::Config) -> Result<(), TrainError>
             .into());
     }
     match &config.policy {
-        drill_config::Policy::Dqn(_) => Ok(()),
+        drill_config::Policy::Dqn(_) | drill_config::Policy::Appo(_) => Ok(()),
         drill_config::Policy::Ppo(_) | drill_config::Policy::Sac(_) => Err(not_splittable(config)),
     }
 }
@@ -72,10 +76,10 @@ pub fn check_splittable(config: &drill_config::Config) -> Result<(), TrainError>
 fn not_splittable(config: &drill_config::Config) -> TrainError {
     let why = match config.policy {
         drill_config::Policy::Ppo(_) => {
-            "--parallel-workers splits DQN's off-policy pipeline; PPO is on-policy (each rollout must be trained on by the weights that collected it): train it in one process, or data-parallel with --nproc-per-node"
+            "--parallel-workers splits DQN's and APPO's pipelines; PPO is on-policy (each rollout must be trained on by the weights that collected it): set `type = \"appo\"` (V-trace corrects for collectors that act with older weights), or train PPO in one process or data-parallel with --nproc-per-node"
         }
         _ => {
-            "--parallel-workers splits DQN's pipeline only so far (SAC's is not wired to the exchangers): train it in one process, or data-parallel with --nproc-per-node"
+            "--parallel-workers splits DQN's and APPO's pipelines only so far (SAC's is not wired to the exchangers): train it in one process, or data-parallel with --nproc-per-node"
         }
     };
     config.error("policy.type", why).into()
@@ -115,7 +119,7 @@ pub fn evaluate(
             let policy = dqn::Dqn::from_spec(config, p, spec, device)?;
             run(policy, ck, &mut evaluator)
         }
-        drill_config::Policy::Ppo(p) => {
+        drill_config::Policy::Ppo(p) | drill_config::Policy::Appo(p) => {
             let policy = ppo::Ppo::from_spec(config, p, spec, device, alone)?;
             run(policy, ck, &mut evaluator)
         }
@@ -198,7 +202,7 @@ mod tests {
                 drill_config::Policy::Dqn(p) => {
                     dqn::build_qnet(&config, p, &spec, &device).map(drop)
                 }
-                drill_config::Policy::Ppo(p) => {
+                drill_config::Policy::Ppo(p) | drill_config::Policy::Appo(p) => {
                     ppo::build_agent(&config, p, &spec, &device).map(drop)
                 }
                 drill_config::Policy::Sac(p) => {

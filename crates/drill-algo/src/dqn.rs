@@ -20,9 +20,9 @@ use crate::ddp;
 use crate::envs;
 use crate::error::TrainError;
 use crate::middleware::{
-    CkptSaver, ContextExchanger, DataPusher, EpsGreedyHandler, FinishSync, InteractionEvaluator,
-    ModelExchanger, NStepRewardEnhancer, OffPolicyLearner, OnlineLogger, Outputs, Remote, Roles,
-    StepCollector, TerminationChecker, TrainClock, run_result,
+    CkptSaver, DataPusher, EpsGreedyHandler, InteractionEvaluator, ModelExchanger,
+    NStepRewardEnhancer, OffPolicyLearner, OnlineLogger, Outputs, Roles, StepCollector,
+    TerminationChecker, TrainClock, Transitions, run_result, use_exchangers,
 };
 use crate::nets;
 use crate::nets::{ConvEncoder, ObsShape, QNet, argmax, check_encoder, input};
@@ -424,21 +424,22 @@ pub fn train_roles(
     // ALGO: the pipeline, DI-engine's order. Each role's middlewares run only where the role
     // does; exchangers carry data to the roles that run in other processes.
     if let Some(remote) = &roles.remote {
-        use_exchangers(&mut task, &handle, roles, remote, &dqn, timeout);
+        use_exchangers::<Transitions, _>(&mut task, &handle, roles, remote, &dqn, timeout);
     }
     if roles.evaluator {
         // Evaluate greedily every eval_freq train iterations (and before training).
         let evaluator = envs::evaluator(cfg, world.max(slots), ranks.rank(), ranks.world())?;
-        task.use_mw(
-            InteractionEvaluator::new(
-                evaluator,
-                eval_freq,
-                cfg.env.stop_value,
-                ranks.clone(),
-                &dqn,
-            )
-            .finish_on_stop(!roles.learner_elsewhere()),
+        let mut evaluator = InteractionEvaluator::new(
+            evaluator,
+            eval_freq,
+            cfg.env.stop_value,
+            ranks.clone(),
+            &dqn,
         );
+        if roles.learner_elsewhere() {
+            evaluator = evaluator.remote();
+        }
+        task.use_mw(evaluator);
     }
     if roles.learner {
         let mut saver = CkptSaver::new(&out, &dqn, ranks.clone(), &rng, clock);
@@ -487,7 +488,7 @@ pub fn train_roles(
         task.use_mw(learn);
         if let Some(remote) = &roles.remote {
             let collectors = roles.collector_elsewhere();
-            let sender = ModelExchanger::sender(eval_freq, collectors, &dqn, timeout);
+            let sender = ModelExchanger::sender(eval_freq, iters, collectors, &dqn, timeout);
             task.use_mw(sender.every(remote.model_every));
         }
         task.use_mw(OnlineLogger::new(&out, cfg.max_env_step, env_step));
@@ -497,45 +498,6 @@ pub fn train_roles(
     Ok(roles
         .learner
         .then(|| run_result(&ctx, env_step, &clock, world, run.restarts)))
-}
-
-/// A split run's exchangers (DI-engine's `ContextExchanger` and `ModelExchanger`): the
-/// learner receives trajectories and evaluations from the roles that run elsewhere, a
-/// collector or evaluator sends them and receives the learner's weights.
-fn use_exchangers<'a>(
-    task: &mut Task<'a, OnlineRLContext>,
-    handle: &TaskHandle,
-    roles: &Roles,
-    remote: &Remote,
-    dqn: &'a RefCell<Dqn>,
-    timeout: Duration,
-) {
-    task.use_mw(FinishSync::new(handle));
-    let mut x = ContextExchanger::new(timeout);
-    if roles.learner {
-        if roles.collector_elsewhere() {
-            x = x.receive_trajectories(handle);
-        }
-        if roles.evaluator_elsewhere() {
-            x = x.receive_eval(handle);
-        }
-    } else {
-        if roles.collector {
-            x = x.send_trajectories(remote.node);
-            task.use_mw(ModelExchanger::collector(
-                handle,
-                remote.node,
-                remote.model_staleness,
-                dqn,
-                timeout,
-            ));
-        }
-        if roles.evaluator {
-            x = x.send_eval();
-            task.use_mw(ModelExchanger::evaluator(handle, dqn, timeout));
-        }
-    }
-    task.use_mw(x);
 }
 
 #[cfg(test)]

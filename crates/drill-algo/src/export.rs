@@ -88,7 +88,7 @@ fn torch_layout(
 pub fn to_torch(config: &Config, ck: &Checkpoint) -> Result<StateDict, TrainError> {
     match &config.policy {
         Policy::Dqn(p) => dqn(config, p, ck),
-        Policy::Ppo(p) => vac(config, p, ck),
+        Policy::Ppo(p) | Policy::Appo(p) => vac(config, p, ck),
         Policy::Sac(_) => Err(config
             .error(
                 "policy.type",
@@ -291,7 +291,7 @@ pub fn probe(
             dqn.load_state_dict(ck)?;
             outputs.insert("q".into(), rows(dqn.q_values(obs.as_obs())));
         }
-        Policy::Ppo(p) => {
+        Policy::Ppo(p) | Policy::Appo(p) => {
             let mut ppo = Ppo::from_config(config, p, device, Ranks::alone())?;
             ppo.load_state_dict(ck)?;
             let (actor, log_std, value) = ppo.outputs(obs.as_obs());

@@ -74,13 +74,9 @@ impl Loaded {
             drill_config::Policy::Dqn(p) => {
                 Net::Dqn(Box::new(dqn::Dqn::from_spec(&config, p, &spec, device)?))
             }
-            drill_config::Policy::Ppo(p) => Net::Ppo(Box::new(ppo::Ppo::from_spec(
-                &config,
-                p,
-                &spec,
-                device,
-                Ranks::alone(),
-            )?)),
+            drill_config::Policy::Ppo(p) | drill_config::Policy::Appo(p) => Net::Ppo(Box::new(
+                ppo::Ppo::from_spec(&config, p, &spec, device, Ranks::alone())?,
+            )),
             drill_config::Policy::Sac(p) => Net::Sac(Box::new(sac::Sac::from_spec(
                 &config,
                 p,
@@ -177,7 +173,7 @@ mod tests {
                         let mut p = dqn::Dqn::from_spec(&cfg, p, &spec, &device).unwrap();
                         mutate_every_tensor(&mut p, &label)
                     }
-                    drill_config::Policy::Ppo(p) => {
+                    drill_config::Policy::Ppo(p) | drill_config::Policy::Appo(p) => {
                         let mut p =
                             ppo::Ppo::from_spec(&cfg, p, &spec, &device, Ranks::alone()).unwrap();
                         mutate_every_tensor(&mut p, &label)

@@ -1,12 +1,12 @@
 //! drill's reinforcement-learning algorithms and the data plumbing around them.
 //!
-//! - [`dqn`], [`ppo`], `sac.rs`: each algorithm in one file, read top to bottom: its
+//! - [`dqn`], [`ppo`], [`appo`], `sac.rs`: each algorithm in one file, read top to bottom: its
 //!   networks' use, exploration, update and pipeline. Each implements [`policy::Policy`].
 //! - [`policy`]: the one abstraction every middleware takes (collect, eval, learn, state).
 //! - [`middleware`]: the built-in, generic middlewares the pipelines are composed of.
 //! - [`nets`]: the networks; [`optim`]: flat parameters and Adam; [`compute`]: the device a
 //!   run uses and drill-kernels' layers as burn operations.
-//! - [`data`]: replay buffer, n-step returns, rollouts, GAE; `explore.rs`: epsilon schedules.
+//! - [`data`]: replay buffer, n-step returns, rollouts, GAE, V-trace; `explore.rs`: epsilon schedules.
 //! - [`eval`]: the evaluator; [`checkpoint`]: safetensors checkpoints.
 //! - A run's parts, in the order a run meets them: [`runner`] (a whole run from a config
 //!   file, as `drill train` and Python's `drill.train` start it: load and check, train here
@@ -28,6 +28,7 @@
 
 #![warn(unreachable_pub)]
 
+pub mod appo;
 pub mod checkpoint;
 pub mod compute;
 mod context;

@@ -56,7 +56,7 @@ pub(crate) fn estimate(cfg: &Config, spec: &EnvSpec) -> Vec<Item> {
             let key = "policy.model.encoder_hidden_size_list";
             (key, params, 7.0, widths, p.learn.batch_size)
         }
-        Policy::Ppo(p) => {
+        Policy::Ppo(p) | Policy::Appo(p) => {
             let hidden = &p.model.encoder_hidden_size_list;
             let (params, widths) = encoder(&spec.obs.shape, hidden, actions + 1);
             let key = "policy.model.encoder_hidden_size_list";
@@ -103,7 +103,7 @@ pub(crate) fn estimate(cfg: &Config, spec: &EnvSpec) -> Vec<Item> {
     let replay = match &cfg.policy {
         Policy::Dqn(p) => Ok(p.other.replay_buffer.replay_buffer_size),
         Policy::Sac(p) => Ok(p.other.replay_buffer.replay_buffer_size),
-        Policy::Ppo(p) => Err(p.collect.n_sample),
+        Policy::Ppo(p) | Policy::Appo(p) => Err(p.collect.n_sample),
     };
     items.push(match replay {
         Ok(size) => Item {

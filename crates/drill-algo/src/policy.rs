@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | eval | [`Policy::eval`] | `InteractionEvaluator` |
 //! | collect | [`Policy::collect`] (+ [`Policy::values`] on-policy) | `StepCollector`, `RolloutCollector` |
-//! | learn | [`Policy::learn`], [`Policy::train_iter`] | `OffPolicyLearner`, `OnPolicyLearner` |
+//! | learn | [`Policy::learn`], [`Policy::train_iter`] (+ [`Policy::evaluate_actions`] for V-trace) | `OffPolicyLearner`, `OnPolicyLearner`, `VtraceEstimator` |
 //! | state | [`Policy::state_dict`], [`Policy::load_state_dict`], [`Policy::weights`], [`Policy::load_weights`] | `CkptSaver`, `ModelExchanger`, resume |
 //!
 //! Observations arrive as [`Obs`] (`f32` vectors or `u8` frames) and actions leave as an
@@ -86,6 +86,23 @@ pub trait Policy {
         Err(TrainError::Unsupported {
             policy: Self::NAME,
             what: "state values (GAE needs a policy with a value critic)",
+        })
+    }
+
+    /// Learn side, off-policy correction (APPO's V-trace): the log-probabilities of the taken
+    /// `actions` and the values of their observations under the current weights, in one
+    /// forward pass. Policies without a value critic keep the default, which says so.
+    fn evaluate_actions(
+        &mut self,
+        obs: Obs<'_>,
+        actions: &ActionBuf,
+        logp: &mut Vec<f32>,
+        values: &mut Vec<f32>,
+    ) -> Result<(), TrainError> {
+        let _ = (obs, actions, logp, values);
+        Err(TrainError::Unsupported {
+            policy: Self::NAME,
+            what: "action log-probabilities and state values (V-trace needs an actor-critic)",
         })
     }
 

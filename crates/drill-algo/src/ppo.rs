@@ -200,6 +200,54 @@ pub(crate) fn sample_actions(
     }
 }
 
+/// The log-probabilities of `actions` (as [`sample_actions`] drew them) for `obs` and the
+/// critic's values, from one forward pass, into `logp` and `values`.
+pub(crate) fn action_logp(
+    agent: &ActorCritic,
+    obs: Obs<'_>,
+    obs_dim: usize,
+    actions: &ActionBuf,
+    device: &Device,
+    logp: &mut Vec<f32>,
+    values: &mut Vec<f32>,
+) {
+    let n = obs.len() / obs_dim;
+    let x = agent.features(input(obs, obs_dim, device));
+    let v = agent.critic.forward(x.clone()).into_data();
+    values.clear();
+    values.extend_from_slice(v.as_slice::<f32>().expect("f32 values"));
+    logp.clear();
+    match actions {
+        ActionBuf::Discrete(taken) => {
+            let lp = log_softmax(agent.actor.logits(x), 1).into_data();
+            let lp = lp.as_slice::<f32>().expect("f32 logits");
+            let k = lp.len() / n;
+            logp.extend(
+                taken
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &a)| lp[i * k + a as usize]),
+            );
+        }
+        ActionBuf::Continuous { dim, values: a } => {
+            let (mean, log_std) = agent.actor.gaussian(x);
+            let (mean, log_std) = (mean.into_data(), log_std.into_data());
+            let (mean, log_std) = (
+                mean.as_slice::<f32>().expect("f32 mean"),
+                log_std.as_slice::<f32>().expect("f32 log-std"),
+            );
+            for i in 0..n {
+                let mut lp = 0.0;
+                for j in i * dim..(i + 1) * dim {
+                    let z = (a[j] - mean[j]) / log_std[j].exp();
+                    lp += -0.5 * z * z - log_std[j] - HALF_LN_2PI as f32;
+                }
+                logp.push(lp);
+            }
+        }
+    }
+}
+
 /// PPO: the actor-critic with its flat parameters and Adam state, the copy the collector and
 /// evaluator act with, and the update schedule.
 pub struct Ppo {
@@ -314,6 +362,18 @@ impl Policy for Ppo {
             .critic
             .forward(net.features(input(obs, self.obs_dim, &self.device)));
         *out = v.into_data().try_into_vec::<f32>().expect("f32 values");
+        Ok(())
+    }
+
+    fn evaluate_actions(
+        &mut self,
+        obs: Obs<'_>,
+        actions: &ActionBuf,
+        logp: &mut Vec<f32>,
+        values: &mut Vec<f32>,
+    ) -> Result<(), TrainError> {
+        let net = self.acting.get(&self.trainer);
+        action_logp(net, obs, self.obs_dim, actions, &self.device, logp, values);
         Ok(())
     }
 

@@ -1,5 +1,5 @@
 //! `drill train --parallel-workers N`: the pipeline split over processes (DI-engine's ditask)
-//! end to end on 127.0.0.1 — both shipped layouts reach their stop values with the learner's
+//! end to end on 127.0.0.1 — the shipped layouts (DQN's two, APPO's) reach their stop values with the learner's
 //! worker owning the experiment folder, bad role tables are refused before anything starts,
 //! and a killed worker fails the run fast instead of hanging it.
 
@@ -17,6 +17,7 @@ fn the_two_shipped_layouts_reach_their_stop_values() {
     for (config, learner) in [
         ("configs/cartpole_dqn_dist.toml", 0),
         ("configs/cartpole_dqn_3roles.toml", 1),
+        ("configs/cartpole_appo.toml", 1),
     ] {
         let tmp = tempfile::tempdir().unwrap();
         let exp = tmp.path().join("run");
@@ -86,7 +87,7 @@ fn role_tables_and_policies_that_cannot_split_are_refused_before_anything_starts
     let log = text(&out);
     assert!(!out.status.success(), "{log}");
     assert!(
-        log.contains("policy.type") && log.contains("on-policy"),
+        log.contains("policy.type") && log.contains("on-policy") && log.contains("\"appo\""),
         "{log}"
     );
 }
@@ -268,17 +269,19 @@ fn under_slurm_each_task_is_a_worker_named_by_its_slurm_variables() {
 #[test]
 fn two_collectors_feed_one_learner() {
     let tmp = tempfile::tempdir().unwrap();
-    let exp = tmp.path().join("run");
     let roles =
         r#"task.roles={"node.[03]"=["collector"],"node.1"=["learner"],"node.2"=["evaluator"]}"#;
     let args = ["--parallel-workers", "4", "--set", roles];
-    let out = spawn_train("configs/cartpole_dqn_3roles.toml", &exp, &args)
-        .wait_with_output()
-        .unwrap();
-    let log = text(&out);
-    assert!(out.status.success(), "{log}");
-    assert!(log.contains("node.3]: collector"), "{log}");
-    assert_eq!(result(&exp)["stop_reached"], true);
+    for config in ["cartpole_dqn_3roles", "cartpole_appo"] {
+        let exp = tmp.path().join(config);
+        let out = spawn_train(&format!("configs/{config}.toml"), &exp, &args)
+            .wait_with_output()
+            .unwrap();
+        let log = text(&out);
+        assert!(out.status.success(), "{config}: {log}");
+        assert!(log.contains("node.3]: collector"), "{log}");
+        assert_eq!(result(&exp)["stop_reached"], true, "{config}");
+    }
 
     // A learner that collects too cannot also take remote collectors' data.
     let mixed =

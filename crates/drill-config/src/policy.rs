@@ -458,6 +458,28 @@ pub struct PpoLearn {
     /// Scale rewards by the running standard deviation of the discounted return (SB3's and
     /// CleanRL's `NormalizeReward`); helps where returns are large, e.g. Pendulum.
     pub reward_norm: bool,
+    /// APPO: V-trace's rho-bar, the clip of the importance weight in the value targets'
+    /// temporal differences (DI-engine's IMPALA name); 1 when omitted. PPO refuses it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rho_clip_ratio: Option<f64>,
+    /// APPO: V-trace's c-bar, the clip of the traces' importance weights; 1 when omitted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub c_clip_ratio: Option<f64>,
+    /// APPO: the clip of the importance weight of the policy gradient's advantage; 1 when
+    /// omitted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rho_pg_clip_ratio: Option<f64>,
+}
+
+impl PpoLearn {
+    /// The V-trace clips (APPO), by their config names, each 1 where omitted.
+    pub fn vtrace_clips(&self) -> [(&'static str, f64); 3] {
+        [
+            ("rho_clip_ratio", self.rho_clip_ratio.unwrap_or(1.0)),
+            ("c_clip_ratio", self.c_clip_ratio.unwrap_or(1.0)),
+            ("rho_pg_clip_ratio", self.rho_pg_clip_ratio.unwrap_or(1.0)),
+        ]
+    }
 }
 
 impl Default for PpoLearn {
@@ -475,6 +497,9 @@ impl Default for PpoLearn {
             grad_clip_value: 0.5,
             target_kl: 0.0,
             reward_norm: false,
+            rho_clip_ratio: None,
+            c_clip_ratio: None,
+            rho_pg_clip_ratio: None,
         }
     }
 }
@@ -488,7 +513,7 @@ pub struct PpoCollect {
     pub n_sample: usize,
     /// Reward discount gamma.
     pub discount_factor: f64,
-    /// GAE lambda.
+    /// GAE lambda (PPO); the traces' lambda of V-trace (APPO, DI-engine IMPALA's `lambda_`).
     pub gae_lambda: f64,
 }
 
@@ -502,11 +527,13 @@ impl Default for PpoCollect {
     }
 }
 
-/// `[policy]` with `type = "ppo"`: clipped PPO for discrete and continuous actions.
+/// `[policy]` with `type = "ppo"`: clipped PPO for discrete and continuous actions; with
+/// `type = "appo"` the same keys (and the V-trace clips in `[policy.learn]`) for asynchronous
+/// PPO, whose collectors may act with older weights.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PpoPolicy {
-    /// Always `ppo` here.
+    /// `ppo` or `appo`.
     #[serde(rename = "type")]
     pub kind: String,
     /// The keys every algorithm shares (written in `[policy]` itself).
@@ -544,6 +571,23 @@ impl PpoPolicy {
         max_env_step: Option<u64>,
     ) {
         let p = self;
+        let written = [
+            p.learn.rho_clip_ratio,
+            p.learn.c_clip_ratio,
+            p.learn.rho_pg_clip_ratio,
+        ];
+        for ((key, clip), written) in p.learn.vtrace_clips().into_iter().zip(written) {
+            let path = format!("policy.learn.{key}");
+            if p.kind == "appo" {
+                c.positive(&path, clip);
+            } else {
+                c.check(
+                    written.is_none(),
+                    &path,
+                    "is a V-trace clip of APPO (`type = \"appo\"`); PPO trains each rollout with the weights that collected it and has none",
+                );
+            }
+        }
         // Empty is allowed: the heads read the observations (or an image trunk's
         // features) directly, as CleanRL's ppo_atari.
         c.widths(

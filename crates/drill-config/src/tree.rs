@@ -111,6 +111,9 @@ pub enum Policy {
     Dqn(DqnPolicy),
     /// `type = "ppo"`.
     Ppo(PpoPolicy),
+    /// `type = "appo"`: PPO's keys and network, trained from collectors that may act with
+    /// older weights (V-trace).
+    Appo(PpoPolicy),
     /// `type = "sac"`.
     Sac(SacPolicy),
 }
@@ -121,6 +124,7 @@ impl Policy {
         match self {
             Policy::Dqn(_) => "dqn",
             Policy::Ppo(_) => "ppo",
+            Policy::Appo(_) => "appo",
             Policy::Sac(_) => "sac",
         }
     }
@@ -130,7 +134,7 @@ impl Policy {
     pub fn common(&self) -> &crate::Common {
         match self {
             Policy::Dqn(p) => &p.common,
-            Policy::Ppo(p) => &p.common,
+            Policy::Ppo(p) | Policy::Appo(p) => &p.common,
             Policy::Sac(p) => &p.common,
         }
     }
@@ -154,7 +158,7 @@ impl Policy {
     pub fn eval_freq(&self) -> u64 {
         match self {
             Policy::Dqn(p) => p.eval.evaluator.eval_freq,
-            Policy::Ppo(p) => p.eval.evaluator.eval_freq,
+            Policy::Ppo(p) | Policy::Appo(p) => p.eval.evaluator.eval_freq,
             Policy::Sac(p) => p.eval.evaluator.eval_freq,
         }
     }
@@ -275,6 +279,14 @@ impl Config {
                 let raw: Raw<PpoPolicy> = strict(table, source)?;
                 Self::from_raw(raw, source, Policy::Ppo)
             }
+            "appo" => {
+                let mut raw: Raw<PpoPolicy> = strict(table, source)?;
+                // Written out, so the resolved config names the clips in force.
+                let l = &mut raw.policy.learn;
+                let [rho, c, rho_pg] = l.vtrace_clips().map(|(_, v)| Some(v));
+                (l.rho_clip_ratio, l.c_clip_ratio, l.rho_pg_clip_ratio) = (rho, c, rho_pg);
+                Self::from_raw(raw, source, Policy::Appo)
+            }
             "sac" => {
                 let raw: Raw<SacPolicy> = strict(table, source)?;
                 Self::from_raw(raw, source, Policy::Sac)
@@ -283,7 +295,7 @@ impl Config {
                 return Err(value_err(
                     source,
                     "policy.type",
-                    format!("unknown policy {other:?}; known: \"dqn\", \"ppo\", \"sac\""),
+                    format!("unknown policy {other:?}; known: \"dqn\", \"ppo\", \"appo\", \"sac\""),
                 ));
             }
         };
@@ -319,7 +331,7 @@ impl Config {
         }
         let value = match &self.policy {
             Policy::Dqn(p) => toml::Table::try_from(raw(self, p)),
-            Policy::Ppo(p) => toml::Table::try_from(raw(self, p)),
+            Policy::Ppo(p) | Policy::Appo(p) => toml::Table::try_from(raw(self, p)),
             Policy::Sac(p) => toml::Table::try_from(raw(self, p)),
         };
         let mut table = value.expect("a validated config serialises");
@@ -350,7 +362,9 @@ impl Config {
         self.policy.common().check(&mut c);
         match &self.policy {
             Policy::Dqn(p) => p.check(&mut c),
-            Policy::Ppo(p) => p.check(&mut c, self.env.collector_env_num, self.max_env_step),
+            Policy::Ppo(p) | Policy::Appo(p) => {
+                p.check(&mut c, self.env.collector_env_num, self.max_env_step)
+            }
             Policy::Sac(p) => p.check(&mut c),
         }
         self.task.check(&mut c);
@@ -704,7 +718,7 @@ batch_size = 64
             e,
             "t.toml: unknown key `exp_nme` (did you mean `exp_name`?)"
         );
-        for kind in ["dqn", "ppo", "sac"] {
+        for kind in ["dqn", "ppo", "appo", "sac"] {
             let e = err(
                 DQN,
                 &[&format!("policy.type={kind}"), "policy.multigpu=true"],
@@ -776,7 +790,9 @@ batch_size = 64
         );
         let e = err(DQN, &["policy.type=td3"]);
         assert!(
-            e.contains("`policy.type`: unknown policy \"td3\"; known: \"dqn\", \"ppo\", \"sac\""),
+            e.contains(
+                "`policy.type`: unknown policy \"td3\"; known: \"dqn\", \"ppo\", \"appo\", \"sac\""
+            ),
             "{e}"
         );
         let e = err(DQN, &["policy.type=sac", "policy.learn.target_theta=2"]);
@@ -849,7 +865,7 @@ batch_size = 64
         let ddp = Config::parse(DQN, "t.toml", &["policy.ddp=true".into()]).unwrap();
         assert!(ddp.policy.multi_gpu());
         // The shared keys, one struct flattened into each algorithm's table.
-        for kind in ["dqn", "ppo", "sac"] {
+        for kind in ["dqn", "ppo", "appo", "sac"] {
             let o = [
                 format!("policy.type={kind}"),
                 "policy.ddp_bucket_cap_mb=8".into(),
@@ -864,5 +880,46 @@ batch_size = 64
             assert!(!text.contains("common"), "{text}");
             assert_eq!(Config::parse(&text, "t.toml", &[]).unwrap(), c);
         }
+    }
+
+    #[test]
+    fn appo_has_the_vtrace_clips_and_ppo_refuses_them() {
+        let appo = "[env]\nid = \"CartPole-v1\"\n[policy]\ntype = \"appo\"\n";
+        let c = Config::parse(appo, "t.toml", &["policy.learn.c_clip_ratio=0.5".into()]).unwrap();
+        let Policy::Appo(p) = &c.policy else {
+            panic!("an APPO config: {c:?}")
+        };
+        assert_eq!(
+            p.learn.vtrace_clips().map(|(_, v)| v),
+            [1.0, 0.5, 1.0],
+            "omitted clips are 1"
+        );
+        let text = c.to_toml();
+        assert!(
+            text.contains("rho_clip_ratio = 1.0\nc_clip_ratio = 0.5\nrho_pg_clip_ratio = 1.0"),
+            "{text}"
+        );
+        assert_eq!(Config::parse(&text, "t.toml", &[]).unwrap(), c);
+        let e = Config::parse(appo, "t.toml", &["policy.learn.rho_clip_ratio=0".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`policy.learn.rho_clip_ratio`: must be a positive number"),
+            "{e}"
+        );
+        let ppo = appo.replace("appo", "ppo");
+        let e = Config::parse(
+            &ppo,
+            "t.toml",
+            &["policy.learn.rho_pg_clip_ratio=1.0".into()],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("`policy.learn.rho_pg_clip_ratio`: is a V-trace clip of APPO"),
+            "{e}"
+        );
+        let plain = Config::parse(&ppo, "t.toml", &[]).unwrap().to_toml();
+        assert!(!plain.contains("clip_ratio = 1.0\nc_clip"), "{plain}");
     }
 }

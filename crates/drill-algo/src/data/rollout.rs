@@ -1,11 +1,12 @@
 //! [`Rollout`]: one on-policy rollout, time-major (`steps × num_envs` rows).
 
 use drill_env::{ActionBuf, ObsBuf};
+use serde::{Deserialize, Serialize};
 
 /// One rollout with its values, filled by the `RolloutCollector` and completed by the
-/// `GaeEstimator` (advantages, returns); what an on-policy [`Policy`](crate::policy::Policy) learns
-/// from.
-#[derive(Debug, Clone, Default)]
+/// `GaeEstimator` or the `VtraceEstimator` (advantages, returns); what an on-policy
+/// [`Policy`](crate::policy::Policy) learns from, and what a remote collector sends its learner.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Rollout {
     /// Elements per observation.
     pub obs_dim: usize,
@@ -23,14 +24,20 @@ pub struct Rollout {
     pub terminated: Vec<bool>,
     /// The episode ended (terminated or truncated).
     pub ended: Vec<bool>,
-    /// Values under the behaviour critic.
+    /// Values under the behaviour critic (the learner's after V-trace).
     pub values: Vec<f32>,
     /// Values of the next observations (the episode's last when it was truncated; unused
     /// where it terminated).
     pub next_values: Vec<f32>,
-    /// GAE advantages.
+    /// The next observations that are not a later row's: the one after the last step where
+    /// the episode goes on, and a truncated episode's final one; row `bootstrap_rows[j]`
+    /// bootstraps from the `j`-th (a terminated one has none).
+    pub bootstrap_obs: ObsBuf,
+    /// The row each of `bootstrap_obs` follows.
+    pub bootstrap_rows: Vec<usize>,
+    /// Advantages (GAE's, or V-trace's policy-gradient ones).
     pub adv: Vec<f32>,
-    /// Value targets `adv + values`.
+    /// Value targets (GAE's `adv + values`, or V-trace's `vs`).
     pub returns: Vec<f32>,
 }
 
@@ -43,5 +50,22 @@ impl Rollout {
     /// None held.
     pub fn is_empty(&self) -> bool {
         self.logp.is_empty()
+    }
+
+    /// `next_values` from `values` (of every row) and `bootstrap` (of `bootstrap_obs`): the
+    /// next row's value while the episode goes on, else the bootstrap's, and 0 after a
+    /// termination.
+    pub fn fill_next_values(&mut self, values: &[f32], bootstrap: &[f32]) {
+        let (rows, n) = (self.len(), self.num_envs);
+        self.next_values.clear();
+        self.next_values.resize(rows, 0.0);
+        for k in 0..rows.saturating_sub(n) {
+            if !self.ended[k] {
+                self.next_values[k] = values[k + n];
+            }
+        }
+        for (&k, v) in self.bootstrap_rows.iter().zip(bootstrap) {
+            self.next_values[k] = *v;
+        }
     }
 }

@@ -8,6 +8,7 @@ use std::time::Instant;
 use drill_task::{Middleware, OnlineRLContext, TaskError, TaskHandle};
 use rand_chacha::ChaCha8Rng;
 
+use super::exchange::eval_point;
 use super::{EvalOutput, Outputs, task_err};
 use crate::checkpoint::{Checkpoint, TRAIN_SECONDS, rng_state};
 use crate::data::{ReplayBuffer, Stamp, replay_path};
@@ -71,6 +72,8 @@ pub(crate) struct CkptSaver<'a, P> {
     clock: TrainClock,
     best: f64,
     snapshots: Option<(u64, BTreeMap<u64, Checkpoint>)>,
+    /// The train iteration the last step started at (for [`eval_point`]).
+    prev_iter: Option<u64>,
     replay: Option<(&'a RefCell<ReplayBuffer>, PathBuf)>,
     final_saved: bool,
 }
@@ -95,6 +98,7 @@ impl<'a, P: Policy> CkptSaver<'a, P> {
             clock,
             best: f64::NEG_INFINITY,
             snapshots: None,
+            prev_iter: None,
             replay: None,
             final_saved: false,
         }
@@ -163,8 +167,9 @@ impl<P: Policy> Middleware<OnlineRLContext> for CkptSaver<'_, P> {
     }
 
     fn forward(&mut self, ctx: &mut OnlineRLContext, _: &TaskHandle) -> Result<(), TaskError> {
+        let prev = self.prev_iter.replace(ctx.train_iter);
         if let Some((freq, snaps)) = &mut self.snapshots
-            && ctx.train_iter.is_multiple_of(*freq)
+            && eval_point(ctx.train_iter, prev, *freq)
             && !snaps.contains_key(&ctx.train_iter)
         {
             // Stamped with the time now: when `best` is chosen from it, that is later.

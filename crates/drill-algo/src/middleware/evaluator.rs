@@ -22,6 +22,7 @@ pub struct InteractionEvaluator<'a, P> {
     eval_freq: u64,
     stop_value: Option<f64>,
     finish_on_stop: bool,
+    remote: bool,
     ranks: Ranks,
     policy: &'a RefCell<P>,
 }
@@ -40,15 +41,18 @@ impl<'a, P: Policy> InteractionEvaluator<'a, P> {
             eval_freq,
             stop_value,
             finish_on_stop: true,
+            remote: false,
             ranks,
             policy,
         }
     }
 
-    /// Whether reaching the stop value finishes this process's task (off when the learner
-    /// runs elsewhere: it decides, from the result it is sent).
-    pub(crate) fn finish_on_stop(mut self, on: bool) -> Self {
-        self.finish_on_stop = on;
+    /// The learner runs elsewhere and sends the weights that are due (every `eval_freq`-th
+    /// iteration by its count): evaluate each new one, and leave the stop to the learner (it
+    /// decides, from the result it is sent).
+    pub(crate) fn remote(mut self) -> Self {
+        self.remote = true;
+        self.finish_on_stop = false;
         self
     }
 }
@@ -59,9 +63,10 @@ impl<P: Policy> Middleware<OnlineRLContext> for InteractionEvaluator<'_, P> {
     }
 
     fn forward(&mut self, ctx: &mut OnlineRLContext, task: &TaskHandle) -> Result<(), TaskError> {
-        let due = ctx
-            .last_eval_iter
-            .is_none_or(|at| ctx.train_iter >= at + self.eval_freq);
+        let due = ctx.last_eval_iter.is_none_or(|at| match self.remote {
+            true => ctx.train_iter != at,
+            false => ctx.train_iter >= at + self.eval_freq,
+        });
         if task.finished() || !due {
             return Ok(());
         }

@@ -1,5 +1,5 @@
 //! Across processes (the Parallel runner, `drill train --parallel-workers N`):
-//! [`ContextExchanger`] (trajectories and counters collector → learner, evaluation results
+//! [`ContextExchanger`] (transitions or rollouts and counters collector → learner, evaluation results
 //! evaluator → learner), [`ModelExchanger`] (weights learner → collector and evaluator) and
 //! [`FinishSync`] (one process finishing finishes them all).
 //!
@@ -10,12 +10,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use drill_task::{Mailbox, Middleware, OnlineRLContext, TaskError, TaskHandle};
+use drill_task::{Mailbox, Middleware, OnlineRLContext, Task, TaskError, TaskHandle};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use std::cell::RefCell;
 
-use super::{Collected, EpisodeReturns, EvalOutput, LastEval, Transitions};
+use super::roles::{Remote, Roles};
+use super::{Collected, EpisodeReturns, EvalOutput, LastEval};
 use crate::policy::Policy;
 
 /// Event names on the bus.
@@ -25,39 +27,41 @@ const MODEL: &str = "model";
 const MODEL_EVAL: &str = "model_eval";
 const FINISH: &str = "finish";
 
-/// What a collector sends the learner each step.
+/// What a collector sends the learner each step: its data `D` (DQN's [`Transitions`](super::Transitions), APPO's
+/// [`Rollout`](crate::data::Rollout)) with the counters.
 #[derive(Serialize, Deserialize)]
-struct ContextMsg {
+struct ContextMsg<D> {
     from: u32,
     seq: u64,
     env_steps: u64,
     episodes: u64,
-    transitions: Transitions,
+    data: D,
     returns: EpisodeReturns,
 }
 
 /// The collector step the learner is answering this step (node, sequence number).
 struct Answering(u32, u64);
 
-/// Carries step data between processes (DI-engine's `ContextExchanger`). Each part is
+/// Carries step data between processes (DI-engine's `ContextExchanger`); `D` is what the
+/// collector puts into the ctx for the learner ([`Transitions`](super::Transitions) or a rollout). Each part is
 /// switched on for the roles of this process:
-/// - [`Self::send_trajectories`] (collector): this step's [`Transitions`], finished episodes
+/// - [`Self::send_trajectories`] (collector): this step's `D`, finished episodes
 ///   and env-step count go to the learner;
 /// - [`Self::receive_trajectories`] (learner): waits for the next collector step and puts it
 ///   into the ctx (env-step count included);
 /// - [`Self::send_eval`] (evaluator): this step's [`EvalOutput`] goes to the learner;
 /// - [`Self::receive_eval`] (learner): evaluations that arrived go into the ctx (for
 ///   checkpoints and logs); one that reached the stop value finishes the run.
-pub(crate) struct ContextExchanger {
+pub(crate) struct ContextExchanger<D> {
     send_traj: Option<u32>,
     seq: u64,
-    recv_traj: Option<Mailbox<ContextMsg>>,
+    recv_traj: Option<Mailbox<ContextMsg<D>>>,
     send_eval: bool,
     recv_eval: Option<Mailbox<EvalOutput>>,
     timeout: Duration,
 }
 
-impl ContextExchanger {
+impl<D: Serialize + DeserializeOwned + Send + Sync + 'static> ContextExchanger<D> {
     /// Nothing switched on yet; waits give up after `timeout` (a lost peer ends them at once).
     pub(crate) fn new(timeout: Duration) -> Self {
         Self {
@@ -96,7 +100,9 @@ impl ContextExchanger {
     }
 }
 
-impl Middleware<OnlineRLContext> for ContextExchanger {
+impl<D: Serialize + DeserializeOwned + Send + Sync + 'static> Middleware<OnlineRLContext>
+    for ContextExchanger<D>
+{
     fn name(&self) -> String {
         "context_exchanger".into()
     }
@@ -108,7 +114,7 @@ impl Middleware<OnlineRLContext> for ContextExchanger {
             ctx.env_step += msg.env_steps;
             ctx.env_episode += msg.episodes;
             ctx.ext.insert(Answering(msg.from, msg.seq));
-            ctx.ext.insert(msg.transitions);
+            ctx.ext.insert(msg.data);
             ctx.ext.insert(msg.returns);
         }
         if let Some(m) = &self.recv_eval {
@@ -131,7 +137,7 @@ impl Middleware<OnlineRLContext> for ContextExchanger {
 
     fn backward(&mut self, ctx: &mut OnlineRLContext, task: &TaskHandle) -> Result<(), TaskError> {
         if let Some(from) = self.send_traj
-            && let Some(transitions) = ctx.ext.remove::<Transitions>()
+            && let Some(data) = ctx.ext.remove::<D>()
         {
             let collected = ctx.ext.remove::<Collected>().unwrap_or_default();
             let msg = ContextMsg {
@@ -139,7 +145,7 @@ impl Middleware<OnlineRLContext> for ContextExchanger {
                 seq: self.seq,
                 env_steps: collected.env_steps,
                 episodes: collected.episodes,
-                transitions,
+                data,
                 returns: ctx.ext.remove::<EpisodeReturns>().unwrap_or_default(),
             };
             task.emit(CONTEXT, &msg)?;
@@ -152,6 +158,14 @@ impl Middleware<OnlineRLContext> for ContextExchanger {
         }
         Ok(())
     }
+}
+
+/// Whether a remote evaluator gets the weights of train iteration `iter` (and the learner
+/// keeps a snapshot of them): a multiple of `freq`, or the first iteration past one since
+/// `prev`, the iteration of the learner's step before (an update of many gradient steps
+/// may jump over the multiples).
+pub(crate) fn eval_point(iter: u64, prev: Option<u64>, freq: u64) -> bool {
+    iter.is_multiple_of(freq) || prev.is_some_and(|p| iter / freq > p / freq)
 }
 
 /// The learner's weights as sent to the other processes.
@@ -175,6 +189,7 @@ enum Side {
         eval_freq: u64,
         sent_iter: Option<u64>,
         eval_iter: Option<u64>,
+        prev_iter: u64,
     },
     Collector {
         models: Mailbox<ModelUpdate>,
@@ -199,9 +214,11 @@ pub(crate) struct ModelExchanger<'a, P> {
 impl<'a, P: Policy> ModelExchanger<'a, P> {
     /// Learner side, after the learner: every step sends the collector (when `collectors`:
     /// it runs in another process) an update, with the weights when they changed, and the
-    /// evaluator the weights of every `eval_freq`-th iteration.
+    /// evaluator the weights at every `eval_freq`-th iteration ([`eval_point`]; the learner
+    /// starts at iteration `start_iter`).
     pub(crate) fn sender(
         eval_freq: u64,
+        start_iter: u64,
         collectors: bool,
         policy: &'a RefCell<P>,
         timeout: Duration,
@@ -215,6 +232,7 @@ impl<'a, P: Policy> ModelExchanger<'a, P> {
                 eval_freq: eval_freq.max(1),
                 sent_iter: None,
                 eval_iter: None,
+                prev_iter: start_iter,
             },
             timeout,
         }
@@ -281,6 +299,7 @@ impl<P: Policy> Middleware<OnlineRLContext> for ModelExchanger<'_, P> {
                 eval_freq,
                 sent_iter,
                 eval_iter,
+                prev_iter,
             } => {
                 if task.finished() {
                     return Ok(());
@@ -289,7 +308,9 @@ impl<P: Policy> Middleware<OnlineRLContext> for ModelExchanger<'_, P> {
                 let due = (*steps).is_multiple_of(*every);
                 *steps += 1;
                 let changed = *sent_iter != Some(iter) && due;
-                let for_eval = iter.is_multiple_of(*eval_freq) && *eval_iter != Some(iter);
+                let for_eval =
+                    eval_point(iter, Some(*prev_iter), *eval_freq) && *eval_iter != Some(iter);
+                *prev_iter = iter;
                 let weights = if (changed && *collectors) || for_eval {
                     self.policy.borrow().weights()
                 } else {
@@ -404,9 +425,53 @@ impl Middleware<OnlineRLContext> for FinishSync {
     }
 }
 
+/// A split run's exchangers (DI-engine's `ContextExchanger` and `ModelExchanger`) for the
+/// roles of this process: the learner receives the collectors' data `D` and the evaluator's
+/// results from the roles that run elsewhere; a collector or evaluator sends them and
+/// receives the learner's weights into `policy`.
+pub(crate) fn use_exchangers<'a, D, P>(
+    task: &mut Task<'a, OnlineRLContext>,
+    handle: &TaskHandle,
+    roles: &Roles,
+    remote: &Remote,
+    policy: &'a RefCell<P>,
+    timeout: Duration,
+) where
+    D: Serialize + DeserializeOwned + Send + Sync + 'static,
+    P: Policy,
+{
+    task.use_mw(FinishSync::new(handle));
+    let mut x = ContextExchanger::<D>::new(timeout);
+    if roles.learner {
+        if roles.collector_elsewhere() {
+            x = x.receive_trajectories(handle);
+        }
+        if roles.evaluator_elsewhere() {
+            x = x.receive_eval(handle);
+        }
+    } else {
+        if roles.collector {
+            x = x.send_trajectories(remote.node);
+            task.use_mw(ModelExchanger::collector(
+                handle,
+                remote.node,
+                remote.model_staleness,
+                policy,
+                timeout,
+            ));
+        }
+        if roles.evaluator {
+            x = x.send_eval();
+            task.use_mw(ModelExchanger::evaluator(handle, policy, timeout));
+        }
+    }
+    task.use_mw(x);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::middleware::Transitions;
     use crate::middleware::probe::Probe;
     use drill_env::{ActionBuf, ObsBuf};
     use drill_task::{Context, Task, TaskHandle};
@@ -421,7 +486,9 @@ mod tests {
         let bus_owner = Task::<OnlineRLContext>::new();
         let h = bus_owner.handle().clone();
         let mut collector = Task::<OnlineRLContext>::with_handle(h.clone());
-        collector.use_mw(ContextExchanger::new(Duration::from_secs(1)).send_trajectories(3));
+        collector.use_mw(
+            ContextExchanger::<Transitions>::new(Duration::from_secs(1)).send_trajectories(3),
+        );
         collector.use_fn("fake_collector", |ctx, _| {
             let k = ctx.env_step as f32;
             ctx.env_step += 8;
@@ -441,7 +508,10 @@ mod tests {
             Ok(())
         });
         let mut learner = Task::<OnlineRLContext>::with_handle(h.clone());
-        learner.use_mw(ContextExchanger::new(Duration::from_millis(50)).receive_trajectories(&h));
+        learner.use_mw(
+            ContextExchanger::<Transitions>::new(Duration::from_millis(50))
+                .receive_trajectories(&h),
+        );
         collector_step(&mut collector);
         collector_step(&mut collector);
         for expect in [0.0, 8.0] {
@@ -484,14 +554,18 @@ mod tests {
             ctx.ext.insert(Transitions::default());
             Ok(())
         });
-        c.use_mw(ContextExchanger::new(Duration::from_secs(1)).send_trajectories(node));
+        c.use_mw(
+            ContextExchanger::<Transitions>::new(Duration::from_secs(1)).send_trajectories(node),
+        );
         c
     }
 
     /// The learner process's pipeline on `h`: contexts in, a fake update, weights out.
     fn fake_learner(h: &TaskHandle) -> Task<'static, OnlineRLContext> {
         let mut l = Task::<OnlineRLContext>::with_handle(h.clone());
-        l.use_mw(ContextExchanger::new(Duration::from_millis(30)).receive_trajectories(h));
+        l.use_mw(
+            ContextExchanger::<Transitions>::new(Duration::from_millis(30)).receive_trajectories(h),
+        );
         l.use_fn("fake_learner", |ctx, _| {
             ctx.train_iter += 1;
             Ok(())
@@ -499,6 +573,7 @@ mod tests {
         let probe = Box::leak(Box::new(RefCell::new(Probe::new(1, 0))));
         l.use_mw(ModelExchanger::sender(
             1000,
+            0,
             true,
             probe,
             Duration::from_secs(1),
@@ -566,7 +641,7 @@ mod tests {
             ctx.train_iter += 1;
             Ok(())
         });
-        let sender = ModelExchanger::sender(1000, true, &probe, Duration::from_secs(1));
+        let sender = ModelExchanger::sender(1000, 0, true, &probe, Duration::from_secs(1));
         learner.use_mw(sender.every(3));
         learner.run(Some(7)).unwrap();
         let with: Vec<bool> = std::iter::from_fn(|| got.try_recv().unwrap())

@@ -13,7 +13,7 @@
 //! | [`NStepRewardEnhancer`] | raw [`Transitions`] | n-step [`Transitions`] |
 //! | [`DataPusher`] | n-step [`Transitions`] | the replay buffer |
 //! | [`OffPolicyLearner`] | the replay buffer | `train_iter`, `train_output` |
-//! | `RolloutCollector`, `GaeEstimator`, `OnPolicyLearner` | [`Rollout`](crate::data::Rollout): rollout, advantages, update | `env_step`, `train_iter`, `train_output` |
+//! | `RolloutCollector`, `GaeEstimator` / `VtraceEstimator`, `OnPolicyLearner` | [`Rollout`](crate::data::Rollout): rollout, advantages, update | `env_step`, `train_iter`, `train_output` |
 //! | `CkptSaver` | `EvalOutput` | `best` / `latest` / `final` checkpoints (with `TrainClock`'s time) |
 //! | `OnlineLogger` | everything above | TensorBoard scalars, progress |
 //! | `ContextExchanger`, `ModelExchanger`, `FinishSync` | | across processes (Parallel runner) |
@@ -42,12 +42,12 @@ pub(crate) use ckpt::{CkptSaver, TrainClock};
 pub use collector::{DataPusher, EpsGreedyHandler, NStepRewardEnhancer, StepCollector};
 pub use evaluator::InteractionEvaluator;
 pub(crate) use evaluator::{Interrupted, TerminationChecker};
-pub(crate) use exchange::{ContextExchanger, FinishSync, ModelExchanger};
+pub(crate) use exchange::{ModelExchanger, use_exchangers};
 pub use learner::OffPolicyLearner;
 pub(crate) use logger::{OnlineLogger, Outputs};
-pub(crate) use onpolicy::{GaeEstimator, OnPolicyLearner, RolloutCollector};
+pub(crate) use onpolicy::{GaeEstimator, OnPolicyLearner, RolloutCollector, VtraceEstimator};
 pub use roles::RolePlan;
-pub(crate) use roles::{Remote, Roles};
+pub(crate) use roles::Roles;
 
 use crate::context::TrainResult;
 use crate::ddp::Ranks;

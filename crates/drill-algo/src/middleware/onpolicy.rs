@@ -1,4 +1,5 @@
-//! On-policy data path: [`RolloutCollector`] → [`GaeEstimator`] → [`OnPolicyLearner`].
+//! On-policy data path: [`RolloutCollector`] → [`GaeEstimator`] (PPO) or [`VtraceEstimator`]
+//! (APPO) → [`OnPolicyLearner`].
 
 use std::cell::RefCell;
 
@@ -8,7 +9,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::learner::log_scalars;
 use super::{EpisodeReturns, account_collection, task_err};
-use crate::data::{Rollout, gae};
+use crate::data::{Rollout, Trajectory, VtraceClip, gae, vtrace};
 use crate::ddp::Ranks;
 use crate::error::TrainError;
 use crate::policy::{Acted, Explore, LearnOutput, Policy};
@@ -55,8 +56,6 @@ pub(crate) struct RolloutCollector<'a, P> {
     ranks: Ranks,
     scaler: Option<RewardScaler>,
     acted: Acted,
-    /// Final observations of the truncated episodes of one rollout, and their rows.
-    truncated: (ObsBuf, Vec<usize>),
     bootstrap: Vec<f32>,
 }
 
@@ -69,7 +68,6 @@ impl<'a, P: Policy<Data = Rollout>> RolloutCollector<'a, P> {
         rng: &'a RefCell<ChaCha8Rng>,
         ranks: Ranks,
     ) -> Self {
-        let dtype = venv.spec().obs.dtype;
         Self {
             venv,
             steps: steps.max(1),
@@ -78,7 +76,6 @@ impl<'a, P: Policy<Data = Rollout>> RolloutCollector<'a, P> {
             ranks,
             scaler: None,
             acted: Acted::default(),
-            truncated: (ObsBuf::new(dtype), Vec::new()),
             bootstrap: Vec::new(),
         }
     }
@@ -118,7 +115,7 @@ impl<P: Policy<Data = Rollout>> Middleware<OnlineRLContext> for RolloutCollector
             terminated: vec![false; rows],
             ended: vec![false; rows],
             values: vec![0.0; rows],
-            next_values: vec![0.0; rows],
+            bootstrap_obs: ObsBuf::new(spec.obs.dtype),
             ..Rollout::default()
         };
         let explore = Explore {
@@ -129,9 +126,6 @@ impl<P: Policy<Data = Rollout>> Middleware<OnlineRLContext> for RolloutCollector
         let world = self.ranks.world() as u64;
         let mut rng = self.rng.borrow_mut();
         let mut policy = self.policy.borrow_mut();
-        let (trunc_obs, trunc_rows) = &mut self.truncated;
-        trunc_obs.clear();
-        trunc_rows.clear();
         for t in 0..self.steps {
             let rows = t * n..(t + 1) * n;
             let obs = self.venv.obs();
@@ -163,37 +157,31 @@ impl<P: Policy<Data = Rollout>> Middleware<OnlineRLContext> for RolloutCollector
                     let at = ctx.env_step + (t * n) as u64 * world;
                     returns.0.push((v.final_returns()[i], at));
                     if !term {
-                        trunc_obs.extend(v.final_obs().rows(i..i + 1, d));
-                        trunc_rows.push(rows.start + i);
+                        r.bootstrap_obs.extend(v.final_obs().rows(i..i + 1, d));
+                        r.bootstrap_rows.push(rows.start + i);
                     }
                 }
             }
         }
-        // ALGO: V(next state): the next row's value while the episode goes on; after the
-        // last step, one forward pass over the current observations; for a truncated
-        // episode, its final observation's (a terminated one does not bootstrap).
-        for k in 0..rows - n {
-            if !r.ended[k] {
-                r.next_values[k] = r.values[k + n];
+        // ALGO: V(next state): the next row's value while the episode goes on; for the last
+        // step's observations and truncated episodes' final ones, one forward pass over
+        // them (a terminated episode does not bootstrap).
+        let last = rows - n;
+        for i in 0..n {
+            if !r.ended[last + i] {
+                r.bootstrap_obs.extend(self.venv.obs().rows(i..i + 1, d));
+                r.bootstrap_rows.push(last + i);
             }
         }
-        policy
-            .values(self.venv.obs(), &mut self.bootstrap)
-            .map_err(task_err)?;
-        for (i, v) in self.bootstrap.iter().enumerate() {
-            let k = rows - n + i;
-            if !r.ended[k] {
-                r.next_values[k] = *v;
-            }
-        }
-        if !trunc_rows.is_empty() {
+        self.bootstrap.clear();
+        if !r.bootstrap_rows.is_empty() {
             policy
-                .values(trunc_obs.as_obs(), &mut self.bootstrap)
+                .values(r.bootstrap_obs.as_obs(), &mut self.bootstrap)
                 .map_err(task_err)?;
-            for (&k, v) in trunc_rows.iter().zip(&self.bootstrap) {
-                r.next_values[k] = *v;
-            }
         }
+        let values = std::mem::take(&mut r.values);
+        r.fill_next_values(&values, &self.bootstrap);
+        r.values = values;
         drop((rng, policy));
         ctx.ext.insert(r);
         account_collection(ctx, &self.ranks, rows as u64, returns)
@@ -240,6 +228,91 @@ impl Middleware<OnlineRLContext> for GaeEstimator {
     }
 }
 
+/// V-trace targets and advantages for the step's [`Rollout`] (IMPALA's off-policy correction;
+/// APPO's estimator): one forward pass of the learner's current weights gives the taken
+/// actions' log-probabilities and the values of the rollout's observations and bootstrap
+/// observations; the rollout's own log-probabilities are the behaviour policy's, which may be
+/// older weights (a remote collector's). The learner's values replace the collector's (value
+/// clipping is around them).
+pub(crate) struct VtraceEstimator<'a, P> {
+    policy: &'a RefCell<P>,
+    gamma: f32,
+    lambda: f32,
+    clip: VtraceClip,
+    target_logp: Vec<f32>,
+    values: Vec<f32>,
+    bootstrap: Vec<f32>,
+}
+
+impl<'a, P: Policy<Data = Rollout>> VtraceEstimator<'a, P> {
+    /// Discount `gamma`, trace factor `lambda`, the importance weights clipped by `clip`.
+    pub(crate) fn new(policy: &'a RefCell<P>, gamma: f32, lambda: f32, clip: VtraceClip) -> Self {
+        Self {
+            policy,
+            gamma,
+            lambda,
+            clip,
+            target_logp: Vec::new(),
+            values: Vec::new(),
+            bootstrap: Vec::new(),
+        }
+    }
+}
+
+impl<P: Policy<Data = Rollout>> Middleware<OnlineRLContext> for VtraceEstimator<'_, P> {
+    fn name(&self) -> String {
+        "vtrace_estimator".into()
+    }
+
+    fn forward(&mut self, ctx: &mut OnlineRLContext, task: &TaskHandle) -> Result<(), TaskError> {
+        if task.finished() {
+            return Ok(());
+        }
+        let Some(r) = ctx.ext.get_mut::<Rollout>() else {
+            return Ok(());
+        };
+        let mut policy = self.policy.borrow_mut();
+        policy
+            .evaluate_actions(
+                r.obs.as_obs(),
+                &r.actions,
+                &mut self.target_logp,
+                &mut self.values,
+            )
+            .map_err(task_err)?;
+        self.bootstrap.clear();
+        if !r.bootstrap_rows.is_empty() {
+            policy
+                .values(r.bootstrap_obs.as_obs(), &mut self.bootstrap)
+                .map_err(task_err)?;
+        }
+        drop(policy);
+        r.fill_next_values(&self.values, &self.bootstrap);
+        r.adv = vec![0.0; r.len()];
+        r.returns = vec![0.0; r.len()];
+        let t = Trajectory {
+            rewards: &r.rewards,
+            values: &self.values,
+            next_values: &r.next_values,
+            terminated: &r.terminated,
+            episode_end: &r.ended,
+            behaviour_logp: &r.logp,
+            target_logp: &self.target_logp,
+            num_envs: r.num_envs,
+        };
+        vtrace(
+            &t,
+            self.gamma,
+            self.lambda,
+            self.clip,
+            &mut r.returns,
+            &mut r.adv,
+        );
+        r.values.clone_from(&self.values);
+        Ok(())
+    }
+}
+
 /// Hands the step's [`Rollout`] (with advantages) to the policy's learn side — epochs,
 /// minibatches and their schedule are the algorithm's — and logs the scalars it reports,
 /// averaged over ranks.
@@ -278,7 +351,7 @@ impl<P: Policy<Data = Rollout>> Middleware<OnlineRLContext> for OnPolicyLearner<
         };
         if r.adv.len() != r.len() {
             return Err(TaskError::msg(
-                "the rollout has no advantages: put GaeEstimator before OnPolicyLearner",
+                "the rollout has no advantages: put GaeEstimator or VtraceEstimator before OnPolicyLearner",
             ));
         }
         let mut policy = self.policy.borrow_mut();
@@ -386,5 +459,85 @@ mod tests {
         for (k, (got, want)) in r.values.iter().zip(&values).enumerate() {
             assert!((got - want).abs() <= 1e-5, "row {k}: value {got} vs {want}");
         }
+    }
+
+    /// A collector acting with other weights than the learner's (a remote one, behind): the
+    /// estimator takes the behaviour log-probabilities from the rollout and everything else
+    /// from the learner's weights (the taken actions' log-probabilities, the values of the
+    /// observations and of the bootstrap observations), as V-trace defines them.
+    #[test]
+    fn vtrace_corrects_with_the_behaviour_logp_and_the_learners_weights() {
+        let cfg = Config::parse(
+            "seed = 4\n[env]\nid = \"CartPole-v1\"\ncollector_env_num = 2\n[policy]\ntype = \"ppo\"\n",
+            "t.toml",
+            &[],
+        )
+        .unwrap();
+        let drill_config::Policy::Ppo(p) = &cfg.policy else {
+            unreachable!("a PPO config")
+        };
+        let policy = |seed: u64| {
+            let device = Device::flex();
+            device.seed(seed);
+            RefCell::new(Ppo::from_config(&cfg, p, &device, Ranks::alone()).unwrap())
+        };
+        // The learner's weights: the collector's scaled up (a ReLU net's outputs grow with
+        // them), so the action probabilities part from the near-uniform start.
+        let (behaviour, learner) = (policy(1), policy(1));
+        let scaled: Vec<f32> = learner.borrow().weights().iter().map(|w| w * 5.0).collect();
+        learner.borrow_mut().load_weights(&scaled);
+        let rng = RefCell::new(ChaCha8Rng::seed_from_u64(1));
+        let venv = envs::collector_envs(&cfg, cfg.seed, 0).unwrap();
+        let mut task = Task::<OnlineRLContext>::new();
+        task.use_mw(RolloutCollector::new(
+            venv,
+            64,
+            &behaviour,
+            &rng,
+            Ranks::alone(),
+        ));
+        let clip = VtraceClip {
+            rho: 1.0,
+            c: 0.9,
+            rho_pg: 1.2,
+        };
+        task.use_mw(VtraceEstimator::new(&learner, 0.99, 0.95, clip));
+        task.step().unwrap();
+        let got = task.ctx().ext.get::<Rollout>().unwrap();
+        assert!(
+            got.ended.iter().any(|&e| e),
+            "episodes end inside the rollout"
+        );
+
+        let mut r = got.clone();
+        let (mut logp, mut values, mut boot) = (Vec::new(), Vec::new(), Vec::new());
+        let mut l = learner.borrow_mut();
+        l.evaluate_actions(r.obs.as_obs(), &r.actions, &mut logp, &mut values)
+            .unwrap();
+        l.values(r.bootstrap_obs.as_obs(), &mut boot).unwrap();
+        let off = logp
+            .iter()
+            .zip(&r.logp)
+            .filter(|(t, b)| (*t - *b).abs() > 1e-3);
+        assert!(off.count() > r.len() / 2, "the two policies differ");
+        r.fill_next_values(&values, &boot);
+        let (mut vs, mut adv) = (vec![0.0; r.len()], vec![0.0; r.len()]);
+        let t = Trajectory {
+            rewards: &r.rewards,
+            values: &values,
+            next_values: &r.next_values,
+            terminated: &r.terminated,
+            episode_end: &r.ended,
+            behaviour_logp: &r.logp,
+            target_logp: &logp,
+            num_envs: r.num_envs,
+        };
+        vtrace(&t, 0.99, 0.95, clip, &mut vs, &mut adv);
+        assert_eq!(got.returns, vs, "V-trace targets");
+        assert_eq!(got.adv, adv, "policy-gradient advantages");
+        assert_eq!(
+            got.values, values,
+            "the learner's values replace the collector's"
+        );
     }
 }
