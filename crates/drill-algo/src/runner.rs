@@ -296,6 +296,7 @@ pub fn launch_ranks(
         env: Vec::new(),
         bind: None,
         elastic,
+        optional: Vec::new(),
     })?;
     match &outcome {
         drill_launch::Outcome::Success { restarts } if *restarts > 0 => {

@@ -96,12 +96,16 @@ impl Kind {
                 "--set",
                 "max_env_step=300000",
             ],
+            // Its one collector may leave: the learner then waits task.timeout for one to
+            // join before it fails naming it, which must stay within ERROR_BOUND.
             Kind::Split => vec![
                 "configs/cartpole_dqn_3roles.toml",
                 "--set",
                 "env.stop_value=1000",
                 "--set",
                 "max_env_step=5000",
+                "--set",
+                "task.timeout=6",
             ],
             Kind::Single => vec![
                 "configs/cartpole_dqn.toml",
@@ -967,6 +971,231 @@ fn every_fault_ends_the_job_cleanly_and_keeps_the_promises() {
     let tally = one_host_jobs(jobs, seed);
     tally.report("chaos", "fault", jobs, seed);
 }
+
+/// What happens to an APPO split run's collectors (learner and evaluator on node 0,
+/// collectors on nodes 1 and 2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum CollectorFault {
+    /// kill -9 of one collector.
+    Kill,
+    /// SIGSTOP of one collector, never continued (a frozen process).
+    Freeze,
+    /// A collector joins (`drill train --join`).
+    Join,
+    /// Both collectors killed, then one joins.
+    KillAllThenJoin,
+}
+
+/// `CHAOS_COLLECTOR_JOBS` APPO split runs (default 3) from seed `CHAOS_SEED`, each hit by one
+/// or two collector faults at random moments, with no restart budget: the run must reach its
+/// step limit and exit 0 (only the learner's loss ends it), its log must name every collector
+/// that left and every one that joined, a joined collector must exit 0 with the run, the
+/// counters must hold whole rollouts only and no checkpoint be ahead of result.json, and
+/// nothing may be left behind.
+#[test]
+fn collectors_come_and_go_and_the_learner_goes_on() {
+    let jobs: usize = env_or("CHAOS_COLLECTOR_JOBS", 3);
+    let seed: u64 = env_or("CHAOS_SEED", 0);
+    let mut rng = Rng::new(seed ^ 0xc011);
+    let mut tally = Tally::new();
+    let faults = [
+        CollectorFault::Kill,
+        CollectorFault::Freeze,
+        CollectorFault::Join,
+        CollectorFault::KillAllThenJoin,
+    ];
+    for n in 0..jobs {
+        let mut drawn = vec![(*rng.pick(&faults), 300 + rng.below(1500) as u64)];
+        if drawn[0].0 != CollectorFault::KillAllThenJoin && rng.below(2) == 0 {
+            let second = *rng.pick(&faults[..3]);
+            drawn.push((second, drawn[0].1 + 300 + rng.below(1200) as u64));
+        }
+        let r = collector_job(n, &drawn);
+        println!("collector job {n}: {drawn:?} -> {}", r.outcome);
+        for (f, _) in &drawn {
+            tally.count(format!("{f:?}"), "training", &r.outcome);
+        }
+        tally.note(&format!("collector job {n}"), &format!("{drawn:?}"), &r);
+    }
+    tally.report("chaos collectors", "collector fault", jobs, seed);
+}
+
+/// One APPO split run of [`collectors_come_and_go_and_the_learner_goes_on`] with `faults`
+/// (each at its milliseconds after the start).
+fn collector_job(n: usize, faults: &[(CollectorFault, u64)]) -> Report {
+    const STEPS: u64 = 400_000;
+    let id = format!("{}-c{n}", std::process::id());
+    let root = std::env::temp_dir().join(format!("drill-chaos-{id}"));
+    let logs = std::env::temp_dir().join(format!("drill-chaos-logs-{id}"));
+    std::fs::create_dir_all(&logs).unwrap();
+    let exp = root.join("run");
+    let shm_before = shm_segments();
+    let mut r = Report::default();
+    let port = drill_comm::spawn::free_port().to_string();
+    let token = format!("chaos-{id}");
+    let args = [
+        "--master-port",
+        port.as_str(),
+        "--max-restarts",
+        "0",
+        "--set",
+        r#"task.roles={"node.0"=["learner","evaluator"],"node.[12]"=["collector"]}"#,
+        "--set",
+        "env.stop_value=100000",
+        "--set",
+        "max_env_step=400000",
+    ];
+    let start_drill = |extra: &[&str], log: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_drill"))
+            .arg("train")
+            .arg(repo().join("configs/cartpole_appo.toml"))
+            .args(extra)
+            .args(args)
+            .env("DRILL_CHAOS", &id)
+            .env("DRILL_JOB_TOKEN", &token)
+            .stdout(Stdio::from(std::fs::File::create(log).unwrap()))
+            .stderr(Stdio::from(
+                std::fs::OpenOptions::new().append(true).open(log).unwrap(),
+            ))
+            .spawn()
+            .unwrap()
+    };
+    let start = Instant::now();
+    let mut run = start_drill(
+        &["--quiet", "--exp-dir", &exp.display().to_string()],
+        &logs.join("job.log"),
+    );
+    let mut joined = vec![];
+    let (mut left, mut status) = (vec![], None);
+    for &(fault, at) in faults {
+        status = wait_until(&mut run, start + Duration::from_millis(at));
+        if status.is_some() {
+            r.missed.push((CHAOS_MISSED, "the job ended first"));
+            continue;
+        }
+        let kill = |rank: usize, sig: i32, left: &mut Vec<usize>| {
+            if left.contains(&rank) {
+                return;
+            }
+            if let Some(pid) = rank_pid(&id, rank, 0, Duration::from_secs(5)) {
+                signal(pid, sig);
+                left.push(rank);
+            }
+        };
+        let victim = 1 + (n + left.len()) % 2;
+        // The last collector of the two is taken only with a join after it (the learner
+        // waits `task.timeout` for one, then fails): KillAllThenJoin.
+        if matches!(fault, CollectorFault::Kill | CollectorFault::Freeze) && !left.is_empty() {
+            r.missed.push((CHAOS_MISSED, "it would leave no collector"));
+            continue;
+        }
+        match fault {
+            CollectorFault::Kill => kill(victim, libc::SIGKILL, &mut left),
+            CollectorFault::Freeze => kill(victim, libc::SIGSTOP, &mut left),
+            CollectorFault::Join | CollectorFault::KillAllThenJoin => {
+                if fault == CollectorFault::KillAllThenJoin {
+                    kill(1, libc::SIGKILL, &mut left);
+                    kill(2, libc::SIGKILL, &mut left);
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+                let log = logs.join(format!("joined{}.log", joined.len()));
+                joined.push((
+                    start_drill(&["--parallel-workers", "3", "--join"], &log),
+                    log,
+                ));
+            }
+        }
+    }
+    let status = status.or_else(|| wait_until(&mut run, start + BOUND));
+    let log = std::fs::read_to_string(logs.join("job.log")).unwrap_or_default();
+    r.outcome = match status {
+        None => {
+            r.violations
+                .push(format!("hang: still running after {BOUND:?}"));
+            "hang".into()
+        }
+        Some(s) if !s.success() => {
+            r.violations.push(format!(
+                "collectors coming and going ended the run with {s}: {}",
+                tail(&log)
+            ));
+            "failed".into()
+        }
+        Some(_) => match result(&exp) {
+            Some(res) if res["env_steps"].as_u64().unwrap_or(0) >= STEPS => {
+                let steps = res["env_steps"].as_u64().unwrap_or(0);
+                if !steps.is_multiple_of(256) {
+                    r.violations
+                        .push(format!("{steps} env steps: not whole rollouts of 256"));
+                }
+                "reached the step limit".into()
+            }
+            other => {
+                r.violations
+                    .push(format!("exit 0 short of the step limit: {other:?}"));
+                "exit 0 early".into()
+            }
+        },
+    };
+    for rank in &left {
+        if !log.contains(&format!("collector node {rank} left")) {
+            r.violations.push(format!(
+                "collector node {rank} was hit but no one said it left"
+            ));
+        }
+    }
+    for (k, (mut child, path)) in joined.into_iter().enumerate() {
+        let s = wait_until(&mut child, Instant::now() + Duration::from_secs(15));
+        let its = std::fs::read_to_string(&path).unwrap_or_default();
+        let node = 3 + k;
+        match s {
+            Some(s) if s.success() => {
+                if !log.contains(&format!("collector node {node} joined")) {
+                    r.violations.push(format!(
+                        "collector node {node} exited 0 but never joined: {}",
+                        tail(&its)
+                    ));
+                }
+            }
+            // One that arrived as the run ended finds nothing to join, and says so.
+            Some(_)
+                if [
+                    "no run to join",
+                    "has no address",
+                    "connect to node",
+                    "the run ended",
+                ]
+                .iter()
+                .any(|m| its.contains(m)) => {}
+            other => r.violations.push(format!(
+                "the joined collector {node} ended with {other:?}: {}",
+                tail(&its)
+            )),
+        }
+    }
+    let mut counters = checkpoints(&exp, &mut r.violations);
+    counters.sort();
+    if let Some(res) = result(&exp) {
+        let (steps, iters) = (
+            res["env_steps"].as_u64().unwrap_or(0),
+            res["train_iters"].as_u64().unwrap_or(0),
+        );
+        for (name, s, i) in &counters {
+            if *s > steps || *i > iters {
+                r.violations.push(format!(
+                    "{name} ({s} env steps, {i} iters) is ahead of result.json ({steps}, {iters})"
+                ));
+            }
+        }
+    }
+    kill_job(&id);
+    expect_gone(&id, &mut r);
+    cleanup(&id, &root, &logs, &shm_before, &mut r);
+    r
+}
+
+/// A collector fault counted as not injected (the run had ended).
+const CHAOS_MISSED: Fault = Fault::KillRank;
 
 /// Every bug of drill-plant, planted alone into the same jobs, must make the campaign
 /// report at least one violation.

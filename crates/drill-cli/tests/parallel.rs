@@ -40,7 +40,7 @@ fn the_two_shipped_layouts_reach_their_stop_values() {
             log.contains(&format!("[rank {learner}]")) && log.contains("learner (→"),
             "{log}"
         );
-        assert!(log.contains("evaluator (no experiment folder)"), "{log}");
+        assert!(log.contains("evaluator (no experiment folder;"), "{log}");
     }
 }
 
@@ -152,6 +152,41 @@ fn two_runners_with_node_ids_form_one_run() {
         "only the learner's runner has a folder"
     );
     assert!(text(&outs[1]).contains("evaluator"), "{}", text(&outs[1]));
+
+    // A runner whose only worker is a collector (which may leave) keeps it until the run
+    // ends, however long the learner's runner trains after its own workers started.
+    let port = drill_comm::spawn::free_port().to_string();
+    let runners: Vec<_> = [0, 1]
+        .into_iter()
+        .map(|id| {
+            drill()
+                .arg("train")
+                .arg(repo().join("configs/cartpole_appo.toml"))
+                .args(["--quiet", "--parallel-workers", "2", "--node-ids"])
+                .args([&id.to_string(), "--master-port", &port])
+                .args([
+                    "--set",
+                    r#"task.roles={"node.0"=["learner","evaluator"],"node.1"=["collector"]}"#,
+                ])
+                .args([
+                    "--set",
+                    "env.stop_value=100000",
+                    "--set",
+                    "max_env_step=300000",
+                ])
+                .args(["--set", "task.timeout=10"])
+                .arg("--exp-dir")
+                .arg(tmp.path().join(format!("appo{id}")))
+                .env("DRILL_JOB_TOKEN", "shared-secret")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    wait_all_ok(runners);
+    let r = result(&tmp.path().join("appo0"));
+    assert!(r["env_steps"].as_u64().unwrap() >= 300_000, "{r}");
 }
 
 /// Through Redis pub/sub instead of direct links (`--features redis`; needs `redis-server`,
@@ -299,4 +334,128 @@ fn two_collectors_feed_one_learner() {
         log.contains("task.roles") && log.contains("collects too"),
         "{log}"
     );
+}
+
+/// Lines the child writes, gathered as they come (both streams).
+fn gather(child: &mut std::process::Child) -> std::sync::Arc<std::sync::Mutex<String>> {
+    use std::io::{BufRead, BufReader};
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let out: Box<dyn std::io::Read + Send> = Box::new(child.stdout.take().unwrap());
+    let err: Box<dyn std::io::Read + Send> = Box::new(child.stderr.take().unwrap());
+    for stream in [out, err] {
+        let log = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                let mut l = log.lock().unwrap();
+                l.push_str(&line);
+                l.push('\n');
+            }
+        });
+    }
+    log
+}
+
+/// Wait until `log` holds `needle` (a minute at most).
+fn wait_for(log: &std::sync::Mutex<String>, needle: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !log.lock().unwrap().contains(needle) {
+        assert!(
+            Instant::now() < deadline,
+            "no {needle:?} within a minute: {}",
+            log.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// APPO with two collectors: one killed mid-run leaves without stopping the learner, which
+/// says so and trains on with the other, then the other; one started later with the run's
+/// port and token joins, gets the learner's weights and feeds it; Ctrl-C at the learner ends
+/// the run for all (the joined collector too) with `final` saved and counters of whole
+/// rollouts only.
+#[test]
+fn collectors_leave_and_join_a_running_split_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let exp = tmp.path().join("run");
+    let port = drill_comm::spawn::free_port().to_string();
+    let roles = r#"task.roles={"node.0"=["learner","evaluator"],"node.[12]"=["collector"]}"#;
+    let run_args = [
+        "--master-port",
+        &port,
+        "--set",
+        roles,
+        "--set",
+        "env.stop_value=100000",
+        "--set",
+        "max_env_step=100000000",
+    ];
+    let mut run = drill()
+        .arg("train")
+        .arg(repo().join("configs/cartpole_appo.toml"))
+        .arg("--exp-dir")
+        .arg(&exp)
+        .args(run_args)
+        .env("DRILL_JOB_TOKEN", "appo-join-test")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = gather(&mut run);
+    let (one, two) = (
+        common::rank_pid(run.id(), 1, &exp),
+        common::rank_pid(run.id(), 2, &exp),
+    );
+    // SAFETY: kill(2) touches no memory of this process.
+    unsafe { libc::kill(two, libc::SIGKILL) };
+    wait_for(&log, "collector node 2 left");
+    wait_for(&log, "the run goes on with 1 collector");
+    wait_for(
+        &log,
+        "rank 2 was killed by signal 9; it may leave, the others go on",
+    );
+    // With none left the learner waits for one to join, which is sent its weights at once
+    // (no other collector's rollout makes the learner send them).
+    // SAFETY: as above.
+    unsafe { libc::kill(one, libc::SIGKILL) };
+    wait_for(&log, "the run goes on with 0 collectors");
+
+    let mut joined = drill()
+        .arg("train")
+        .arg(repo().join("configs/cartpole_appo.toml"))
+        .args(["--parallel-workers", "3", "--join"])
+        .args(run_args)
+        .env("DRILL_JOB_TOKEN", "appo-join-test")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let joined_log = gather(&mut joined);
+    wait_for(&log, "collector node 3 joined the run");
+    wait_for(&log, "collector node 3 sends its data too");
+    let t = Instant::now();
+    // SAFETY: as above.
+    unsafe { libc::kill(run.id() as i32, libc::SIGINT) };
+    let status = run.wait().unwrap();
+    let joined_status = joined.wait().unwrap();
+    let log = log.lock().unwrap().clone();
+    // Nobody waits at the end for the collectors that left.
+    assert!(
+        t.elapsed() < Duration::from_secs(30),
+        "{:?}: {log}",
+        t.elapsed()
+    );
+    assert_eq!(status.code(), Some(130), "{log}");
+    assert!(
+        joined_status.success(),
+        "the joined collector ends with the run: {}",
+        joined_log.lock().unwrap()
+    );
+    let r = result(&exp);
+    assert_eq!(r["interrupted"], true, "{r}");
+    let steps = r["env_steps"].as_u64().unwrap();
+    assert!(
+        steps > 0 && steps.is_multiple_of(256),
+        "whole rollouts only: {r}"
+    );
+    assert!(exp.join("ckpt/final.safetensors").is_file());
 }

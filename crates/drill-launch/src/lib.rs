@@ -57,6 +57,9 @@ pub struct LaunchConfig {
     pub bind: Option<std::net::IpAddr>,
     /// `--nnodes MIN:MAX`: nodes may leave and join (needs `rdzv_endpoint`).
     pub elastic: Option<Elastic>,
+    /// Ranks that may exit with an error without ending the attempt (a split run's
+    /// collectors): their exit is logged and the others go on.
+    pub optional: Vec<usize>,
 }
 
 /// Errors that stop the launcher itself (not a worker's failure).

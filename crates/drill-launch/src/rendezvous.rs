@@ -293,6 +293,7 @@ mod tests {
             env: vec![],
             bind: None,
             elastic: None,
+            optional: Vec::new(),
         }
     }
 

@@ -308,6 +308,8 @@ fn watch(
     let mut interrupt: Option<i32> = None;
     // Set when the ranks were asked to stop for a membership change: until when they may take.
     let mut changing: Option<Instant> = None;
+    // When every rank that may not leave had exited 0.
+    let mut required_done: Option<Instant> = None;
     let mut seen = 0;
     loop {
         let (count, sig) = signals.get();
@@ -333,7 +335,7 @@ fn watch(
             }
             interrupt = Some(sig);
         }
-        let (failure, stopped_elsewhere) = reap(&mut workers, p);
+        let (failure, stopped_elsewhere) = reap(&mut workers, p, &cfg.optional);
         if let Some(until) = changing {
             if workers.iter().all(|w| w.status.is_some()) {
                 let finished = workers
@@ -381,6 +383,10 @@ fn watch(
             );
         } else if workers.iter().all(|w| w.status.is_some()) {
             return end_with(&mut workers, None, RoundEnd::Success);
+        } else if let Some(end) =
+            optional_left(&mut workers, &cfg.optional, &mut required_done, cfg.grace)
+        {
+            return end;
         } else if last_remote_check.elapsed() >= Duration::from_millis(100) {
             last_remote_check = Instant::now();
             match peers.poll() {
@@ -407,6 +413,39 @@ fn watch(
     }
 }
 
+/// Every rank here that may not leave exited 0 and only optional ones run: they had `grace`
+/// to follow (a finished run's collectors exit on their own), then they are stopped (one that
+/// is frozen never would) and the attempt succeeded.
+fn optional_left(
+    workers: &mut [Worker],
+    optional: &[usize],
+    done_at: &mut Option<Instant>,
+    grace: Duration,
+) -> Option<RoundEnd> {
+    // A node that runs only such ranks has nothing to go by: they end with the run.
+    let mut required = workers.iter().filter(|w| !optional.contains(&w.rank));
+    let required_done = required.clone().next().is_some()
+        && required.all(|w| w.status.is_some_and(|s| s.success()));
+    if optional.is_empty() || !required_done {
+        return None;
+    }
+    let since = *done_at.get_or_insert_with(Instant::now);
+    if since.elapsed() < grace {
+        return None;
+    }
+    let running: Vec<usize> = workers
+        .iter()
+        .filter(|w| w.status.is_none())
+        .map(|w| w.rank)
+        .collect();
+    eprintln!("drill launch: the run ended; stopping ranks {running:?}, which may leave");
+    Some(end_with(
+        workers,
+        Some((libc::SIGKILL, Duration::ZERO)),
+        RoundEnd::Success,
+    ))
+}
+
 /// Ask every rank to stop at its current step (SIGINT: drill train saves a checkpoint and
 /// exits) because `what` changes the membership; the deadline for them to do it.
 fn begin_change(workers: &mut [Worker], what: &str) -> Instant {
@@ -421,7 +460,11 @@ fn begin_change(workers: &mut [Worker], what: &str) -> Instant {
 /// rank that stopped as on an interrupt (exit 130), if any. A rank killed by a signal is the
 /// cause; ranks that exited with an error in the same pass are usually reporting it (their
 /// peer is gone), so the signal wins.
-fn reap(workers: &mut [Worker], p: &Placement) -> (Option<Failure>, Option<usize>) {
+fn reap(
+    workers: &mut [Worker],
+    p: &Placement,
+    optional: &[usize],
+) -> (Option<Failure>, Option<usize>) {
     let mut failure: Option<Failure> = None;
     let mut interrupted = None;
     for w in workers.iter_mut().filter(|w| w.status.is_none()) {
@@ -429,6 +472,16 @@ fn reap(workers: &mut [Worker], p: &Placement) -> (Option<Failure>, Option<usize
             continue;
         };
         w.status = Some(s);
+        if !s.success() && optional.contains(&w.rank) && s.code() != Some(INTERRUPTED) {
+            eprintln!(
+                "drill launch: rank {} {}; it may leave, the others go on",
+                w.rank,
+                describe(s)
+            );
+            // Its own exit status, so the attempt's end does not count it as a failure.
+            w.status = Some(std::process::ExitStatus::from_raw(0));
+            continue;
+        }
         if s.code() == Some(INTERRUPTED) {
             interrupted.get_or_insert(w.rank);
         }

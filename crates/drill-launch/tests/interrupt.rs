@@ -27,6 +27,7 @@ fn config(script: String) -> LaunchConfig {
         env: Vec::new(),
         bind: None,
         elastic: None,
+        optional: Vec::new(),
     }
 }
 

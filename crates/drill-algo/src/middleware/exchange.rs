@@ -6,10 +6,12 @@
 //! The learner's process decides when the run ends (stop value from the evaluator's
 //! results, or limits) and owns the experiment folder; the others follow it.
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use drill_task::parallel::{PEER_JOINED, PEER_LEFT, PEER_READY};
 use drill_task::{Mailbox, Middleware, OnlineRLContext, Task, TaskError, TaskHandle};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -56,6 +58,10 @@ pub(crate) struct ContextExchanger<D> {
     send_traj: Option<u32>,
     seq: u64,
     recv_traj: Option<Mailbox<ContextMsg<D>>>,
+    /// The collectors heard from so far.
+    heard: BTreeSet<u32>,
+    /// The collectors linked now, and why each that left did.
+    collectors: Arc<Mutex<Collectors>>,
     send_eval: bool,
     recv_eval: Option<Mailbox<EvalOutput>>,
     timeout: Duration,
@@ -68,6 +74,8 @@ impl<D: Serialize + DeserializeOwned + Send + Sync + 'static> ContextExchanger<D
             send_traj: None,
             seq: 0,
             recv_traj: None,
+            heard: BTreeSet::new(),
+            collectors: Arc::default(),
             send_eval: false,
             recv_eval: None,
             timeout,
@@ -80,10 +88,42 @@ impl<D: Serialize + DeserializeOwned + Send + Sync + 'static> ContextExchanger<D
         self
     }
 
-    /// Learner side, one collector step per learner step from any number of collectors, in
-    /// arrival order; listens from now on (make it before the processes' barrier).
-    pub(crate) fn receive_trajectories(mut self, task: &TaskHandle) -> Self {
+    /// Learner side, one collector step per learner step from the collectors on `nodes`
+    /// and any that join, in arrival order; listens from now on (make it before the
+    /// processes' barrier). Collectors that leave or join are logged; the learner goes on with
+    /// the others, and with none left waits `timeout` for one to join.
+    pub(crate) fn receive_trajectories(mut self, task: &TaskHandle, nodes: &[usize]) -> Self {
         self.recv_traj = Some(Mailbox::new(task.events(), CONTEXT));
+        self.collectors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .live = nodes.iter().map(|&n| n as u32).collect();
+        let c = self.collectors.clone();
+        task.on(PEER_LEFT, move |e| {
+            let Ok((node, why)) = e.decode::<(u32, String)>() else {
+                return;
+            };
+            let mut c = c.lock().unwrap_or_else(|p| p.into_inner());
+            if c.live.remove(&node) {
+                let left = c.live.len();
+                tracing::warn!(
+                    "collector node {node} left ({why}); the run goes on with {left} collector{}",
+                    if left == 1 { "" } else { "s" }
+                );
+                c.gone.push((node, why));
+            }
+        });
+        let c = self.collectors.clone();
+        task.on(PEER_JOINED, move |e| {
+            if let Ok(node) = e.decode::<u32>()
+                && c.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .live
+                    .insert(node)
+            {
+                tracing::info!("collector node {node} joined the run");
+            }
+        });
         self
     }
 
@@ -100,6 +140,34 @@ impl<D: Serialize + DeserializeOwned + Send + Sync + 'static> ContextExchanger<D
     }
 }
 
+/// A split run's collectors as the learner knows them.
+#[derive(Default)]
+struct Collectors {
+    live: BTreeSet<u32>,
+    gone: Vec<(u32, String)>,
+}
+
+impl<D> ContextExchanger<D> {
+    /// The learner's wait for data failed: with no collector left, say so (who left and why)
+    /// rather than only that nothing came.
+    fn none_left(&self, e: TaskError) -> TaskError {
+        let c = self.collectors.lock().unwrap_or_else(|p| p.into_inner());
+        if !matches!(e, TaskError::Timeout { .. }) || !c.live.is_empty() {
+            return e;
+        }
+        let gone: Vec<String> = c
+            .gone
+            .iter()
+            .map(|(n, why)| format!("node {n}: {why}"))
+            .collect();
+        TaskError::msg(format!(
+            "no collector left ({}) and none joined within {:?} (drill train CONFIG --join starts one)",
+            gone.join("; "),
+            self.timeout
+        ))
+    }
+}
+
 impl<D: Serialize + DeserializeOwned + Send + Sync + 'static> Middleware<OnlineRLContext>
     for ContextExchanger<D>
 {
@@ -109,8 +177,15 @@ impl<D: Serialize + DeserializeOwned + Send + Sync + 'static> Middleware<OnlineR
 
     fn forward(&mut self, ctx: &mut OnlineRLContext, task: &TaskHandle) -> Result<(), TaskError> {
         if let Some(m) = &self.recv_traj
-            && let Some(msg) = m.recv(task, self.timeout)?
+            && let Some(msg) = m.recv(task, self.timeout).map_err(|e| self.none_left(e))?
         {
+            if self.heard.insert(msg.from) && self.heard.len() > 1 {
+                tracing::info!(
+                    "collector node {} sends its data too ({} collectors heard from)",
+                    msg.from,
+                    self.heard.len()
+                );
+            }
             ctx.env_step += msg.env_steps;
             ctx.env_episode += msg.episodes;
             ctx.ext.insert(Answering(msg.from, msg.seq));
@@ -183,6 +258,8 @@ pub(crate) struct ModelUpdate {
 
 enum Side {
     Send {
+        /// The weights last sent to the collectors, for those that join.
+        newest: Arc<Mutex<ModelUpdate>>,
         collectors: bool,
         every: u64,
         steps: u64,
@@ -197,6 +274,8 @@ enum Side {
         staleness: u64,
         sent: u64,
         answered: u64,
+        /// Joined the running job: wait for the learner's weights before the first step.
+        joined: bool,
     },
     Evaluator {
         models: Mailbox<ModelUpdate>,
@@ -226,6 +305,12 @@ impl<'a, P: Policy> ModelExchanger<'a, P> {
         Self {
             policy,
             side: Side::Send {
+                newest: Arc::new(Mutex::new(ModelUpdate {
+                    train_iter: start_iter,
+                    env_step: 0,
+                    params: policy.borrow().weights(),
+                    answered: None,
+                })),
                 collectors,
                 every: 1,
                 steps: 0,
@@ -236,6 +321,23 @@ impl<'a, P: Policy> ModelExchanger<'a, P> {
             },
             timeout,
         }
+    }
+
+    /// Sender side: a collector that joins the running job ([`PEER_READY`]) is sent the
+    /// newest weights at once (from the thread that hears it: the learner may be waiting for
+    /// rollouts, and the newcomer for weights).
+    pub(crate) fn take_joiners(self, task: &TaskHandle) -> Self {
+        if let Side::Send { newest, .. } = &self.side {
+            let (newest, bus) = (newest.clone(), task.events().clone());
+            task.on(PEER_READY, move |e| {
+                let node = e.decode::<u32>().unwrap_or(u32::MAX);
+                let update = newest.lock().unwrap_or_else(|p| p.into_inner());
+                if let Err(err) = bus.emit(MODEL, &*update) {
+                    tracing::warn!("cannot send collector node {node} its weights: {err}");
+                }
+            });
+        }
+        self
     }
 
     /// The periodic variant (sender side): the collector gets new weights only every `k`
@@ -267,6 +369,7 @@ impl<'a, P: Policy> ModelExchanger<'a, P> {
                 staleness,
                 sent: 0,
                 answered: 0,
+                joined: task.match_labels(&["joined"]).unwrap_or(false),
             },
             timeout,
         }
@@ -293,6 +396,7 @@ impl<P: Policy> Middleware<OnlineRLContext> for ModelExchanger<'_, P> {
     fn forward(&mut self, ctx: &mut OnlineRLContext, task: &TaskHandle) -> Result<(), TaskError> {
         match &mut self.side {
             Side::Send {
+                newest,
                 collectors,
                 every,
                 steps,
@@ -331,6 +435,10 @@ impl<P: Policy> Middleware<OnlineRLContext> for ModelExchanger<'_, P> {
                         update.params.clear();
                     }
                     task.emit(MODEL, &update)?;
+                    if changed {
+                        update.answered = None;
+                        *newest.lock().unwrap_or_else(|p| p.into_inner()) = update;
+                    }
                 }
                 if changed {
                     *sent_iter = Some(iter);
@@ -342,6 +450,7 @@ impl<P: Policy> Middleware<OnlineRLContext> for ModelExchanger<'_, P> {
                 staleness,
                 sent,
                 answered,
+                joined,
             } => {
                 let me = *node;
                 let take = |u: ModelUpdate, newest: &mut Option<ModelUpdate>, acked: &mut u64| {
@@ -358,6 +467,15 @@ impl<P: Policy> Middleware<OnlineRLContext> for ModelExchanger<'_, P> {
                 while let Some(u) = models.try_recv()? {
                     take(u, &mut newest, answered);
                 }
+                // Joined a running job: its first rollout is collected with the learner's
+                // weights, not the initial ones.
+                while *joined && newest.is_none() {
+                    match models.recv(task, self.timeout)? {
+                        Some(u) => take(u, &mut newest, answered),
+                        None => return Ok(()),
+                    }
+                }
+                *joined = false;
                 while *sent > *answered + *staleness {
                     match models.recv(task, self.timeout)? {
                         Some(u) => take(u, &mut newest, answered),
@@ -444,7 +562,7 @@ pub(crate) fn use_exchangers<'a, D, P>(
     let mut x = ContextExchanger::<D>::new(timeout);
     if roles.learner {
         if roles.collector_elsewhere() {
-            x = x.receive_trajectories(handle);
+            x = x.receive_trajectories(handle, &remote.collector_nodes);
         }
         if roles.evaluator_elsewhere() {
             x = x.receive_eval(handle);
@@ -510,7 +628,7 @@ mod tests {
         let mut learner = Task::<OnlineRLContext>::with_handle(h.clone());
         learner.use_mw(
             ContextExchanger::<Transitions>::new(Duration::from_millis(50))
-                .receive_trajectories(&h),
+                .receive_trajectories(&h, &[3]),
         );
         collector_step(&mut collector);
         collector_step(&mut collector);
@@ -564,7 +682,8 @@ mod tests {
     fn fake_learner(h: &TaskHandle) -> Task<'static, OnlineRLContext> {
         let mut l = Task::<OnlineRLContext>::with_handle(h.clone());
         l.use_mw(
-            ContextExchanger::<Transitions>::new(Duration::from_millis(30)).receive_trajectories(h),
+            ContextExchanger::<Transitions>::new(Duration::from_millis(30))
+                .receive_trajectories(h, &[1, 2]),
         );
         l.use_fn("fake_learner", |ctx, _| {
             ctx.train_iter += 1;

@@ -46,8 +46,7 @@ pub(crate) use exchange::{ModelExchanger, use_exchangers};
 pub use learner::OffPolicyLearner;
 pub(crate) use logger::{OnlineLogger, Outputs};
 pub(crate) use onpolicy::{GaeEstimator, OnPolicyLearner, RolloutCollector, VtraceEstimator};
-pub use roles::RolePlan;
-pub(crate) use roles::Roles;
+pub use roles::{RolePlan, Roles};
 
 use crate::context::TrainResult;
 use crate::ddp::Ranks;

@@ -35,6 +35,8 @@ pub struct Remote {
     pub collector_index: usize,
     /// Collector workers in the run (the evaluator is seeded after all of them).
     pub collectors: usize,
+    /// The collector workers' nodes (the learner's view of who feeds it).
+    pub collector_nodes: Vec<usize>,
     /// Steps a collector may run ahead of the weights it acts with (`task.model_staleness`).
     pub model_staleness: u64,
     /// The learner sends a remote collector weights every this many steps
@@ -200,27 +202,54 @@ impl RolePlan {
         self.evaluator
     }
 
+    /// The share of a worker that joined the running job (`drill train --join`): a collector
+    /// whatever `[task.roles]` says, seeded by its node id (after every worker's index, so no
+    /// other collector's streams), its task labelled `collector`.
+    pub fn joined(&self, config: &Config, task: &TaskHandle) -> Roles {
+        task.insert_label("collector".to_string());
+        let node = node_of(task).unwrap_or(usize::MAX);
+        Roles {
+            collector: true,
+            learner: false,
+            evaluator: false,
+            remote: Some(Remote {
+                node,
+                collector_index: node,
+                collectors: self.collectors.len(),
+                collector_nodes: self.collectors.clone(),
+                model_staleness: config.task.model_staleness,
+                model_every: config.task.model_every,
+                timeout: Duration::from_secs_f64(config.task.timeout),
+            }),
+        }
+    }
+
     /// This worker's share: its task is labelled with its roles, which are returned with how
     /// it cooperates with the others.
     pub fn share(&self, config: &Config, task: &TaskHandle) -> Result<Roles, TrainError> {
         for r in Self::roles_of(config, &task.labels())? {
             task.insert_label(r);
         }
-        let node: usize = task
-            .labels()
-            .iter()
-            .find_map(|l| l.strip_prefix("node.")?.parse().ok())
+        let node = node_of(task)
             .ok_or_else(|| TrainError::Task(TaskError::msg("a worker without a node.N label")))?;
         let remote = Remote {
             node,
             collector_index: self.collectors.iter().position(|&c| c == node).unwrap_or(0),
             collectors: self.collectors.len(),
+            collector_nodes: self.collectors.clone(),
             model_staleness: config.task.model_staleness,
             model_every: config.task.model_every,
             timeout: Duration::from_secs_f64(config.task.timeout),
         };
         Ok(Roles::from_labels(task, remote)?)
     }
+}
+
+/// The worker's node id, from its `node.N` label.
+fn node_of(task: &TaskHandle) -> Option<usize> {
+    task.labels()
+        .iter()
+        .find_map(|l| l.strip_prefix("node.")?.parse().ok())
 }
 
 #[cfg(test)]

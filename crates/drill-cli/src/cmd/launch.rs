@@ -128,6 +128,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         env: Vec::new(),
         bind: args.bind,
         elastic,
+        optional: Vec::new(),
     };
     let outcome = launch(&cfg)?;
     if let Outcome::Success { restarts } = &outcome

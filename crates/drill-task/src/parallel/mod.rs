@@ -28,10 +28,13 @@ use drill_comm::Store;
 use drill_launch::{LaunchConfig, Outcome};
 
 use crate::{Context, Labels, Task, TaskError};
-pub use router::{Place, Router, Topology};
+pub use router::{PEER_JOINED, PEER_LEFT, PEER_READY, Place, Router, Topology};
 
 /// Set in the environment of the worker processes.
 const WORKER_ENV: &str = "DRILL_TASK_WORKER";
+/// The store key naming the current attempt's run id (its keys' prefix), for workers that
+/// join.
+const CURRENT_RUN: &str = "task/current";
 
 /// What carries events between the workers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,6 +73,8 @@ pub struct Parallel {
     timeout: Duration,
     env: Vec<(String, String)>,
     local: Option<Local>,
+    may_leave: Vec<usize>,
+    master_port: Option<u16>,
 }
 
 /// The workers this runner starts when the others run elsewhere (`node_ids`).
@@ -100,7 +105,24 @@ impl Parallel {
             timeout: Duration::from_secs(60),
             env: Vec::new(),
             local: None,
+            may_leave: Vec::new(),
+            master_port: None,
         }
+    }
+
+    /// The rendezvous port when every worker runs here (default: a free one), so that
+    /// workers can [`join`](Self::join) the run.
+    pub fn master_port(mut self, port: u16) -> Self {
+        self.master_port = Some(port);
+        self
+    }
+
+    /// Workers that may leave or die without ending the run (a split run's collectors): the
+    /// launcher logs their exit, the others get [`router::PEER_LEFT`] instead of an error, and
+    /// they take no part in the closing barrier. Not node 0 under a star (it relays).
+    pub fn may_leave(mut self, nodes: &[usize]) -> Self {
+        self.may_leave = nodes.to_vec();
+        self
     }
 
     /// Who starts the workers (default: this runner, on this machine).
@@ -207,7 +229,8 @@ impl Parallel {
                 1,
                 0,
                 "127.0.0.1".to_string(),
-                drill_comm::spawn::free_port(),
+                self.master_port
+                    .unwrap_or_else(drill_comm::spawn::free_port),
             ),
         };
         let outcome = drill_launch::launch(&LaunchConfig {
@@ -231,6 +254,7 @@ impl Parallel {
                 .collect(),
             bind: None,
             elastic: None,
+            optional: self.may_leave.clone(),
         })
         .map_err(|e| TaskError::msg(format!("parallel runner: {e}")))?;
         match outcome {
@@ -301,6 +325,7 @@ impl Parallel {
                     n: info.world_size,
                     topology: self.topology,
                     attach: &self.attach,
+                    may_leave: &self.may_leave,
                 },
                 &store,
                 &token,
@@ -326,6 +351,13 @@ impl Parallel {
         store
             .barrier("linked", info.rank, info.world_size, self.timeout)
             .map_err(|e| TaskError::msg(e.to_string()))?;
+        if info.rank == 0 {
+            // Where a worker that joins later finds this attempt's keys.
+            store
+                .unprefixed()
+                .set(CURRENT_RUN, info.run_id.as_bytes())
+                .map_err(|e| TaskError::msg(e.to_string()))?;
+        }
         link.arm();
         let (barrier_store, me, world, timeout) =
             (store.clone(), info.rank, info.world_size, self.timeout);
@@ -337,22 +369,82 @@ impl Parallel {
                 .map_err(|e| TaskError::msg(e.to_string()))
         });
         let result = main(&mut task);
-        // Nobody leaves while others may still send to it.
-        if result.is_ok() {
+        // Nobody leaves while others may still send to it; workers that may leave take no
+        // part (they may be gone already).
+        let staying = info.world_size - self.may_leave.len();
+        if result.is_ok() && !self.may_leave.contains(&info.rank) {
             store
-                .barrier("done", info.rank, info.world_size, self.timeout)
+                .barrier("done", info.rank, staying, self.timeout)
                 .map_err(|e| TaskError::msg(e.to_string()))?;
             // A store hosted here (Slurm) serves until the others are past the barrier too.
             store
-                .depart(
-                    "left",
-                    info.world_size,
-                    server.is_some(),
-                    Duration::from_secs(5),
-                )
+                .depart("left", staying, server.is_some(), Duration::from_secs(5))
                 .map_err(|e| TaskError::msg(e.to_string()))?;
         }
         link.close();
+        result
+    }
+
+    /// Join a running Parallel run of this builder's `n` workers as one more worker that may
+    /// leave: the store at `master_addr:master_port` (the run's token in `DRILL_JOB_TOKEN`)
+    /// gives it a node id after the run's (labels `distributed`, `node.ID`, `joined`, and the
+    /// builder's), and it links to the nodes `dial` names (the hub under a star). Runs `main`
+    /// on its task; the run goes on when it leaves.
+    pub fn join<C: Context>(
+        self,
+        master_addr: &str,
+        master_port: u16,
+        dial: &[usize],
+        main: impl FnOnce(&mut Task<'_, C>) -> Result<(), TaskError>,
+    ) -> Result<(), TaskError> {
+        let token = std::env::var("DRILL_JOB_TOKEN").map_err(|_| {
+            TaskError::msg(
+                "joining a run needs its token: set DRILL_JOB_TOKEN to the token the run's workers have",
+            )
+        })?;
+        let token = drill_comm::Token::new(&token);
+        let root = Store::connect(master_addr, master_port, &token, self.timeout).map_err(|e| {
+            TaskError::msg(format!(
+                "no run to join at {master_addr}:{master_port}: {e}"
+            ))
+        })?;
+        let run = root.get_timeout(CURRENT_RUN, self.timeout).map_err(|e| {
+            TaskError::msg(format!(
+                "the run at {master_addr}:{master_port} has not started its workers: {e}"
+            ))
+        })?;
+        let store = root.with_prefix(&format!("task/{}", String::from_utf8_lossy(&run)));
+        let k = store
+            .add("joined", 1)
+            .map_err(|e| TaskError::msg(e.to_string()))?;
+        let node = self.n + k as usize - 1;
+        let mut labels = Labels::new([
+            "distributed".to_string(),
+            format!("node.{node}"),
+            "joined".to_string(),
+        ]);
+        for l in &self.labels {
+            labels.insert(l.clone());
+        }
+        if let Ok(list) = std::env::var("DRILL_LABELS") {
+            labels.extend_from_list(&list);
+        }
+        let mut task = Task::<C>::with_labels(labels);
+        let router = Router::join(
+            node,
+            dial,
+            &store,
+            &token,
+            task.handle().events(),
+            self.timeout,
+        )?;
+        // The run's barriers are its workers'; one who joins later has none to meet, and
+        // says instead that it listens.
+        let bus = task.handle().events().clone();
+        task.handle()
+            .set_barrier(move || bus.emit(PEER_READY, &(node as u32)));
+        let result = main(&mut task);
+        router.close();
         result
     }
 }

@@ -4,7 +4,10 @@
 //!
 //! Every link carries a heartbeat every [`HEARTBEAT`]; a peer silent for [`LOST_AFTER`] (its
 //! process stopped, its host frozen, the link cut) is lost, as a closed connection is, and
-//! writes to it give up after the same time instead of blocking on a full socket.
+//! writes to it give up after the same time instead of blocking on a full socket. A lost peer
+//! fails every wait of this process, unless it is one that may leave ([`Place::may_leave`]):
+//! then its link is dropped and [`PEER_LEFT`] is emitted. After the rendezvous the listener
+//! keeps taking peers that join ([`Router::join`]), announced with [`PEER_JOINED`].
 
 use std::io::{BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -48,6 +51,16 @@ pub const HEARTBEAT: Duration = drill_comm::store::HEARTBEAT_EVERY;
 pub const LOST_AFTER: Duration = drill_comm::store::HEARTBEAT_DEAD;
 /// The length field of a heartbeat frame (no body; events are at least 4 bytes long).
 const HEARTBEAT_LEN: u32 = 1;
+/// Emitted by a process that lost a peer that may leave: `(node, why)` (to every process, as a
+/// star's others hear of it only from the hub).
+pub const PEER_LEFT: &str = "peer_left";
+/// Emitted by a process that a peer joined: its node id (`u32`).
+pub const PEER_JOINED: &str = "peer_joined";
+/// Emitted by a peer that joined once its pipeline listens (its task's barrier): its node id
+/// (`u32`). What it should be sent to start with, it can receive from then on.
+pub const PEER_READY: &str = "peer_ready";
+/// What a joining peer says in its handshake, before its node id.
+const JOIN_HELLO: &str = "join.";
 
 /// What one frame on a link holds.
 #[derive(Debug, PartialEq, Eq)]
@@ -63,14 +76,23 @@ pub(crate) enum Frame {
 struct Link {
     peer: usize,
     out: Mutex<TcpStream>,
+    /// Its loss is not a failure ([`Place::may_leave`], or a peer that joined).
+    may_leave: bool,
+    /// Lost; nothing more is sent on it.
+    gone: AtomicBool,
 }
 
 /// The links of one process.
 pub struct Router {
     node: usize,
     topology: Topology,
-    links: Vec<Arc<Link>>,
+    links: std::sync::RwLock<Vec<Arc<Link>>>,
     closing: Arc<AtomicBool>,
+    bus: EventBus,
+    /// The listener's address, while it takes peers that join.
+    listening: Mutex<Option<std::net::SocketAddr>>,
+    /// Joined a running job: a peer's goodbye means the run ended without it.
+    joined: bool,
 }
 
 fn err(detail: String) -> TaskError {
@@ -134,6 +156,9 @@ pub struct Place<'a> {
     pub topology: Topology,
     /// `attach[i]`: the nodes node i dials under [`Topology::Alone`].
     pub attach: &'a [Vec<usize>],
+    /// Nodes whose loss is not a failure (a split run's collectors): their links are dropped
+    /// and [`PEER_LEFT`] is emitted instead.
+    pub may_leave: &'a [usize],
 }
 
 impl Router {
@@ -151,6 +176,7 @@ impl Router {
             n,
             topology,
             attach,
+            may_leave,
         } = place;
         // Links are undirected pairs; of each pair the higher node dials the lower.
         let linked = |i: usize, j: usize| match topology {
@@ -241,62 +267,61 @@ impl Router {
             streams.extend(dialer.join().map_err(|_| err("dialer panicked".into()))??);
             Ok(())
         })?;
-        let mut links = Vec::new();
-        for (peer, st) in &streams {
-            st.set_nodelay(true).ok();
-            st.set_read_timeout(Some(LOST_AFTER))
-                .and_then(|_| st.set_write_timeout(Some(LOST_AFTER)))
-                .map_err(|e| err(format!("link to node {peer}: {e}")))?;
-            links.push(Arc::new(Link {
-                peer: *peer,
-                out: Mutex::new(st.try_clone().map_err(|e| err(e.to_string()))?),
-            }));
-        }
         let router = Arc::new(Router {
             node,
             topology,
-            links,
+            links: std::sync::RwLock::new(Vec::new()),
             closing: closing.clone(),
+            bus: bus.clone(),
+            listening: Mutex::new(None),
+            joined: false,
         });
         for (peer, st) in streams {
-            let (bus, router2, closing) = (bus.clone(), router.clone(), closing.clone());
-            std::thread::Builder::new()
-                .name(format!("drill-task-link-{peer}"))
-                .spawn(move || {
-                    let mut r = BufReader::new(st);
-                    loop {
-                        match read_frame(&mut r) {
-                            Ok(Frame::Event(origin, event)) => {
-                                if router2.topology == Topology::Star && router2.node == 0 {
-                                    router2.send(origin, &event, Some(peer));
-                                }
-                                bus.deliver(&event);
-                            }
-                            Ok(Frame::Heartbeat) => {}
-                            Ok(Frame::Goodbye) => return,
-                            Err(e) => {
-                                if !closing.load(Ordering::SeqCst) {
-                                    let why = if matches!(
-                                        e.kind(),
-                                        std::io::ErrorKind::WouldBlock
-                                            | std::io::ErrorKind::TimedOut
-                                    ) {
-                                        format!(
-                                            "nothing heard from it for {LOST_AFTER:?}: its process is stopped, its host frozen or the link cut"
-                                        )
-                                    } else {
-                                        format!("{e}; it crashed or was killed")
-                                    };
-                                    bus.fail(format!("{} is gone ({why})", nodes(&[peer])));
-                                }
-                                return;
-                            }
-                        }
-                    }
-                })
-                .map_err(|e| err(format!("reader thread: {e}")))?;
+            router.add_link(peer, st, may_leave.contains(&peer))?;
         }
-        let beats = Arc::downgrade(&router);
+        router.take_joiners(listener, token.clone())?;
+        router.start(bus)?;
+        Ok(router)
+    }
+
+    /// Join the running job whose store is `store` as node `node`: dial `peers` (the hub
+    /// under a star, the nodes it exchanges with otherwise), which take it as a peer that may
+    /// leave; theirs are links whose loss fails this process.
+    pub fn join(
+        node: usize,
+        peers: &[usize],
+        store: &Store,
+        token: &Token,
+        bus: &EventBus,
+        timeout: Duration,
+    ) -> Result<Arc<Router>, TaskError> {
+        let router = Arc::new(Router {
+            node,
+            topology: Topology::Alone,
+            links: std::sync::RwLock::new(Vec::new()),
+            closing: Arc::new(AtomicBool::new(false)),
+            bus: bus.clone(),
+            listening: Mutex::new(None),
+            joined: true,
+        });
+        for &peer in peers {
+            let addr = store
+                .get_timeout(&format!("addr/{peer}"), timeout)
+                .map_err(|e| err(format!("node {peer} of the job has no address: {e}")))?;
+            let addr = String::from_utf8_lossy(&addr).into_owned();
+            let mut st = TcpStream::connect(&addr)
+                .map_err(|e| err(format!("connect to node {peer} at {addr}: {e}")))?;
+            drill_comm::auth::connect(&mut st, token, format!("{JOIN_HELLO}{node}").as_bytes())
+                .map_err(|e| err(format!("{} at {addr}: {e}", nodes(&[peer]))))?;
+            router.add_link(peer, st, false)?;
+        }
+        router.start(bus)?;
+        Ok(router)
+    }
+
+    /// Heartbeats on every link, and this process's emitted events out to its peers.
+    fn start(self: &Arc<Self>, bus: &EventBus) -> Result<(), TaskError> {
+        let beats = Arc::downgrade(self);
         std::thread::Builder::new()
             .name("drill-task-heartbeat".into())
             .spawn(move || {
@@ -310,20 +335,140 @@ impl Router {
                 }
             })
             .map_err(|e| err(format!("heartbeat thread: {e}")))?;
-        let out = Arc::downgrade(&router);
+        let out = Arc::downgrade(self);
         bus.set_remote(move |e| {
             if let Some(r) = out.upgrade() {
                 r.send(r.node, e, None);
             }
         });
-        Ok(router)
+        Ok(())
     }
 
-    /// Send `event` (from `origin`) on every link except `skip`. A failed write means the
-    /// peer is gone; its reader reports that.
+    /// Keep a link to `peer` over `st` and read its frames on a thread of its own: events go
+    /// into the bus (and on to the others from a star's hub); its loss fails the bus, or
+    /// when it `may_leave` drops the link and emits [`PEER_LEFT`].
+    fn add_link(
+        self: &Arc<Self>,
+        peer: usize,
+        st: TcpStream,
+        may_leave: bool,
+    ) -> Result<(), TaskError> {
+        st.set_nodelay(true).ok();
+        st.set_read_timeout(Some(LOST_AFTER))
+            .and_then(|_| st.set_write_timeout(Some(LOST_AFTER)))
+            .map_err(|e| err(format!("link to node {peer}: {e}")))?;
+        let link = Arc::new(Link {
+            peer,
+            out: Mutex::new(st.try_clone().map_err(|e| err(e.to_string()))?),
+            may_leave,
+            gone: AtomicBool::new(false),
+        });
+        self.links
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(link.clone());
+        let router = self.clone();
+        std::thread::Builder::new()
+            .name(format!("drill-task-link-{peer}"))
+            .spawn(move || {
+                let mut r = BufReader::new(st);
+                let why = loop {
+                    match read_frame(&mut r) {
+                        Ok(Frame::Event(origin, event)) => {
+                            if router.topology == Topology::Star && router.node == 0 {
+                                router.send(origin, &event, Some(peer));
+                            }
+                            router.bus.deliver(&event);
+                        }
+                        Ok(Frame::Heartbeat) => {}
+                        Ok(Frame::Goodbye) => break None,
+                        Err(e) if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                        ) => {
+                            break Some(format!(
+                                "nothing heard from it for {LOST_AFTER:?}: its process is stopped, its host frozen or the link cut"
+                            ));
+                        }
+                        Err(e) => break Some(format!("{e}; it crashed or was killed")),
+                    }
+                };
+                if router.closing.load(Ordering::SeqCst) {
+                    return;
+                }
+                if link.may_leave {
+                    link.gone.store(true, Ordering::SeqCst);
+                    let _ = r.get_ref().shutdown(std::net::Shutdown::Both);
+                    let why = why.unwrap_or_else(|| "it said goodbye".into());
+                    let _ = router.bus.emit(PEER_LEFT, &(peer as u32, why));
+                } else if let Some(why) = why {
+                    router.bus.fail(format!("{} is gone ({why})", nodes(&[peer])));
+                } else if router.joined {
+                    router
+                        .bus
+                        .fail(format!("{} closed its link: the run ended", nodes(&[peer])));
+                }
+            })
+            .map_err(|e| err(format!("reader thread: {e}")))?;
+        Ok(())
+    }
+
+    /// Take peers that join from now on, on `listener` (the one the rendezvous used): each
+    /// proves `token` and names itself `join.N`; it may leave.
+    fn take_joiners(
+        self: &Arc<Self>,
+        listener: TcpListener,
+        token: Token,
+    ) -> Result<(), TaskError> {
+        listener
+            .set_nonblocking(false)
+            .map_err(|e| err(format!("listener: {e}")))?;
+        let addr = listener.local_addr().map_err(|e| err(e.to_string()))?;
+        *self.listening.lock().unwrap_or_else(|p| p.into_inner()) = Some(addr);
+        let router = Arc::downgrade(self);
+        std::thread::Builder::new()
+            .name("drill-task-joiners".into())
+            .spawn(move || {
+                for st in listener.incoming() {
+                    let Some(r) = router.upgrade() else { return };
+                    if r.closing.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    let Ok(mut st) = st else { continue };
+                    let (r, token) = (r.clone(), token.clone());
+                    // A handshake that stalls holds up no one else.
+                    std::thread::spawn(move || {
+                        let _ = st.set_read_timeout(Some(LOST_AFTER));
+                        let Ok(hello) = drill_comm::auth::accept(&mut st, &token) else {
+                            return;
+                        };
+                        let hello = String::from_utf8_lossy(&hello).into_owned();
+                        let Some(peer) = hello
+                            .strip_prefix(JOIN_HELLO)
+                            .and_then(|n| n.parse::<usize>().ok())
+                        else {
+                            tracing::warn!("node {}: a connection named itself {hello:?}", r.node);
+                            return;
+                        };
+                        if r.add_link(peer, st, true).is_ok() {
+                            let _ = r.bus.emit(PEER_JOINED, &(peer as u32));
+                        }
+                    });
+                }
+            })
+            .map_err(|e| err(format!("joiners thread: {e}")))?;
+        Ok(())
+    }
+
+    /// Send `event` (from `origin`) on every live link except `skip`. A failed write means
+    /// the peer is gone; its reader reports that.
     fn send(&self, origin: usize, event: &Event, skip: Option<usize>) {
         let f = frame(origin, event);
-        for l in self.links.iter().filter(|l| Some(l.peer) != skip) {
+        let links = self.links.read().unwrap_or_else(|p| p.into_inner());
+        for l in links.iter().filter(|l| Some(l.peer) != skip) {
+            if l.gone.load(Ordering::SeqCst) {
+                continue;
+            }
             let mut out = l.out.lock().unwrap_or_else(|p| p.into_inner());
             let _ = out.write_all(&f);
         }
@@ -332,22 +477,39 @@ impl Router {
     /// A heartbeat on every link whose writer is free (one busy sending an event shows the
     /// process alive already).
     fn beat(&self) {
-        for l in &self.links {
+        let links = self.links.read().unwrap_or_else(|p| p.into_inner());
+        for l in links.iter().filter(|l| !l.gone.load(Ordering::SeqCst)) {
             if let Ok(mut out) = l.out.try_lock() {
                 let _ = out.write_all(&HEARTBEAT_LEN.to_le_bytes());
             }
         }
     }
 
-    /// Nodes this process has a link to.
+    /// Nodes this process has a live link to.
     pub fn peers(&self) -> Vec<usize> {
-        self.links.iter().map(|l| l.peer).collect()
+        let links = self.links.read().unwrap_or_else(|p| p.into_inner());
+        links
+            .iter()
+            .filter(|l| !l.gone.load(Ordering::SeqCst))
+            .map(|l| l.peer)
+            .collect()
     }
 
-    /// Say goodbye on every link (peers then see a clean close, not a loss).
+    /// Say goodbye on every link (peers then see a clean close, not a loss) and stop taking
+    /// peers that join.
     pub fn close(&self) {
         self.closing.store(true, Ordering::SeqCst);
-        for l in &self.links {
+        if let Some(addr) = self
+            .listening
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            // Wakes the joiners' thread, which sees the router closing.
+            let _ = TcpStream::connect_timeout(&addr, Duration::from_secs(1));
+        }
+        let links = self.links.read().unwrap_or_else(|p| p.into_inner());
+        for l in links.iter() {
             let mut out = l.out.lock().unwrap_or_else(|p| p.into_inner());
             let _ = out.write_all(&0u32.to_le_bytes());
             let _ = out.shutdown(std::net::Shutdown::Write);

@@ -99,12 +99,18 @@ pub struct Args {
         value_name = "ID,..."
     )]
     pub node_ids: Vec<usize>,
-    /// With --node-ids: the host of the runner that starts node 0 (it hosts the rendezvous).
+    /// With --node-ids or --join: the host of the runner that starts node 0 (it hosts the
+    /// rendezvous).
     #[arg(long, alias = "master_addr", default_value = "127.0.0.1")]
     pub master_addr: String,
-    /// With --node-ids: the rendezvous port on that host.
-    #[arg(long, alias = "master_port", default_value_t = 29500)]
-    pub master_port: u16,
+    /// The rendezvous port on that host (with --node-ids, default 29500; a run started on one
+    /// machine takes a free one unless given, and needs it given to be joined).
+    #[arg(long, alias = "master_port")]
+    pub master_port: Option<u16>,
+    /// With --parallel-workers N: join the running split run at --master-addr:--master-port
+    /// (its token in DRILL_JOB_TOKEN) as one more collector; the run goes on when it leaves.
+    #[arg(long, requires = "parallel_workers", conflicts_with = "node_ids")]
+    pub join: bool,
     /// What carries events between the workers: `tcp` or `redis` (default: `[task] mq_type`).
     #[arg(long = "mq-type", alias = "mq_type", value_name = "tcp|redis")]
     pub mq_type: Option<String>,

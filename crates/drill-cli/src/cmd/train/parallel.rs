@@ -68,14 +68,40 @@ pub fn run(args: &Args, config: Config, env_spec: &EnvSpec, n: usize) -> anyhow:
         let (node, peers) = parse_attach(spec, n)?;
         runner = runner.attach_to(node, &peers);
     }
+    // A collector may leave or die and others may join, unless it holds the learner too or
+    // is a star's hub (the others' events pass through it).
+    let may_leave: Vec<usize> = plan
+        .collectors()
+        .iter()
+        .copied()
+        .filter(|&c| c != plan.learner() && !(topology == Topology::Star && c == 0))
+        .collect();
+    runner = runner.may_leave(&may_leave);
+    if args.join {
+        if matches!(
+            args.mq_type.as_deref().unwrap_or(&config.task.mq_type),
+            "redis"
+        ) {
+            bail!(
+                "--join: a collector joins over direct links, but this run's events go through Redis (`task.mq_type`)"
+            );
+        }
+        return join(args, &config, env_spec, n, runner, &plan, topology);
+    }
+    if let Some(port) = args.master_port
+        && args.node_ids.is_empty()
+    {
+        runner = runner.master_port(port);
+    }
     let mut local: Vec<usize> = (0..n).collect();
     if !args.node_ids.is_empty() {
         let (first, last) = (args.node_ids[0], args.node_ids[args.node_ids.len() - 1]);
         if args.node_ids.iter().zip(first..).any(|(&a, b)| a != b) {
             bail!("--node-ids {:?}: must be consecutive", args.node_ids);
         }
+        let port = args.master_port.unwrap_or(29500);
         runner = runner
-            .node_ids(first..last + 1, &args.master_addr, args.master_port)
+            .node_ids(first..last + 1, &args.master_addr, port)
             .map_err(|e| anyhow::anyhow!("--node-ids: {e}"))?;
         local = args.node_ids.clone();
     }
@@ -124,6 +150,37 @@ pub fn run(args: &Args, config: Config, env_spec: &EnvSpec, n: usize) -> anyhow:
     }
 }
 
+/// `--join`: be one more collector of the split run at `--master-addr:--master-port`, linked
+/// to the learner (to the hub under a star); returns the exit code.
+fn join(
+    args: &Args,
+    config: &Config,
+    env_spec: &EnvSpec,
+    n: usize,
+    runner: Parallel,
+    plan: &RolePlan,
+    topology: Topology,
+) -> anyhow::Result<i32> {
+    let Some(port) = args.master_port else {
+        bail!("--join: give the run's --master-port (and --master-addr when it runs elsewhere)");
+    };
+    let hub = match topology {
+        Topology::Star => 0,
+        Topology::Mesh | Topology::Alone => plan.learner(),
+    };
+    let mut interrupted = false;
+    runner
+        .join::<OnlineRLContext>(&args.master_addr, port, &[hub], |task| {
+            let handle = task.handle().clone();
+            let roles = plan.joined(config, &handle);
+            interrupted = worker_with(args, config, env_spec, handle, roles, n)
+                .map_err(|e| TaskError::msg(format!("{e:#}")))?;
+            Ok(())
+        })
+        .map_err(|e| anyhow::anyhow!("--join: {e}"))?;
+    Ok(if interrupted { 130 } else { 0 })
+}
+
 /// `NODE=PEER,PEER`, each one of the `n` workers, a node never its own peer.
 pub(crate) fn parse_attach(spec: &str, n: usize) -> anyhow::Result<(usize, Vec<usize>)> {
     let bad = || anyhow::anyhow!("--attach-to {spec:?}: expected NODE=PEER[,PEER...], e.g. 0=1,2");
@@ -157,6 +214,18 @@ fn worker(
     n: usize,
 ) -> anyhow::Result<bool> {
     let roles = plan.share(config, &task)?;
+    worker_with(args, config, env_spec, task, roles, n)
+}
+
+/// A worker with its `roles`.
+fn worker_with(
+    args: &Args,
+    config: &Config,
+    env_spec: &EnvSpec,
+    task: drill_task::TaskHandle,
+    roles: drill_algo::middleware::Roles,
+    n: usize,
+) -> anyhow::Result<bool> {
     let device = select_device(config)?;
     drill_algo::interrupt::install().context("cannot install the Ctrl-C handler")?;
     let task_labels = task.labels();
@@ -172,14 +241,15 @@ fn worker(
     }
     let labels: Vec<&str> = task_labels.iter().collect();
     tracing::info!(
-        "worker [{}]: {} ({})",
+        "worker [{}]: {} ({}; pid {})",
         labels.join(", "),
         names.join(", "),
         exp.as_ref()
             .map_or("no experiment folder".into(), |e| format!(
                 "→ {}",
                 e.dir().display()
-            ))
+            )),
+        std::process::id()
     );
     let replay_dir = exp
         .as_ref()
