@@ -210,7 +210,11 @@ pub fn train_roles(
         if let Some(remote) = &roles.remote {
             let collectors = roles.collector_elsewhere();
             let sender = ModelExchanger::sender(eval_freq, iters, collectors, &appo, timeout);
-            task.use_mw(sender.every(remote.model_every).take_joiners(&handle));
+            task.use_mw(
+                sender
+                    .every(remote.model_every)
+                    .take_joiners(&handle, iters),
+            );
         }
         task.use_mw(OnlineLogger::new(&out, cfg.max_env_step, env_step));
     }
@@ -239,15 +243,15 @@ mod tests {
         Config::parse(&text, "t.toml", &[]).unwrap()
     }
 
-    /// `steps` collect-and-learn steps of one process's on-policy pipeline from `cfg`'s seed,
-    /// with V-trace (APPO) or GAE (PPO) before the update; the weights after.
-    fn weights_after(cfg: &Config, steps: usize, vtrace: bool) -> Vec<f32> {
+    /// `steps` collect-and-learn steps of one process's on-policy pipeline from the network
+    /// and optimizer state `start`, with V-trace (APPO) or GAE (PPO) before the update; the
+    /// weights after.
+    fn weights_after(cfg: &Config, start: &Checkpoint, steps: usize, vtrace: bool) -> Vec<f32> {
         let drill_config::Policy::Ppo(p) = &cfg.policy else {
             unreachable!("a PPO config")
         };
-        let device = Device::flex();
-        device.seed(cfg.seed);
-        let ppo = Ppo::from_config(cfg, p, &device, Ranks::alone()).unwrap();
+        let mut ppo = Ppo::from_config(cfg, p, &Device::flex(), Ranks::alone()).unwrap();
+        ppo.load_state_dict(start).unwrap();
         let appo = RefCell::new(Appo(ppo));
         let rng = RefCell::new(ChaCha8Rng::seed_from_u64(7));
         let mut task = Task::<OnlineRLContext>::new();
@@ -288,16 +292,21 @@ mod tests {
     #[test]
     fn with_zero_staleness_and_one_collector_appo_is_ppo() {
         let on = config(1.0);
-        let (ppo, appo) = (weights_after(&on, 3, false), weights_after(&on, 3, true));
-        let start = weights_after(&on, 0, false);
-        let moved = max_diff(&ppo, &start);
+        let drill_config::Policy::Ppo(p) = &on.policy else {
+            unreachable!("a PPO config")
+        };
+        // One start for every run (the device's generator is shared by the tests that run
+        // beside this one).
+        let ck = Ppo::from_config(&on, p, &Device::flex(), Ranks::alone())
+            .unwrap()
+            .state_dict();
+        let run = |cfg: &Config, steps, vtrace| weights_after(cfg, &ck, steps, vtrace);
+        let (ppo, appo) = (run(&on, 3, false), run(&on, 3, true));
+        let moved = max_diff(&ppo, &run(&on, 0, false));
         assert!(moved > 1e-3, "the updates moved the weights ({moved})");
         let same = max_diff(&ppo, &appo);
         let lambda = config(0.8);
-        let apart = max_diff(
-            &weights_after(&lambda, 3, false),
-            &weights_after(&lambda, 3, true),
-        );
+        let apart = max_diff(&run(&lambda, 3, false), &run(&lambda, 3, true));
         assert!(
             same < 1e-6,
             "APPO's weights are PPO's: max difference {same}"

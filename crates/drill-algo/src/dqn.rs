@@ -489,7 +489,11 @@ pub fn train_roles(
         if let Some(remote) = &roles.remote {
             let collectors = roles.collector_elsewhere();
             let sender = ModelExchanger::sender(eval_freq, iters, collectors, &dqn, timeout);
-            task.use_mw(sender.every(remote.model_every).take_joiners(&handle));
+            task.use_mw(
+                sender
+                    .every(remote.model_every)
+                    .take_joiners(&handle, iters),
+            );
         }
         task.use_mw(OnlineLogger::new(&out, cfg.max_env_step, env_step));
     }

@@ -252,13 +252,19 @@ fn start_rank(
         cmd.env("OMP_NUM_THREADS", "1");
     }
     // Each worker leads its own process group, so signals reach the programs it starts
-    // too, and dies with the launcher, even if that is SIGKILLed: no orphans.
-    // SAFETY: the closure runs in the forked child before exec and only makes two
-    // async-signal-safe system calls (setpgid, prctl), allocating nothing.
+    // too, and dies with the launcher, even if that is SIGKILLed: no orphans. A launcher
+    // killed between the fork and the prctl sends no signal: the child sees its parent
+    // changed and does not start.
+    let launcher = std::process::id() as libc::pid_t;
+    // SAFETY: the closure runs in the forked child before exec and only makes three
+    // async-signal-safe system calls (setpgid, prctl, getppid), allocating nothing.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             if libc::setpgid(0, 0) != 0 || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != launcher {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
             }
             Ok(())
         });

@@ -258,8 +258,9 @@ pub(crate) struct ModelUpdate {
 
 enum Side {
     Send {
-        /// The weights last sent to the collectors, for those that join.
-        newest: Arc<Mutex<ModelUpdate>>,
+        /// The weights last sent to the collectors, for those that join (none before the
+        /// learner's first step: its collectors act with the initial weights).
+        newest: Arc<Mutex<Option<ModelUpdate>>>,
         collectors: bool,
         every: u64,
         steps: u64,
@@ -305,12 +306,7 @@ impl<'a, P: Policy> ModelExchanger<'a, P> {
         Self {
             policy,
             side: Side::Send {
-                newest: Arc::new(Mutex::new(ModelUpdate {
-                    train_iter: start_iter,
-                    env_step: 0,
-                    params: policy.borrow().weights(),
-                    answered: None,
-                })),
+                newest: Arc::default(),
                 collectors,
                 every: 1,
                 steps: 0,
@@ -325,14 +321,21 @@ impl<'a, P: Policy> ModelExchanger<'a, P> {
 
     /// Sender side: a collector that joins the running job ([`PEER_READY`]) is sent the
     /// newest weights at once (from the thread that hears it: the learner may be waiting for
-    /// rollouts, and the newcomer for weights).
-    pub(crate) fn take_joiners(self, task: &TaskHandle) -> Self {
+    /// rollouts, and the newcomer for weights); before the learner's first step, an update
+    /// without weights (act with the initial ones, as the run's own collectors do).
+    pub(crate) fn take_joiners(self, task: &TaskHandle, start_iter: u64) -> Self {
         if let Side::Send { newest, .. } = &self.side {
             let (newest, bus) = (newest.clone(), task.events().clone());
             task.on(PEER_READY, move |e| {
                 let node = e.decode::<u32>().unwrap_or(u32::MAX);
-                let update = newest.lock().unwrap_or_else(|p| p.into_inner());
-                if let Err(err) = bus.emit(MODEL, &*update) {
+                let newest = newest.lock().unwrap_or_else(|p| p.into_inner());
+                let none = ModelUpdate {
+                    train_iter: start_iter,
+                    env_step: 0,
+                    params: Vec::new(),
+                    answered: None,
+                };
+                if let Err(err) = bus.emit(MODEL, newest.as_ref().unwrap_or(&none)) {
                     tracing::warn!("cannot send collector node {node} its weights: {err}");
                 }
             });
@@ -437,7 +440,7 @@ impl<P: Policy> Middleware<OnlineRLContext> for ModelExchanger<'_, P> {
                     task.emit(MODEL, &update)?;
                     if changed {
                         update.answered = None;
-                        *newest.lock().unwrap_or_else(|p| p.into_inner()) = update;
+                        *newest.lock().unwrap_or_else(|p| p.into_inner()) = Some(update);
                     }
                 }
                 if changed {
@@ -463,17 +466,19 @@ impl<P: Policy> Middleware<OnlineRLContext> for ModelExchanger<'_, P> {
                         *newest = Some(u);
                     }
                 };
-                let mut newest = None;
+                let (mut newest, mut heard) = (None, false);
                 while let Some(u) = models.try_recv()? {
                     take(u, &mut newest, answered);
+                    heard = true;
                 }
                 // Joined a running job: its first rollout is collected with the learner's
-                // weights, not the initial ones.
-                while *joined && newest.is_none() {
+                // weights (sent when it said it listens), not the initial ones.
+                while *joined && !heard {
                     match models.recv(task, self.timeout)? {
                         Some(u) => take(u, &mut newest, answered),
                         None => return Ok(()),
                     }
+                    heard = true;
                 }
                 *joined = false;
                 while *sent > *answered + *staleness {

@@ -476,15 +476,17 @@ mod tests {
         let drill_config::Policy::Ppo(p) = &cfg.policy else {
             unreachable!("a PPO config")
         };
-        let policy = |seed: u64| {
-            let device = Device::flex();
-            device.seed(seed);
-            RefCell::new(Ppo::from_config(&cfg, p, &device, Ranks::alone()).unwrap())
-        };
+        let policy =
+            || RefCell::new(Ppo::from_config(&cfg, p, &Device::flex(), Ranks::alone()).unwrap());
         // The learner's weights: the collector's scaled up (a ReLU net's outputs grow with
         // them), so the action probabilities part from the near-uniform start.
-        let (behaviour, learner) = (policy(1), policy(1));
-        let scaled: Vec<f32> = learner.borrow().weights().iter().map(|w| w * 5.0).collect();
+        let (behaviour, learner) = (policy(), policy());
+        let scaled: Vec<f32> = behaviour
+            .borrow()
+            .weights()
+            .iter()
+            .map(|w| w * 5.0)
+            .collect();
         learner.borrow_mut().load_weights(&scaled);
         let rng = RefCell::new(ChaCha8Rng::seed_from_u64(1));
         let venv = envs::collector_envs(&cfg, cfg.seed, 0).unwrap();
