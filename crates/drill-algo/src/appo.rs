@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use drill_config::{Config, PpoPolicy};
 use drill_env::{ActionBuf, Obs};
-use drill_task::{OnlineRLContext, Task, TaskError, TaskHandle};
+use drill_task::{Task, TaskHandle};
 use rand_chacha::ChaCha8Rng;
 
 use crate::checkpoint::Checkpoint;
@@ -30,8 +30,9 @@ use crate::ddp;
 use crate::envs;
 use crate::error::TrainError;
 use crate::middleware::{
-    CkptSaver, InteractionEvaluator, ModelExchanger, OnPolicyLearner, OnlineLogger, Outputs, Roles,
-    RolloutCollector, TerminationChecker, TrainClock, VtraceEstimator, run_result, use_exchangers,
+    CkptSaver, InteractionEvaluator, OnPolicyLearner, OnlineLogger, Outputs, Roles,
+    RolloutCollector, TerminationChecker, TrainClock, VtraceEstimator, in_one_process,
+    learner_sender, run_result, use_exchangers,
 };
 use crate::policy::{Acted, Explore, LearnOutput, Policy};
 use crate::ppo::Ppo;
@@ -112,10 +113,7 @@ pub fn train(
     p: &PpoPolicy,
     run: &mut RunContext<'_>,
 ) -> Result<TrainResult, TrainError> {
-    let task = Task::<OnlineRLContext>::new();
-    let handle = task.handle().clone();
-    train_roles(cfg, p, run, handle, &Roles::all())?
-        .ok_or_else(|| TrainError::Task(TaskError::msg("the learner returns the result")))
+    in_one_process(|handle, roles| train_roles(cfg, p, run, handle, roles))
 }
 
 /// Train APPO as the pipeline of built-in middlewares, running the parts `roles` names on
@@ -134,10 +132,7 @@ pub fn train_roles(
     let ranks = ddp::setup(cfg, run);
     let streams = resume::stream_seed(cfg, run.resume.as_ref(), run.restarts);
     let (rank, world) = (ranks.rank(), ranks.world());
-    let (slot, slots) = roles
-        .remote
-        .as_ref()
-        .map_or((rank, world), |r| (r.collector_index, r.collectors.max(1)));
+    let (slot, slots) = roles.slot(rank, world);
     let mut appo = Appo(Ppo::from_spec(
         cfg,
         p,
@@ -208,13 +203,8 @@ pub fn train_roles(
         ));
         task.use_mw(OnPolicyLearner::new(&appo, &rng, ranks.clone()));
         if let Some(remote) = &roles.remote {
-            let collectors = roles.collector_elsewhere();
-            let sender = ModelExchanger::sender(eval_freq, iters, collectors, &appo, timeout);
-            task.use_mw(
-                sender
-                    .every(remote.model_every)
-                    .take_joiners(&handle, iters),
-            );
+            let at = (eval_freq, iters);
+            task.use_mw(learner_sender(&handle, roles, remote, at, &appo));
         }
         task.use_mw(OnlineLogger::new(&out, cfg.max_env_step, env_step));
     }
@@ -231,7 +221,7 @@ mod tests {
     use crate::ddp::Ranks;
     use crate::middleware::GaeEstimator;
     use burn::tensor::Device;
-    use drill_task::Context;
+    use drill_task::{Context, OnlineRLContext};
     use rand::SeedableRng;
 
     fn config(lambda: f64) -> Config {

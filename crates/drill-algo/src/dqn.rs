@@ -20,9 +20,9 @@ use crate::ddp;
 use crate::envs;
 use crate::error::TrainError;
 use crate::middleware::{
-    CkptSaver, DataPusher, EpsGreedyHandler, InteractionEvaluator, ModelExchanger,
-    NStepRewardEnhancer, OffPolicyLearner, OnlineLogger, Outputs, Roles, StepCollector,
-    TerminationChecker, TrainClock, Transitions, run_result, use_exchangers,
+    CkptSaver, DataPusher, EpsGreedyHandler, InteractionEvaluator, NStepRewardEnhancer,
+    OffPolicyLearner, OnlineLogger, Outputs, Roles, StepCollector, TerminationChecker, TrainClock,
+    Transitions, in_one_process, learner_sender, run_result, use_exchangers,
 };
 use crate::nets;
 use crate::nets::{ConvEncoder, ObsShape, QNet, argmax, check_encoder, input};
@@ -32,7 +32,7 @@ use crate::resume;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use drill_config::{Config, ConvKind, DqnPolicy};
 use drill_env::{ActionBuf, ActionSpace, EnvSpec, Obs};
-use drill_task::{OnlineRLContext, Task, TaskError, TaskHandle};
+use drill_task::{Task, TaskHandle};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
@@ -378,10 +378,7 @@ pub fn train(
     p: &DqnPolicy,
     run: &mut RunContext<'_>,
 ) -> Result<TrainResult, TrainError> {
-    let task = Task::<OnlineRLContext>::new();
-    let handle = task.handle().clone();
-    train_roles(cfg, p, run, handle, &Roles::all())?
-        .ok_or_else(|| TrainError::Task(TaskError::msg("the learner returns the result")))
+    in_one_process(|handle, roles| train_roles(cfg, p, run, handle, roles))
 }
 
 /// Train DQN as the pipeline of built-in middlewares, running the parts `roles` names on
@@ -400,10 +397,7 @@ pub fn train_roles(
     let streams = resume::stream_seed(cfg, run.resume.as_ref(), run.restarts);
     let (rank, world) = (ranks.rank(), ranks.world());
     // Split over processes, each collector worker is seeded as a DDP rank would be.
-    let (slot, slots) = roles
-        .remote
-        .as_ref()
-        .map_or((rank, world), |r| (r.collector_index, r.collectors.max(1)));
+    let (slot, slots) = roles.slot(rank, world);
     let spec = &run.spec;
     let mut dqn = Dqn::from_spec(cfg, p, spec, &run.device)?;
     let resume = run.resume.as_ref().filter(|_| roles.learner);
@@ -487,13 +481,8 @@ pub fn train_roles(
         learn.priority_beta = rb.priority.then_some(rb.priority_beta);
         task.use_mw(learn);
         if let Some(remote) = &roles.remote {
-            let collectors = roles.collector_elsewhere();
-            let sender = ModelExchanger::sender(eval_freq, iters, collectors, &dqn, timeout);
-            task.use_mw(
-                sender
-                    .every(remote.model_every)
-                    .take_joiners(&handle, iters),
-            );
+            let at = (eval_freq, iters);
+            task.use_mw(learner_sender(&handle, roles, remote, at, &dqn));
         }
         task.use_mw(OnlineLogger::new(&out, cfg.max_env_step, env_step));
     }

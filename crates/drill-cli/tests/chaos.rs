@@ -617,7 +617,7 @@ fn run_job(n: usize, plan: &Plan) -> Report {
         res["env_steps"].as_u64().unwrap_or(0) >= limit || res["stop_reached"] == true
     };
     let restarted = log.contains("restarting the group");
-    let mut counters = checkpoints(&exp, &mut r.violations);
+    let counters = checkpoints(&exp, &mut r.violations);
     // What the draw makes of the job: the rank faults it took (a restart job's budget is one).
     let rank_faults = r
         .injected
@@ -804,23 +804,25 @@ fn run_job(n: usize, plan: &Plan) -> Report {
             _ => {}
         }
     }
-    // Counters: no checkpoint ahead of the run's final result.
-    counters.sort();
-    if let Some(res) = result(&exp) {
-        let (steps, iters) = (
-            res["env_steps"].as_u64().unwrap_or(0),
-            res["train_iters"].as_u64().unwrap_or(0),
-        );
-        for (name, s, i) in &counters {
-            if *s > steps || *i > iters {
-                r.violations.push(format!(
-                    "{name} ({s} env steps, {i} iters) is ahead of result.json ({steps}, {iters})"
-                ));
-            }
-        }
-    }
+    none_ahead(&exp, &counters, &mut r);
     cleanup(&id, &root, &log_dir, &shm_before, &mut r);
     r
+}
+
+/// Counters: no checkpoint of `exp` (its `counters`) ahead of the run's final result.
+fn none_ahead(exp: &Path, counters: &[(String, u64, u64)], r: &mut Report) {
+    let Some(res) = result(exp) else { return };
+    let (steps, iters) = (
+        res["env_steps"].as_u64().unwrap_or(0),
+        res["train_iters"].as_u64().unwrap_or(0),
+    );
+    for (name, s, i) in counters {
+        if *s > steps || *i > iters {
+            r.violations.push(format!(
+                "{name} ({s} env steps, {i} iters) is ahead of result.json ({steps}, {iters})"
+            ));
+        }
+    }
 }
 
 /// The rank a job's fault hits (a function of the job number, so a seed repeats the campaign).
@@ -1173,21 +1175,8 @@ fn collector_job(n: usize, faults: &[(CollectorFault, u64)]) -> Report {
             )),
         }
     }
-    let mut counters = checkpoints(&exp, &mut r.violations);
-    counters.sort();
-    if let Some(res) = result(&exp) {
-        let (steps, iters) = (
-            res["env_steps"].as_u64().unwrap_or(0),
-            res["train_iters"].as_u64().unwrap_or(0),
-        );
-        for (name, s, i) in &counters {
-            if *s > steps || *i > iters {
-                r.violations.push(format!(
-                    "{name} ({s} env steps, {i} iters) is ahead of result.json ({steps}, {iters})"
-                ));
-            }
-        }
-    }
+    let counters = checkpoints(&exp, &mut r.violations);
+    none_ahead(&exp, &counters, &mut r);
     kill_job(&id);
     expect_gone(&id, &mut r);
     cleanup(&id, &root, &logs, &shm_before, &mut r);

@@ -548,6 +548,22 @@ impl Middleware<OnlineRLContext> for FinishSync {
     }
 }
 
+/// The learner's sender of a split run (after the learner): weights to the collectors when
+/// they run elsewhere (every `task.model_every` steps, and at once to one that joins), and to a
+/// remote evaluator at every `eval_freq`-th iteration from `start_iter` on.
+pub(crate) fn learner_sender<'a, P: Policy>(
+    handle: &TaskHandle,
+    roles: &Roles,
+    remote: &Remote,
+    (eval_freq, start_iter): (u64, u64),
+    policy: &'a RefCell<P>,
+) -> ModelExchanger<'a, P> {
+    let collectors = roles.collector_elsewhere();
+    ModelExchanger::sender(eval_freq, start_iter, collectors, policy, remote.timeout)
+        .every(remote.model_every)
+        .take_joiners(handle, start_iter)
+}
+
 /// A split run's exchangers (DI-engine's `ContextExchanger` and `ModelExchanger`) for the
 /// roles of this process: the learner receives the collectors' data `D` and the evaluator's
 /// results from the roles that run elsewhere; a collector or evaluator sends them and

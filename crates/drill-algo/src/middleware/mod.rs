@@ -42,10 +42,11 @@ pub(crate) use ckpt::{CkptSaver, TrainClock};
 pub use collector::{DataPusher, EpsGreedyHandler, NStepRewardEnhancer, StepCollector};
 pub use evaluator::InteractionEvaluator;
 pub(crate) use evaluator::{Interrupted, TerminationChecker};
-pub(crate) use exchange::{ModelExchanger, use_exchangers};
+pub(crate) use exchange::{learner_sender, use_exchangers};
 pub use learner::OffPolicyLearner;
 pub(crate) use logger::{OnlineLogger, Outputs};
 pub(crate) use onpolicy::{GaeEstimator, OnPolicyLearner, RolloutCollector, VtraceEstimator};
+pub(crate) use roles::in_one_process;
 pub use roles::{RolePlan, Roles};
 
 use crate::context::TrainResult;

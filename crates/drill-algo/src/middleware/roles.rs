@@ -7,6 +7,7 @@ use std::time::Duration;
 use drill_config::{Config, TASK_ROLES};
 use drill_task::{Labels, TaskError, TaskHandle};
 
+use crate::context::TrainResult;
 use crate::error::TrainError;
 
 /// The parts of the pipeline this process runs. Built-in pipelines register only the
@@ -94,6 +95,15 @@ impl Roles {
     /// The learner runs in another process.
     pub(crate) fn learner_elsewhere(&self) -> bool {
         self.remote.is_some() && !self.learner
+    }
+
+    /// Which collector this process is among how many, for seeding its environments and
+    /// generator as a DDP rank's: its place among the collector workers when split over
+    /// processes, else its `rank` of `world`.
+    pub(crate) fn slot(&self, rank: usize, world: usize) -> (usize, usize) {
+        self.remote
+            .as_ref()
+            .map_or((rank, world), |r| (r.collector_index, r.collectors.max(1)))
     }
 }
 
@@ -243,6 +253,16 @@ impl RolePlan {
         };
         Ok(Roles::from_labels(task, remote)?)
     }
+}
+
+/// A pipeline that may be split over processes, run whole in this one: `train_roles` with
+/// every role on a task of its own.
+pub(crate) fn in_one_process(
+    train_roles: impl FnOnce(TaskHandle, &Roles) -> Result<Option<TrainResult>, TrainError>,
+) -> Result<TrainResult, TrainError> {
+    let task = drill_task::Task::<drill_task::OnlineRLContext>::new();
+    train_roles(task.handle().clone(), &Roles::all())?
+        .ok_or_else(|| TrainError::Task(TaskError::msg("the learner returns the result")))
 }
 
 /// The worker's node id, from its `node.N` label.
