@@ -10,6 +10,10 @@
 #   scripts/bench_appo.sh curve OUT [SEED]
 #       pong_appo to its stop value (+18) with one collector host (K = 1), bf16; the run's
 #       folder is OUT (plot it beside pong_ppo's with `drill plot`).
+#   scripts/bench_appo.sh churn OUT KILL_AT JOIN_AT
+#       the same with two collector hosts, bf16: host 2's runner killed (kill -9) KILL_AT
+#       seconds in, a collector joining from host 3 (`--join`) JOIN_AT seconds in; the run
+#       must go on to +18 (OUT as above; the hosts' logs beside it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 drill=${DRILL:-target/release/drill}
@@ -19,11 +23,13 @@ tmp=$(mktemp -d)
 trap 'pkill -KILL -f "bench-appo-mark-$$" || true; scripts/netns_hosts.sh down >/dev/null 2>&1 || true; rm -rf "$tmp"' EXIT
 scripts/netns_hosts.sh up 4 >/dev/null
 
-# run K EXP [ARGS...]: one pong_appo run with K collector hosts, the learner's folder EXP.
-run() {
+# start K EXP [ARGS...]: one pong_appo run with K collector hosts, the learner's folder EXP,
+# in the background; its runners' pids in `pids` (host order).
+start() {
   local k=$1 exp=$2
   shift 2
-  local n=$((k + 1)) port=$((29700 + RANDOM % 200)) pids=()
+  local n=$((k + 1))
+  port=$((29700 + RANDOM % 200)) pids=()
   for ((h = 0; h <= k; h++)); do
     scripts/netns_hosts.sh exec "$h" "$drill" train configs/pong_appo.toml --quiet \
       --parallel-workers "$n" --node-ids "$h" --master-addr 10.77.0.1 --master-port "$port" \
@@ -32,6 +38,11 @@ run() {
       --set task.topology='"mesh"' "$@" >"$exp.host$h.log" 2>&1 &
     pids+=($!)
   done
+}
+
+# run K EXP [ARGS...]: `start`, then wait for every runner.
+run() {
+  start "$@"
   for p in "${pids[@]}"; do wait "$p"; done
 }
 
@@ -71,8 +82,29 @@ curve)
   run 1 "$out" --seed "$seed" --set policy.precision='"bf16"'
   cat "$out/result.json"
   ;;
+churn)
+  out=${2:?churn OUT KILL_AT JOIN_AT}
+  kill_at=${3:?churn OUT KILL_AT JOIN_AT}
+  join_at=${4:?churn OUT KILL_AT JOIN_AT}
+  start 2 "$out" --set policy.precision='"bf16"'
+  sleep "$kill_at"
+  kill -KILL "${pids[2]}"
+  echo "killed host 2's runner at ${kill_at} s"
+  sleep "$((join_at - kill_at))"
+  scripts/netns_hosts.sh exec 3 "$drill" train configs/pong_appo.toml --quiet \
+    --parallel-workers 3 --join --master-addr 10.77.0.1 --master-port "$port" \
+    --labels "bench-appo-mark-$$" \
+    --set 'task.roles={"node.0"=["learner","evaluator"],"node.[1-9]"=["collector"]}' \
+    --set task.topology='"mesh"' --set policy.precision='"bf16"' >"$out.host3.log" 2>&1 &
+  joiner=$!
+  echo "a collector joins from host 3 at ${join_at} s"
+  wait "${pids[0]}"
+  wait "$joiner" || echo "the joined collector ended with $?"
+  grep -h "left\|joined\|sends its data" "$out.host0.log" || true
+  cat "$out/result.json"
+  ;;
 *)
-  echo "bench_appo.sh: unknown mode $mode (scaling | curve OUT [SEED])" >&2
+  echo "bench_appo.sh: unknown mode $mode (scaling | curve OUT [SEED] | churn OUT KILL_AT JOIN_AT)" >&2
   exit 2
   ;;
 esac

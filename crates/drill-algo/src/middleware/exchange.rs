@@ -98,11 +98,15 @@ impl<D: Serialize + DeserializeOwned + Send + Sync + 'static> ContextExchanger<D
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .live = nodes.iter().map(|&n| n as u32).collect();
-        let c = self.collectors.clone();
+        let (c, t) = (self.collectors.clone(), task.clone());
         task.on(PEER_LEFT, move |e| {
+            // Collectors leave a finished run: nothing to say.
             let Ok((node, why)) = e.decode::<(u32, String)>() else {
                 return;
             };
+            if t.finished() {
+                return;
+            }
             let mut c = c.lock().unwrap_or_else(|p| p.into_inner());
             if c.live.remove(&node) {
                 let left = c.live.len();
