@@ -15,7 +15,6 @@
 //! `gae_lambda = 1` its advantages too.
 
 use std::cell::RefCell;
-use std::time::Duration;
 
 use drill_config::{Config, PpoPolicy};
 use drill_env::{ActionBuf, Obs};
@@ -148,7 +147,6 @@ pub fn train_roles(
     let appo = RefCell::new(appo);
     let rng = RefCell::new(resume::rank_rng(streams, run.resume.as_ref(), slot));
     let eval_freq = p.eval.evaluator.eval_freq;
-    let timeout = roles.remote.as_ref().map_or(Duration::MAX, |r| r.timeout);
     let out = Outputs::new(&mut *run.reporter);
     let iters = appo.borrow().train_iter();
     let mut task = context::task(cfg, Task::with_handle(handle.clone()), env_step, iters);
@@ -156,7 +154,7 @@ pub fn train_roles(
     // ALGO: the pipeline. Each role's middlewares run only where the role does; exchangers
     // carry rollouts to the learner and weights back.
     if let Some(remote) = &roles.remote {
-        use_exchangers::<Rollout, _>(&mut task, &handle, roles, remote, &appo, timeout);
+        use_exchangers::<Rollout, _>(&mut task, &handle, roles, remote, &appo);
     }
     if roles.evaluator {
         // Evaluate deterministically every eval_freq train iterations (and before training).

@@ -9,7 +9,6 @@
 //! Hyper-parameters come from [`DqnPolicy`] (the `[policy]` table).
 
 use std::cell::RefCell;
-use std::time::Duration;
 
 use crate::checkpoint::{Checkpoint, CheckpointExt};
 use crate::context;
@@ -410,7 +409,6 @@ pub fn train_roles(
     let rb = &p.other.replay_buffer;
     let buffer = RefCell::new(ReplayBuffer::from_config(rb, spec, resume, rank, world)?);
     let eval_freq = p.eval.evaluator.eval_freq;
-    let timeout = roles.remote.as_ref().map_or(Duration::MAX, |r| r.timeout);
     let out = Outputs::new(&mut *run.reporter);
     let iters = dqn.borrow().iters;
     let mut task = context::task(cfg, Task::with_handle(handle.clone()), env_step, iters);
@@ -418,7 +416,7 @@ pub fn train_roles(
     // ALGO: the pipeline, DI-engine's order. Each role's middlewares run only where the role
     // does; exchangers carry data to the roles that run in other processes.
     if let Some(remote) = &roles.remote {
-        use_exchangers::<Transitions, _>(&mut task, &handle, roles, remote, &dqn, timeout);
+        use_exchangers::<Transitions, _>(&mut task, &handle, roles, remote, &dqn);
     }
     if roles.evaluator {
         // Evaluate greedily every eval_freq train iterations (and before training).

@@ -578,11 +578,11 @@ pub(crate) fn use_exchangers<'a, D, P>(
     roles: &Roles,
     remote: &Remote,
     policy: &'a RefCell<P>,
-    timeout: Duration,
 ) where
     D: Serialize + DeserializeOwned + Send + Sync + 'static,
     P: Policy,
 {
+    let timeout = remote.timeout;
     task.use_mw(FinishSync::new(handle));
     let mut x = ContextExchanger::<D>::new(timeout);
     if roles.learner {

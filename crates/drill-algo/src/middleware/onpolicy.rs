@@ -308,7 +308,7 @@ impl<P: Policy<Data = Rollout>> Middleware<OnlineRLContext> for VtraceEstimator<
             &mut r.returns,
             &mut r.adv,
         );
-        r.values.clone_from(&self.values);
+        std::mem::swap(&mut r.values, &mut self.values);
         Ok(())
     }
 }

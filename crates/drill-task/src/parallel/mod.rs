@@ -310,14 +310,7 @@ impl Parallel {
         let store = Store::connect(&info.master_addr, info.master_port, &token, info.timeout)
             .map_err(|e| TaskError::msg(e.to_string()))?
             .with_prefix(&format!("task/{}", info.run_id));
-        let mut labels = Labels::new(["distributed".to_string(), format!("node.{}", info.rank)]);
-        for l in &self.labels {
-            labels.insert(l.clone());
-        }
-        if let Ok(list) = std::env::var("DRILL_LABELS") {
-            labels.extend_from_list(&list);
-        }
-        let mut task = Task::<C>::with_labels(labels);
+        let mut task = Task::<C>::with_labels(self.worker_labels(info.rank));
         let link = match &self.mq {
             Mq::Tcp => Link::Tcp(Router::connect(
                 router::Place {
@@ -385,6 +378,18 @@ impl Parallel {
         result
     }
 
+    /// Worker `node`'s labels: `distributed`, `node.N`, the builder's and `DRILL_LABELS`.
+    fn worker_labels(&self, node: usize) -> Labels {
+        let mut labels = Labels::new(["distributed".to_string(), format!("node.{node}")]);
+        for l in &self.labels {
+            labels.insert(l.clone());
+        }
+        if let Ok(list) = std::env::var("DRILL_LABELS") {
+            labels.extend_from_list(&list);
+        }
+        labels
+    }
+
     /// Join a running Parallel run of this builder's `n` workers as one more worker that may
     /// leave: the store at `master_addr:master_port` (the run's token in `DRILL_JOB_TOKEN`)
     /// gives it a node id after the run's (labels `distributed`, `node.ID`, `joined`, and the
@@ -418,17 +423,8 @@ impl Parallel {
             .add("joined", 1)
             .map_err(|e| TaskError::msg(e.to_string()))?;
         let node = self.n + k as usize - 1;
-        let mut labels = Labels::new([
-            "distributed".to_string(),
-            format!("node.{node}"),
-            "joined".to_string(),
-        ]);
-        for l in &self.labels {
-            labels.insert(l.clone());
-        }
-        if let Ok(list) = std::env::var("DRILL_LABELS") {
-            labels.extend_from_list(&list);
-        }
+        let mut labels = self.worker_labels(node);
+        labels.insert("joined".to_string());
         let mut task = Task::<C>::with_labels(labels);
         let router = Router::join(
             node,

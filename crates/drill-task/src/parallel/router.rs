@@ -87,7 +87,7 @@ pub struct Router {
     node: usize,
     topology: Topology,
     links: std::sync::RwLock<Vec<Arc<Link>>>,
-    closing: Arc<AtomicBool>,
+    closing: AtomicBool,
     bus: EventBus,
     /// The listener's address, while it takes peers that join.
     listening: Mutex<Option<std::net::SocketAddr>>,
@@ -204,7 +204,6 @@ impl Router {
         store
             .set(&format!("addr/{node}"), addr.to_string().as_bytes())
             .map_err(|e| err(e.to_string()))?;
-        let closing = Arc::new(AtomicBool::new(false));
         let mut streams: Vec<(usize, TcpStream)> = Vec::new();
         std::thread::scope(|s| -> Result<(), TaskError> {
             let dialer = s.spawn(|| -> Result<Vec<(usize, TcpStream)>, TaskError> {
@@ -267,21 +266,27 @@ impl Router {
             streams.extend(dialer.join().map_err(|_| err("dialer panicked".into()))??);
             Ok(())
         })?;
-        let router = Arc::new(Router {
-            node,
-            topology,
-            links: std::sync::RwLock::new(Vec::new()),
-            closing: closing.clone(),
-            bus: bus.clone(),
-            listening: Mutex::new(None),
-            joined: false,
-        });
+        let router = Router::new(node, topology, bus, false);
         for (peer, st) in streams {
             router.add_link(peer, st, may_leave.contains(&peer))?;
         }
         router.take_joiners(listener, token.clone())?;
         router.start(bus)?;
         Ok(router)
+    }
+
+    /// A router with no link yet for `node`, delivering into `bus`; `joined`: it joins a
+    /// running job.
+    fn new(node: usize, topology: Topology, bus: &EventBus, joined: bool) -> Arc<Router> {
+        Arc::new(Router {
+            node,
+            topology,
+            links: std::sync::RwLock::new(Vec::new()),
+            closing: AtomicBool::new(false),
+            bus: bus.clone(),
+            listening: Mutex::new(None),
+            joined,
+        })
     }
 
     /// Join the running job whose store is `store` as node `node`: dial `peers` (the hub
@@ -295,15 +300,7 @@ impl Router {
         bus: &EventBus,
         timeout: Duration,
     ) -> Result<Arc<Router>, TaskError> {
-        let router = Arc::new(Router {
-            node,
-            topology: Topology::Alone,
-            links: std::sync::RwLock::new(Vec::new()),
-            closing: Arc::new(AtomicBool::new(false)),
-            bus: bus.clone(),
-            listening: Mutex::new(None),
-            joined: true,
-        });
+        let router = Router::new(node, Topology::Alone, bus, true);
         for &peer in peers {
             let addr = store
                 .get_timeout(&format!("addr/{peer}"), timeout)
