@@ -33,7 +33,7 @@ use crate::middleware::{
     RolloutCollector, TerminationChecker, TrainClock, VtraceEstimator, in_one_process,
     learner_sender, run_result, use_exchangers,
 };
-use crate::policy::{Acted, Explore, LearnOutput, Policy};
+use crate::policy::{Acted, Explore, Hidden, LearnOutput, Policy};
 use crate::ppo::Ppo;
 use crate::resume;
 
@@ -45,26 +45,37 @@ impl Policy for Appo {
     type Data = Rollout;
     const NAME: &'static str = "appo";
 
-    fn eval(&mut self, obs: Obs<'_>, out: &mut ActionBuf) {
-        self.0.eval(obs, out);
+    fn eval(&mut self, obs: Obs<'_>, hidden: &mut Hidden, out: &mut ActionBuf) {
+        self.0.eval(obs, hidden, out);
     }
 
-    fn collect(&mut self, obs: Obs<'_>, e: &Explore, rng: &mut ChaCha8Rng, out: &mut Acted) {
-        self.0.collect(obs, e, rng, out);
+    fn collect(
+        &mut self,
+        obs: Obs<'_>,
+        hidden: &mut Hidden,
+        e: &Explore,
+        rng: &mut ChaCha8Rng,
+        out: &mut Acted,
+    ) {
+        self.0.collect(obs, hidden, e, rng, out);
     }
 
-    fn values(&mut self, obs: Obs<'_>, out: &mut Vec<f32>) -> Result<(), TrainError> {
-        self.0.values(obs, out)
+    fn values(
+        &mut self,
+        obs: Obs<'_>,
+        hidden: &Hidden,
+        out: &mut Vec<f32>,
+    ) -> Result<(), TrainError> {
+        self.0.values(obs, hidden, out)
     }
 
     fn evaluate_actions(
         &mut self,
-        obs: Obs<'_>,
-        actions: &ActionBuf,
+        r: &Rollout,
         logp: &mut Vec<f32>,
         values: &mut Vec<f32>,
     ) -> Result<(), TrainError> {
-        self.0.evaluate_actions(obs, actions, logp, values)
+        self.0.evaluate_actions(r, logp, values)
     }
 
     /// PPO's epochs of clipped minibatch updates; the ratio is to the behaviour policy that

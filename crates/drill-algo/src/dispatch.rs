@@ -101,7 +101,7 @@ pub fn evaluate(
         evaluator: &mut eval::Evaluator,
     ) -> Result<eval::EvalResult, TrainError> {
         policy.load_state_dict(ck)?;
-        Ok(evaluator.run(|obs, out| policy.eval(obs, out))?)
+        Ok(evaluator.run(|obs, hidden, out| policy.eval(obs, hidden, out))?)
     }
     let num_envs = config.env.evaluator_env_num.min(episodes.max(1));
     envs::register_env(config);

@@ -26,7 +26,7 @@ use crate::middleware::{
 use crate::nets;
 use crate::nets::{ConvEncoder, ObsShape, QNet, argmax, check_encoder, input};
 use crate::optim::{ActingCopy, ParamLayout, Trainer};
-use crate::policy::{Acted, Explore, LearnOutput, Policy};
+use crate::policy::{Acted, Explore, Hidden, LearnOutput, Policy};
 use crate::resume;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use drill_config::{Config, ConvKind, DqnPolicy};
@@ -303,13 +303,20 @@ impl Policy for Dqn {
     type Data = Batch;
     const NAME: &'static str = "dqn";
 
-    fn eval(&mut self, obs: Obs<'_>, out: &mut ActionBuf) {
+    fn eval(&mut self, obs: Obs<'_>, _: &mut Hidden, out: &mut ActionBuf) {
         let n = obs.len() / self.obs_dim;
         let net = self.acting.get(&self.online);
         greedy(net, obs, self.obs_dim, &self.device, out.discrete_mut(n));
     }
 
-    fn collect(&mut self, obs: Obs<'_>, explore: &Explore, rng: &mut ChaCha8Rng, out: &mut Acted) {
+    fn collect(
+        &mut self,
+        obs: Obs<'_>,
+        _: &mut Hidden,
+        explore: &Explore,
+        rng: &mut ChaCha8Rng,
+        out: &mut Acted,
+    ) {
         let n = obs.len() / self.obs_dim;
         let actions = out.actions.discrete_mut(n);
         let net = self.acting.get(&self.online);

@@ -1,5 +1,6 @@
 //! [`Evaluator`]: runs whole episodes with a deterministic policy and reports the mean return.
 
+use crate::data::Hidden;
 use drill_env::{ActionBuf, DynVecEnv, EnvError, Obs, make_vec};
 
 /// Returns of one evaluation.
@@ -106,7 +107,7 @@ impl Evaluator {
     /// Run the episodes; `policy(obs, actions)` fills one action per copy.
     pub fn run(
         &mut self,
-        policy: impl FnMut(Obs<'_>, &mut ActionBuf),
+        policy: impl FnMut(Obs<'_>, &mut Hidden, &mut ActionBuf),
     ) -> Result<EvalResult, EnvError> {
         Ok(EvalResult::from_episodes(self.run_episodes(policy)?))
     }
@@ -114,7 +115,7 @@ impl Evaluator {
     /// Run this evaluator's episodes and report each (see [`EvalResult::from_episodes`]).
     pub(crate) fn run_episodes(
         &mut self,
-        mut policy: impl FnMut(Obs<'_>, &mut ActionBuf),
+        mut policy: impl FnMut(Obs<'_>, &mut Hidden, &mut ActionBuf),
     ) -> Result<Vec<Episode>, EnvError> {
         let base = self.seed + self.round * self.total as u64 + self.first as u64;
         self.round += 1;
@@ -122,12 +123,18 @@ impl Evaluator {
         let mut left = self.quota.clone();
         let mut episodes = Vec::with_capacity(left.iter().sum());
         let mut step = 0;
+        // A recurrent policy's state per copy: zeros at every episode's start.
+        let mut hidden = Hidden::default();
         while left.iter().any(|&l| l > 0) {
-            policy(self.venv.obs(), &mut self.actions);
+            policy(self.venv.obs(), &mut hidden, &mut self.actions);
             self.venv.step(self.actions.as_actions())?;
             step += 1;
             for (i, l) in left.iter_mut().enumerate() {
-                if *l > 0 && (self.venv.terminated()[i] || self.venv.truncated()[i]) {
+                let ended = self.venv.terminated()[i] || self.venv.truncated()[i];
+                if ended {
+                    hidden.reset(i);
+                }
+                if *l > 0 && ended {
                     episodes.push(Episode {
                         step,
                         copy: self.first + i,
@@ -149,7 +156,7 @@ mod tests {
     fn runs_exactly_the_requested_episodes() {
         let mut ev = Evaluator::new("CartPole-v0", 3, 7, 0).unwrap();
         let r = ev
-            .run(|_, a| {
+            .run(|_, _, a| {
                 if let ActionBuf::Discrete(a) = a {
                     a.fill(1);
                 }
@@ -163,7 +170,7 @@ mod tests {
         );
         // A balancing controller reaches the 200-step limit.
         let r = ev
-            .run(|obs, a| {
+            .run(|obs, _, a| {
                 if let ActionBuf::Discrete(a) = a {
                     for (i, a) in a.iter_mut().enumerate() {
                         let o = &obs.f32()[i * 4..i * 4 + 4];
@@ -176,11 +183,45 @@ mod tests {
         assert_eq!(r.std, 0.0);
     }
 
+    /// A recurrent policy's state starts every episode from zeros: a state that counts the
+    /// steps it has seen reads each episode's length (CartPole's return) at its end, in
+    /// every round.
+    #[test]
+    fn the_recurrent_state_restarts_with_every_episode() {
+        let mut ev = Evaluator::new("CartPole-v1", 3, 8, 4).unwrap();
+        for round in 0..2 {
+            let mut seen: Vec<Vec<f32>> = vec![Vec::new(); 3];
+            let episodes = ev
+                .run_episodes(|obs, hidden, a| {
+                    let n = obs.len() / 4;
+                    let counts = hidden.rows_mut(n, 1);
+                    for (i, c) in counts.iter_mut().enumerate() {
+                        *c += 1.0;
+                        seen[i].push(*c);
+                    }
+                    if let ActionBuf::Discrete(a) = a {
+                        for (i, a) in a.iter_mut().enumerate() {
+                            *a = obs.f32()[i * 4 + 2].to_bits() % 2;
+                        }
+                    }
+                })
+                .unwrap();
+            for copy in 0..3 {
+                let want: Vec<f32> = episodes
+                    .iter()
+                    .filter(|e| e.copy == copy)
+                    .flat_map(|e| (1..=e.ret as u32).map(|k| k as f32))
+                    .collect();
+                assert_eq!(seen[copy][..want.len()], want, "round {round}, copy {copy}");
+            }
+        }
+    }
+
     #[test]
     fn shares_of_the_copies_give_the_whole_evaluation() {
         // A policy that acts at random but as a function of the observation, so returns differ
         // per episode and the copies must see the same observations in both runs.
-        let policy = |obs: Obs<'_>, a: &mut ActionBuf| {
+        let policy = |obs: Obs<'_>, _: &mut Hidden, a: &mut ActionBuf| {
             if let ActionBuf::Discrete(a) = a {
                 for (i, a) in a.iter_mut().enumerate() {
                     let o = &obs.f32()[i * 4..i * 4 + 4];

@@ -17,7 +17,10 @@
 //! hk → out` are an `FCEncoder` of `[h1 … h(k-1)]` and a head with one hidden layer of `hk`
 //! (`DiscreteHead`, `ReparameterizationHead`, `RegressionHead` for the critic), which needs
 //! `h(k-1) = hk`; VAC's state dict also lists each module under `actor.0`/`actor.1` and
-//! `critic.0`/`critic.1`, so the export does too.
+//! `critic.0`/`critic.1`, so the export does too. An LSTM core (`policy.model.lstm_hidden_size`)
+//! has no VAC twin: its tensors are PyTorch `nn.LSTM`'s (`lstm.weight_ih_l0`,
+//! `lstm.weight_hh_l0`, `lstm.bias_ih_l0`, `lstm.bias_hh_l0`, gates i, f, g, o), the heads'
+//! encoders reading its output.
 
 use std::collections::BTreeMap;
 
@@ -185,6 +188,16 @@ fn vac(
         })
     };
     let mut out = StateDict::new();
+    if p.model.lstm_hidden_size.is_some() {
+        for (drill, torch) in [("input", "ih"), ("recurrent", "hh")] {
+            for kind in ["weight", "bias"] {
+                let name = format!("model.lstm.{drill}.{kind}");
+                let (shape, values) = ck.tensor(&name)?;
+                let t = torch_layout(ck, &name, shape, values)?;
+                out.insert(format!("lstm.{kind}_{torch}_l0"), t);
+            }
+        }
+    }
     for side in ["actor", "critic"] {
         for i in 0..=k {
             for kind in ["weight", "bias"] {

@@ -13,7 +13,7 @@ use crate::checkpoint::Checkpoint;
 use crate::ddp::Ranks;
 use crate::error::TrainError;
 use crate::export::StateDict;
-use crate::policy::Policy;
+use crate::policy::{Hidden, Policy};
 use crate::{dqn, ppo, sac};
 
 /// The config of checkpoint `EXP/ckpt/X.safetensors`: `EXP/config.toml`, if there.
@@ -37,6 +37,7 @@ pub struct Loaded {
     /// The checkpoint loaded.
     pub checkpoint: Checkpoint,
     net: Net,
+    hidden: Hidden,
 }
 
 impl Loaded {
@@ -95,17 +96,36 @@ impl Loaded {
             spec,
             checkpoint,
             net,
+            hidden: Hidden::default(),
         })
     }
 
     /// The actions `drill eval` takes for `obs` (deterministic: greedy, the most likely, or
-    /// the mean), one per observation, into `out`.
+    /// the mean), one per observation, into `out`. A recurrent policy steps its state, one
+    /// row per observation (batches of one size, each row one env copy's; a batch of another
+    /// size starts from zeros); [`Self::reset`] it where an episode ends.
     pub fn act(&mut self, obs: Obs<'_>, out: &mut ActionBuf) {
+        let h = &mut self.hidden;
         match &mut self.net {
-            Net::Dqn(p) => p.eval(obs, out),
-            Net::Ppo(p) => p.eval(obs, out),
-            Net::Sac(p) => p.eval(obs, out),
+            Net::Dqn(p) => p.eval(obs, h, out),
+            Net::Ppo(p) => p.eval(obs, h, out),
+            Net::Sac(p) => p.eval(obs, h, out),
         }
+    }
+
+    /// A recurrent policy's state to zeros: for the rows `rows` (their episodes ended), or
+    /// every row. Nothing for a feed-forward policy.
+    pub fn reset(&mut self, rows: Option<&[usize]>) {
+        match rows {
+            Some(rows) => rows.iter().for_each(|&i| self.hidden.reset(i)),
+            None => self.hidden.clear(),
+        }
+    }
+
+    /// The recurrent state, one row per env copy (`[rows, width]`; empty: zeros, or a
+    /// feed-forward policy).
+    pub fn hidden(&self) -> &Hidden {
+        &self.hidden
     }
 
     /// DQN's Q-values of `obs`, `[n, actions]` row-major.
@@ -116,12 +136,13 @@ impl Loaded {
         }
     }
 
-    /// PPO's state values of `obs`, one per observation.
+    /// PPO's state values of `obs`, one per observation (a recurrent policy's seen from its
+    /// current state, which this leaves as it is).
     pub fn values(&mut self, obs: Obs<'_>) -> Result<Vec<f32>, TrainError> {
         match &mut self.net {
             Net::Ppo(p) => {
                 let mut out = Vec::new();
-                p.values(obs, &mut out)?;
+                p.values(obs, &self.hidden, &mut out)?;
                 Ok(out)
             }
             _ => Err(self.unsupported("state values (PPO's critic has them)")),

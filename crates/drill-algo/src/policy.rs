@@ -17,6 +17,8 @@ use drill_env::{ActionBuf, Obs};
 use rand_chacha::ChaCha8Rng;
 
 use crate::checkpoint::Checkpoint;
+pub use crate::data::Hidden;
+use crate::data::Rollout;
 use crate::error::TrainError;
 
 /// What the collect side is told about exploration this step.
@@ -71,35 +73,52 @@ pub trait Policy {
     /// Its name in checkpoints and messages (`dqn`, `ppo`, `sac`).
     const NAME: &'static str;
 
-    /// Eval side: deterministic actions for a batch of observations into `out`.
-    fn eval(&mut self, obs: Obs<'_>, out: &mut ActionBuf);
+    /// Eval side: deterministic actions for a batch of observations into `out`, from and to
+    /// the recurrent state `hidden` (one row per observation; untouched by feed-forward
+    /// policies).
+    fn eval(&mut self, obs: Obs<'_>, hidden: &mut Hidden, out: &mut ActionBuf);
 
     /// Collect side: exploring actions (and their log-probabilities, on-policy) for a batch
-    /// of observations into `out`.
-    fn collect(&mut self, obs: Obs<'_>, explore: &Explore, rng: &mut ChaCha8Rng, out: &mut Acted);
+    /// of observations into `out`, from and to the recurrent state `hidden`.
+    fn collect(
+        &mut self,
+        obs: Obs<'_>,
+        hidden: &mut Hidden,
+        explore: &Explore,
+        rng: &mut ChaCha8Rng,
+        out: &mut Acted,
+    );
 
     /// Collect side, on-policy: the critic's state values of a batch of observations (GAE's
-    /// bootstrap values: the rollout's last observations and truncated episodes' final ones).
-    /// Policies without a state-value critic keep the default, which says so.
-    fn values(&mut self, obs: Obs<'_>, out: &mut Vec<f32>) -> Result<(), TrainError> {
-        let _ = (obs, out);
+    /// bootstrap values: the rollout's last observations and truncated episodes' final ones),
+    /// each seen from its row of the recurrent state `hidden` (empty: zeros, or a
+    /// feed-forward policy). Policies without a state-value critic keep the default, which
+    /// says so.
+    fn values(
+        &mut self,
+        obs: Obs<'_>,
+        hidden: &Hidden,
+        out: &mut Vec<f32>,
+    ) -> Result<(), TrainError> {
+        let _ = (obs, hidden, out);
         Err(TrainError::Unsupported {
             policy: Self::NAME,
             what: "state values (GAE needs a policy with a value critic)",
         })
     }
 
-    /// Learn side, off-policy correction (APPO's V-trace): the log-probabilities of the taken
-    /// `actions` and the values of their observations under the current weights, in one
-    /// forward pass. Policies without a value critic keep the default, which says so.
+    /// Learn side, off-policy correction (APPO's V-trace): the log-probabilities of the
+    /// rollout's taken actions and the values of its observations under the current weights,
+    /// in one forward pass (a recurrent policy's over each env copy's sequence from the
+    /// rollout's initial state). Policies without a value critic keep the default, which
+    /// says so.
     fn evaluate_actions(
         &mut self,
-        obs: Obs<'_>,
-        actions: &ActionBuf,
+        rollout: &Rollout,
         logp: &mut Vec<f32>,
         values: &mut Vec<f32>,
     ) -> Result<(), TrainError> {
-        let _ = (obs, actions, logp, values);
+        let _ = (rollout, logp, values);
         Err(TrainError::Unsupported {
             policy: Self::NAME,
             what: "action log-probabilities and state values (V-trace needs an actor-critic)",

@@ -25,11 +25,11 @@ use crate::middleware::{
 };
 use crate::nets;
 use crate::nets::{
-    Actor, ActorCritic, ActorHead, ConvEncoder, Critic, HALF_LN_2PI, ObsShape, check_encoder,
+    Actor, ActorCritic, ActorHead, ConvEncoder, Critic, HALF_LN_2PI, Lstm, ObsShape, check_encoder,
     input, input_rows,
 };
 use crate::optim::{ActingCopy, Trainer};
-use crate::policy::{Acted, Explore, LearnOutput, Policy};
+use crate::policy::{Acted, Explore, Hidden, LearnOutput, Policy};
 use crate::resume;
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
@@ -87,9 +87,16 @@ pub fn build_agent(
                 .map_err(|e| cfg.error("env.screen_size", e))?,
         ),
     };
-    let input_dim = trunk.as_ref().map_or(spec.obs_dim(), ConvEncoder::features);
+    let features = trunk.as_ref().map_or(spec.obs_dim(), ConvEncoder::features);
+    // An LSTM core (CleanRL's ppo_atari_lstm) reads the features; the heads read its output.
+    let lstm = p
+        .model
+        .lstm_hidden_size
+        .map(|h| Lstm::new(features, h, device));
+    let input_dim = lstm.as_ref().map_or(features, Lstm::hidden);
     Ok(ActorCritic {
         trunk,
+        lstm,
         actor: Actor::new(
             input_dim,
             hidden,
@@ -103,17 +110,15 @@ pub fn build_agent(
     })
 }
 
-/// Deterministic actions for evaluation: argmax logits, or the Gaussian mean clipped to bounds.
+/// Deterministic actions for evaluation from the heads' input `x` ([`ActorCritic::step`]):
+/// argmax logits, or the Gaussian mean clipped to bounds.
 pub(crate) fn act_deterministic(
     agent: &ActorCritic,
     space: &ActionSpace,
-    obs: Obs<'_>,
-    obs_dim: usize,
-    device: &Device,
+    x: Tensor<2>,
     out: &mut ActionBuf,
 ) {
-    let n = obs.len() / obs_dim;
-    let x = agent.features(input(obs, obs_dim, device));
+    let n = x.dims()[0];
     match space {
         ActionSpace::Discrete(k) => {
             let logits = agent.actor.logits(x).into_data();
@@ -138,20 +143,18 @@ pub(crate) fn act_deterministic(
     }
 }
 
-/// Sample actions for a batch of observations from the stochastic policy: the actions
-/// (continuous ones unclipped: the env clips), their log-probabilities and the critic's values
-/// (from the same trunk features: one forward pass) into `out`.
+/// Sample actions for a batch from the stochastic policy, given the heads' input `x`
+/// ([`ActorCritic::step`]): the actions (continuous ones unclipped: the env clips), their
+/// log-probabilities and the critic's values (from the same features: one forward pass) into
+/// `out`.
 pub(crate) fn sample_actions(
     agent: &ActorCritic,
     space: &ActionSpace,
-    obs: Obs<'_>,
-    obs_dim: usize,
-    device: &Device,
+    x: Tensor<2>,
     rng: &mut impl Rng,
     out: &mut Acted,
 ) {
-    let n = obs.len() / obs_dim;
-    let x = agent.features(input(obs, obs_dim, device));
+    let n = x.dims()[0];
     out.logp.resize(n, 0.0);
     let v = agent.critic.forward(x.clone()).into_data();
     out.values.clear();
@@ -200,19 +203,25 @@ pub(crate) fn sample_actions(
     }
 }
 
-/// The log-probabilities of `actions` (as [`sample_actions`] drew them) for `obs` and the
-/// critic's values, from one forward pass, into `logp` and `values`.
+/// The log-probabilities of the rollout's actions (as [`sample_actions`] drew them) and the
+/// critic's values of its observations, from one forward pass (an LSTM's over every env
+/// copy's sequence from the rollout's initial state), into `logp` and `values`.
 pub(crate) fn action_logp(
     agent: &ActorCritic,
-    obs: Obs<'_>,
-    obs_dim: usize,
-    actions: &ActionBuf,
+    r: &Rollout,
     device: &Device,
     logp: &mut Vec<f32>,
     values: &mut Vec<f32>,
 ) {
-    let n = obs.len() / obs_dim;
-    let x = agent.features(input(obs, obs_dim, device));
+    let (n, obs_dim, actions) = (r.len(), r.obs_dim, &r.actions);
+    let obs = input(r.obs.as_obs(), obs_dim, device);
+    let x = if agent.lstm.is_some() {
+        let steps = n / r.num_envs.max(1);
+        let state0 = initial_state(agent, r, &(0..r.num_envs).collect::<Vec<_>>(), device);
+        agent.sequence(obs, state0, &r.ended, steps)
+    } else {
+        agent.features(obs)
+    };
     let v = agent.critic.forward(x.clone()).into_data();
     values.clear();
     values.extend_from_slice(v.as_slice::<f32>().expect("f32 values"));
@@ -248,6 +257,31 @@ pub(crate) fn action_logp(
     }
 }
 
+/// The recurrent state before the rollout's first row for env copies `cols` (`[cols, width]`;
+/// zeros where the rollout holds none).
+fn initial_state(agent: &ActorCritic, r: &Rollout, cols: &[usize], device: &Device) -> Tensor<2> {
+    let w = agent.state_width();
+    let h = &r.hidden0;
+    let data: Vec<f32> = if h.is_empty() {
+        vec![0.0; cols.len() * w]
+    } else {
+        cols.iter()
+            .flat_map(|&j| h.row(j).iter().copied())
+            .collect()
+    };
+    Tensor::from_data(TensorData::new(data, [cols.len(), w]), device)
+}
+
+/// A recurrent minibatch: whole env copies' sequences (`cols`, each `steps` rows) replayed
+/// from the rollout's initial states; its rows are time-major (`t · num_envs + col`).
+#[derive(Debug, Clone, Copy)]
+pub struct Sequences<'a> {
+    /// Rows per sequence.
+    pub steps: usize,
+    /// The env copies (columns of the rollout).
+    pub cols: &'a [usize],
+}
+
 /// PPO: the actor-critic with its flat parameters and Adam state, the copy the collector and
 /// evaluator act with, and the update schedule.
 pub struct Ppo {
@@ -265,14 +299,19 @@ pub struct Ppo {
     batch_size: usize,
     anneal_to: Option<u64>,
     order: Vec<usize>,
+    rows: Vec<usize>,
 }
 
 impl Ppo {
     /// The actor's outputs (logits, or the Gaussian's mean and log-std) and the critic's
-    /// values for `obs`, row-major; for exports' checks.
+    /// values for `obs` (an episode's first step: the recurrent state from zeros),
+    /// row-major; for exports' checks.
     pub fn outputs(&self, obs: Obs<'_>) -> (Vec<f32>, Option<Vec<f32>>, Vec<f32>) {
         let net = self.trainer.inference();
-        let x = net.features(input(obs, self.obs_dim, &self.device));
+        let x = net.step(
+            input(obs, self.obs_dim, &self.device),
+            &mut Hidden::default(),
+        );
         let flat = |t: burn::tensor::Tensor<2>| -> Vec<f32> {
             t.into_data().as_slice::<f32>().expect("f32").to_vec()
         };
@@ -326,6 +365,7 @@ impl Ppo {
                 None
             },
             order: Vec::new(),
+            rows: Vec::new(),
         })
     }
 
@@ -346,34 +386,47 @@ impl Policy for Ppo {
     type Data = Rollout;
     const NAME: &'static str = "ppo";
 
-    fn eval(&mut self, obs: Obs<'_>, out: &mut ActionBuf) {
+    fn eval(&mut self, obs: Obs<'_>, hidden: &mut Hidden, out: &mut ActionBuf) {
         let net = self.acting.get(&self.trainer);
-        act_deterministic(net, &self.space, obs, self.obs_dim, &self.device, out);
+        let x = net.step(input(obs, self.obs_dim, &self.device), hidden);
+        act_deterministic(net, &self.space, x, out);
     }
 
-    fn collect(&mut self, obs: Obs<'_>, _: &Explore, rng: &mut ChaCha8Rng, out: &mut Acted) {
+    fn collect(
+        &mut self,
+        obs: Obs<'_>,
+        hidden: &mut Hidden,
+        _: &Explore,
+        rng: &mut ChaCha8Rng,
+        out: &mut Acted,
+    ) {
         let net = self.acting.get(&self.trainer);
-        sample_actions(net, &self.space, obs, self.obs_dim, &self.device, rng, out);
+        let x = net.step(input(obs, self.obs_dim, &self.device), hidden);
+        sample_actions(net, &self.space, x, rng, out);
     }
 
-    fn values(&mut self, obs: Obs<'_>, out: &mut Vec<f32>) -> Result<(), TrainError> {
+    fn values(
+        &mut self,
+        obs: Obs<'_>,
+        hidden: &Hidden,
+        out: &mut Vec<f32>,
+    ) -> Result<(), TrainError> {
         let net = self.acting.get(&self.trainer);
-        let v = net
-            .critic
-            .forward(net.features(input(obs, self.obs_dim, &self.device)));
+        let mut hidden = hidden.clone();
+        let x = net.step(input(obs, self.obs_dim, &self.device), &mut hidden);
+        let v = net.critic.forward(x);
         *out = v.into_data().try_into_vec::<f32>().expect("f32 values");
         Ok(())
     }
 
     fn evaluate_actions(
         &mut self,
-        obs: Obs<'_>,
-        actions: &ActionBuf,
+        r: &Rollout,
         logp: &mut Vec<f32>,
         values: &mut Vec<f32>,
     ) -> Result<(), TrainError> {
         let net = self.acting.get(&self.trainer);
-        action_logp(net, obs, self.obs_dim, actions, &self.device, logp, values);
+        action_logp(net, r, &self.device, logp, values);
         Ok(())
     }
 
@@ -392,14 +445,31 @@ impl Policy for Ppo {
         // ALGO: epoch_per_collect passes of shuffled minibatches; the early stop compares the
         // last minibatch's approximate KL (averaged over ranks, so every rank agrees) with
         // target_kl after each epoch.
+        // A recurrent policy's minibatches are whole env copies' sequences (CleanRL's
+        // ppo_atari_lstm: batch_size / steps copies each), a feed-forward one's single rows.
+        let recurrent = self.trainer.model().lstm.is_some();
+        let (n, steps) = (r.num_envs.max(1), r.len() / r.num_envs.max(1));
+        let (units, per_mb) = if recurrent {
+            (n, (self.batch_size / steps.max(1)).max(1))
+        } else {
+            (r.len(), self.batch_size)
+        };
         self.order.clear();
-        self.order.extend(0..r.len());
+        self.order.extend(0..units);
         let mut last = MinibatchStats::default();
         for _ in 0..self.p.learn.epoch_per_collect {
             self.order.shuffle(rng);
-            for mb in self.order.chunks(self.batch_size) {
-                last =
-                    minibatch_update(&mut self.trainer, &self.p, &self.space, &self.ad, mb, r, lr)?;
+            for mb in self.order.chunks(per_mb) {
+                let (rows, seqs) = if recurrent {
+                    self.rows.clear();
+                    self.rows
+                        .extend((0..steps).flat_map(|t| mb.iter().map(move |&j| t * n + j)));
+                    (&self.rows[..], Some(Sequences { steps, cols: mb }))
+                } else {
+                    (mb, None)
+                };
+                let (p, space, ad) = (&self.p, &self.space, &self.ad);
+                last = minibatch_update(&mut self.trainer, p, space, ad, rows, seqs, r, lr)?;
                 self.iters += 1;
                 if !last.loss.is_finite() {
                     return Err(TrainError::NonFinite {
@@ -474,13 +544,43 @@ pub struct MinibatchStats {
     pub clipfrac: f32,
 }
 
-/// One PPO gradient step on the rows `mb` of `r`.
+/// What the actor and the critic read for the rows `mb` of `r` (their observations `obs`):
+/// the features, or for a recurrent policy the LSTM's outputs over the sequences `seqs`.
+fn heads_input(
+    model: &ActorCritic,
+    obs: nets::Input,
+    mb: &[usize],
+    seqs: Option<Sequences<'_>>,
+    r: &Rollout,
+    ad: &Device,
+) -> Result<Tensor<2>, TrainError> {
+    Ok(match (seqs, model.lstm.is_some()) {
+        // ALGO: a recurrent policy replays each sequence from its stored initial state, its
+        // state zeroed after each episode's end as while collecting.
+        (Some(s), true) => {
+            let ended: Vec<bool> = mb.iter().map(|&k| r.ended[k]).collect();
+            model.sequence(obs, initial_state(model, r, s.cols, ad), &ended, s.steps)
+        }
+        (None, true) => {
+            return Err(TrainError::Unsupported {
+                policy: "ppo",
+                what: "minibatch of single rows (an LSTM policy trains on sequences)",
+            });
+        }
+        (_, false) => model.features(obs),
+    })
+}
+
+/// One PPO gradient step on the rows `mb` of `r`; for a recurrent policy they are the
+/// sequences `seqs` (time-major), replayed from the rollout's initial states.
+#[allow(clippy::too_many_arguments)]
 pub fn minibatch_update(
     trainer: &mut Trainer<ActorCritic>,
     p: &PpoPolicy,
     space: &ActionSpace,
     ad: &Device,
     mb: &[usize],
+    seqs: Option<Sequences<'_>>,
     r: &Rollout,
     lr: f64,
 ) -> Result<MinibatchStats, TrainError> {
@@ -500,7 +600,7 @@ pub fn minibatch_update(
     }
     let adv = Tensor::<1>::from_data(TensorData::new(adv, [b]), ad);
     let model = trainer.model();
-    let obs = model.features(obs);
+    let obs = heads_input(model, obs, mb, seqs, r, ad)?;
     // ALGO: log-probability and entropy of the taken actions under the current policy.
     let (new_logp, entropy) = match space {
         ActionSpace::Discrete(_) => {
@@ -637,4 +737,147 @@ pub fn train(
     task.use_mw(OnlineLogger::new(&out, cfg.max_env_step, env_step));
     let ctx = task.run(None)?;
     Ok(run_result(&ctx, env_step, &clock, world, run.restarts))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::Device;
+    use drill_task::{Context, OnlineRLContext};
+    use rand::SeedableRng;
+
+    /// An LSTM PPO on CartPole without velocities: 4 copies, 64 steps each per rollout.
+    fn recurrent() -> (Config, PpoPolicy) {
+        let text = "seed = 3\n[env]\nid = \"CartPoleNoVel-v1\"\ncollector_env_num = 4\n\
+                    [policy]\ntype = \"ppo\"\n[policy.model]\nlstm_hidden_size = 16\n\
+                    [policy.collect]\nn_sample = 256\n[policy.learn]\nbatch_size = 128\n";
+        let cfg = Config::parse(text, "t.toml", &[]).unwrap();
+        let drill_config::Policy::Ppo(p) = cfg.policy.clone() else {
+            unreachable!("a PPO config")
+        };
+        (cfg, p)
+    }
+
+    /// The second rollout of a collector (its copies' states carried from the first, with
+    /// episode ends inside), and the policy that collected it.
+    fn second_rollout() -> (Config, PpoPolicy, RefCell<Ppo>, Rollout) {
+        let (cfg, p) = recurrent();
+        let mut ppo = Ppo::from_config(&cfg, &p, &Device::flex(), Ranks::alone()).unwrap();
+        // Sharper than the init (whose logits are near 0.01 × features): the state must
+        // show in the log-probabilities.
+        let mut ck = ppo.state_dict();
+        for (name, (_, v)) in ck.tensors.iter_mut() {
+            let gain = match name {
+                n if n.starts_with("model.actor.layers.2") => 100.0,
+                n if n.starts_with("model.lstm.") => 2.0,
+                _ => 1.0,
+            };
+            v.iter_mut().for_each(|x| *x *= gain);
+        }
+        ppo.load_state_dict(&ck).unwrap();
+        let ppo = RefCell::new(ppo);
+        let rng = RefCell::new(ChaCha8Rng::seed_from_u64(1));
+        let r = {
+            let mut task = Task::<OnlineRLContext>::new();
+            let venv = envs::collector_envs(&cfg, cfg.seed, 0).unwrap();
+            task.use_mw(RolloutCollector::new(venv, 64, &ppo, &rng, Ranks::alone()));
+            for _ in 0..2 {
+                task.ctx_mut().renew();
+                task.step().unwrap();
+            }
+            task.ctx().ext.get::<Rollout>().unwrap().clone()
+        };
+        (cfg, p, ppo, r)
+    }
+
+    /// The learner's replay of a rollout (each copy's sequence from the stored initial
+    /// state, zeroed after each episode's end) gives the log-probabilities and values the
+    /// collector got stepping one observation at a time; a minibatch of whole sequences
+    /// trained with the collecting weights starts at ratio 1 (no KL, nothing clipped).
+    #[test]
+    fn the_learners_sequences_replay_what_the_collector_stepped() {
+        let (_, p, ppo, r) = second_rollout();
+        assert_eq!(r.hidden0.rows(), 4, "the first rollout's last states");
+        assert!(r.hidden0.as_slice().iter().any(|&h| h != 0.0));
+        let ends = r.ended.iter().filter(|&&e| e).count();
+        assert!(ends >= 4, "episodes end inside the rollout ({ends})");
+        assert_eq!(r.bootstrap_hidden.rows(), r.bootstrap_rows.len());
+        let (mut logp, mut values) = (Vec::new(), Vec::new());
+        ppo.borrow_mut()
+            .evaluate_actions(&r, &mut logp, &mut values)
+            .unwrap();
+        let worst = |a: &[f32], b: &[f32]| {
+            a.iter()
+                .zip(b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0, f32::max)
+        };
+        let (dl, dv) = (worst(&logp, &r.logp), worst(&values, &r.values));
+        eprintln!("replay: log-probabilities within {dl}, values within {dv}");
+        assert!(dl < 1e-4, "log-probabilities {dl}");
+        assert!(dv < 1e-4, "values {dv}");
+        let mut ppo = ppo.into_inner();
+        let (n, steps, cols) = (4, 64, [3, 1]);
+        let rows: Vec<usize> = (0..steps).flat_map(|t| cols.map(|j| t * n + j)).collect();
+        let mut r = r;
+        r.adv = (0..r.len()).map(|k| (k % 5) as f32 - 2.0).collect();
+        r.returns = r.values.clone();
+        let (space, ad) = (ppo.space.clone(), ppo.ad.clone());
+        let seqs = Some(Sequences { steps, cols: &cols });
+        // The training path's log-probabilities of these rows, as the update computes them.
+        let model = ppo.trainer.model();
+        let obs = input_rows(r.obs.as_obs(), &rows, r.obs_dim, &ad);
+        let x = heads_input(model, obs, &rows, seqs, &r, &ad).unwrap();
+        let lp = log_softmax(model.actor.logits(x), 1).into_data();
+        let lp = lp.as_slice::<f32>().unwrap();
+        let ActionBuf::Discrete(taken) = &r.actions else {
+            unreachable!("CartPole's actions")
+        };
+        let trained: Vec<f32> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, &k)| lp[i * 2 + taken[k] as usize])
+            .collect();
+        let behaviour: Vec<f32> = rows.iter().map(|&k| r.logp[k]).collect();
+        let dt = worst(&trained, &behaviour);
+        eprintln!("minibatch sequences: log-probabilities within {dt}");
+        assert!(dt < 1e-4, "a minibatch's log-probabilities {dt}");
+        let s = minibatch_update(&mut ppo.trainer, &p, &space, &ad, &rows, seqs, &r, 1e-3).unwrap();
+        assert!(s.approx_kl.abs() < 1e-9, "approx KL {}", s.approx_kl);
+        assert_eq!(s.clipfrac, 0.0);
+        let e = minibatch_update(&mut ppo.trainer, &p, &space, &ad, &rows, None, &r, 1e-3);
+        assert!(e.unwrap_err().to_string().contains("sequences"));
+    }
+
+    /// Acting keeps a state per row; a checkpoint taken mid-episode and loaded elsewhere
+    /// goes on from the same state to the same actions and states, and the state matters
+    /// (from zeros the values differ).
+    #[test]
+    fn a_checkpoint_goes_on_from_the_callers_state() {
+        let (cfg, p) = recurrent();
+        let mut a = Ppo::from_config(&cfg, &p, &Device::flex(), Ranks::alone()).unwrap();
+        let mut venv = envs::collector_envs(&cfg, 9, 0).unwrap();
+        let (mut ha, mut out) = (Hidden::default(), ActionBuf::Discrete(Vec::new()));
+        for _ in 0..5 {
+            a.eval(venv.obs(), &mut ha, &mut out);
+            venv.step(out.as_actions()).unwrap();
+        }
+        assert_eq!((ha.rows(), ha.width()), (4, 32));
+        let mut b = Ppo::from_config(&cfg, &p, &Device::flex(), Ranks::alone()).unwrap();
+        b.load_state_dict(&a.state_dict()).unwrap();
+        let mut hb = ha.clone();
+        let mut out_b = ActionBuf::Discrete(Vec::new());
+        for _ in 0..5 {
+            a.eval(venv.obs(), &mut ha, &mut out);
+            b.eval(venv.obs(), &mut hb, &mut out_b);
+            assert_eq!(out, out_b);
+            assert_eq!(ha, hb);
+            venv.step(out.as_actions()).unwrap();
+        }
+        let (mut carried, mut fresh) = (Vec::new(), Vec::new());
+        b.values(venv.obs(), &hb, &mut carried).unwrap();
+        b.values(venv.obs(), &Hidden::default(), &mut fresh)
+            .unwrap();
+        assert_ne!(carried, fresh);
+    }
 }

@@ -26,7 +26,7 @@ use crate::middleware::{
 use crate::nets;
 use crate::nets::{HALF_LN_2PI, SquashedGaussian, TwinQ, input};
 use crate::optim::{ActingCopy, Adam, Trainer};
-use crate::policy::{Acted, Explore, LearnOutput, Policy};
+use crate::policy::{Acted, Explore, Hidden, LearnOutput, Policy};
 use crate::resume;
 use burn::tensor::{Device, Tensor, TensorData};
 use drill_config::{Config, SacPolicy};
@@ -216,7 +216,7 @@ impl Policy for Sac {
     type Data = Batch;
     const NAME: &'static str = "sac";
 
-    fn eval(&mut self, obs: Obs<'_>, out: &mut ActionBuf) {
+    fn eval(&mut self, obs: Obs<'_>, _: &mut Hidden, out: &mut ActionBuf) {
         let n = obs.len() / self.obs_dim;
         let (mean, _) = self.gaussian(obs);
         let (dim, sq) = (self.act_dim, &self.sq);
@@ -225,7 +225,14 @@ impl Policy for Sac {
         }
     }
 
-    fn collect(&mut self, obs: Obs<'_>, explore: &Explore, rng: &mut ChaCha8Rng, out: &mut Acted) {
+    fn collect(
+        &mut self,
+        obs: Obs<'_>,
+        _: &mut Hidden,
+        explore: &Explore,
+        rng: &mut ChaCha8Rng,
+        out: &mut Acted,
+    ) {
         let n = obs.len() / self.obs_dim;
         let dim = self.act_dim;
         // ALGO: uniformly random actions for the first random_collect_size env steps.

@@ -255,7 +255,17 @@ fn ppo_steps(trainer: &mut Trainer<ActorCritic>, rows: std::ops::Range<usize>) {
     let mb: Vec<usize> = rows.collect();
     for k in 0..STEPS {
         let r = ppo_rollout(k);
-        minibatch_update(trainer, &p, &ActionSpace::Discrete(2), &ad, &mb, &r, 3e-3).unwrap();
+        minibatch_update(
+            trainer,
+            &p,
+            &ActionSpace::Discrete(2),
+            &ad,
+            &mb,
+            None,
+            &r,
+            3e-3,
+        )
+        .unwrap();
     }
 }
 

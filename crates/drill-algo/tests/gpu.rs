@@ -161,6 +161,7 @@ fn one_ppo_update_agrees_with_the_cpu() {
         next_values: uniform(n, 0.0, 1.0),
         adv: uniform(n, -1.0, 1.0),
         returns: uniform(n, 0.0, 2.0),
+        ..Rollout::default()
     };
     let (mut out_cpu, mut out_gpu) = (LearnOutput::default(), LearnOutput::default());
     on_cpu

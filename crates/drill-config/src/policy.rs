@@ -414,6 +414,10 @@ pub struct PpoModel {
     pub sigma_type: SigmaType,
     /// Continuous actions: initial log standard deviation.
     pub init_log_std: f64,
+    /// Hidden size of an LSTM core between the encoder (the image trunk, or the
+    /// observations) and the actor's and critic's MLPs (CleanRL's ppo_atari_lstm: 128);
+    /// omitted: no recurrent core.
+    pub lstm_hidden_size: Option<usize>,
 }
 
 impl Default for PpoModel {
@@ -425,6 +429,7 @@ impl Default for PpoModel {
             activation: Activation::Relu,
             sigma_type: SigmaType::Independent,
             init_log_std: 0.0,
+            lstm_hidden_size: None,
         }
     }
 }
@@ -599,6 +604,9 @@ impl PpoPolicy {
             "policy.model.init_log_std",
             "must be finite",
         );
+        if let Some(h) = p.model.lstm_hidden_size {
+            c.size("policy.model.lstm_hidden_size", h as u64, 1 << 14);
+        }
         c.size(
             "policy.learn.epoch_per_collect",
             p.learn.epoch_per_collect as u64,
@@ -659,6 +667,17 @@ impl PpoPolicy {
                 p.collect.n_sample
             ),
         );
+        let steps = p.collect.n_sample / collector_env_num.max(1);
+        if p.model.lstm_hidden_size.is_some() && steps > 0 {
+            // A recurrent minibatch is whole sequences, each an env copy's rollout.
+            c.check(
+                p.learn.batch_size.is_multiple_of(steps),
+                "policy.learn.batch_size",
+                &format!(
+                    "must be a multiple of the steps each env copy rolls out (policy.collect.n_sample / env.collector_env_num = {steps}): an LSTM policy trains on whole sequences"
+                ),
+            );
+        }
     }
 }
 

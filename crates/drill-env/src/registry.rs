@@ -7,9 +7,10 @@ use crate::gymnasium::GYMNASIUM;
 use crate::{ClassicEnv, DynVecEnv, Env, EnvError, EnvSpec, TimeLimit, VecEnv};
 
 /// Every id [`make`] knows, with Gymnasium's registered step limit and reward threshold.
-pub const ENV_IDS: [(&str, u32, Option<f64>); 5] = [
+pub const ENV_IDS: [(&str, u32, Option<f64>); 6] = [
     ("CartPole-v0", 200, Some(195.0)),
     ("CartPole-v1", 500, Some(475.0)),
+    ("CartPoleNoVel-v1", 500, Some(475.0)),
     ("Pendulum-v1", 200, None),
     ("MountainCar-v0", 200, Some(-110.0)),
     ("Acrobot-v1", 500, Some(-100.0)),
@@ -81,6 +82,7 @@ pub fn make(id: &str) -> Result<Box<dyn ClassicEnv>, EnvError> {
     Ok(match id {
         "CartPole-v0" => Box::new(with_limits(CartPole::new("CartPole-v0"), id)),
         "CartPole-v1" => Box::new(with_limits(CartPole::new("CartPole-v1"), id)),
+        "CartPoleNoVel-v1" => Box::new(with_limits(CartPole::new("CartPoleNoVel-v1"), id)),
         "Pendulum-v1" => Box::new(with_limits(Pendulum::new(), id)),
         "MountainCar-v0" => Box::new(with_limits(MountainCar::new(), id)),
         "Acrobot-v1" => Box::new(with_limits(Acrobot::new(), id)),
@@ -170,6 +172,7 @@ pub fn make_vec_with(
     Ok(match id {
         "CartPole-v0" => build(|| CartPole::new("CartPole-v0"), id, n, seed, threads),
         "CartPole-v1" => build(|| CartPole::new("CartPole-v1"), id, n, seed, threads),
+        "CartPoleNoVel-v1" => build(|| CartPole::new("CartPoleNoVel-v1"), id, n, seed, threads),
         "Pendulum-v1" => build(Pendulum::new, id, n, seed, threads),
         "MountainCar-v0" => build(MountainCar::new, id, n, seed, threads),
         "Acrobot-v1" => build(Acrobot::new, id, n, seed, threads),

@@ -1,8 +1,9 @@
 //! Data between the collector and the learner: the replay buffer, n-step transitions, the
-//! on-policy rollout, GAE and V-trace; a replay buffer's file (`replay_file.rs`).
+//! on-policy rollout and a recurrent policy's state, GAE and V-trace; a replay buffer's file (`replay_file.rs`).
 
 mod frame_store;
 mod gae;
+mod hidden;
 mod nstep;
 mod replay;
 mod replay_file;
@@ -11,6 +12,7 @@ mod sum_tree;
 mod vtrace;
 
 pub(crate) use gae::gae;
+pub use hidden::Hidden;
 pub(crate) use nstep::NStep;
 pub use nstep::Transition;
 pub use replay::{Batch, ReplayBuffer};

@@ -3,6 +3,8 @@
 use drill_env::{ActionBuf, ObsBuf};
 use serde::{Deserialize, Serialize};
 
+use super::Hidden;
+
 /// One rollout with its values, filled by the `RolloutCollector` and completed by the
 /// `GaeEstimator` or the `VtraceEstimator` (advantages, returns); what an on-policy
 /// [`Policy`](crate::policy::Policy) learns from, and what a remote collector sends its learner.
@@ -35,6 +37,11 @@ pub struct Rollout {
     pub bootstrap_obs: ObsBuf,
     /// The row each of `bootstrap_obs` follows.
     pub bootstrap_rows: Vec<usize>,
+    /// A recurrent policy's state before the first row, one row per env copy (empty:
+    /// zeros, or a feed-forward policy); training replays each copy's sequence from it.
+    pub hidden0: Hidden,
+    /// The recurrent state each of `bootstrap_obs` is seen from (as `hidden0`).
+    pub bootstrap_hidden: Hidden,
     /// Advantages (GAE's, or V-trace's policy-gradient ones).
     pub adv: Vec<f32>,
     /// Value targets (GAE's `adv + values`, or V-trace's `vs`).

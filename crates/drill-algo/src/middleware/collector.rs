@@ -12,7 +12,7 @@ use super::{EpisodeReturns, Epsilon, Transitions, account_collection, task_err};
 use crate::data::{NStep, ReplayBuffer};
 use crate::ddp::Ranks;
 use crate::explore::epsilon;
-use crate::policy::{Acted, Explore, Policy};
+use crate::policy::{Acted, Explore, Hidden, Policy};
 
 /// Sets this step's exploration rate from the env-step count (DI-engine's
 /// `eps_greedy_handler`); the policy's collect side applies it.
@@ -56,6 +56,8 @@ pub struct StepCollector<'a, P> {
     rng: &'a RefCell<ChaCha8Rng>,
     ranks: Ranks,
     acted: Acted,
+    /// The policy's recurrent state per env copy.
+    hidden: Hidden,
 }
 
 impl<'a, P: Policy> StepCollector<'a, P> {
@@ -75,6 +77,7 @@ impl<'a, P: Policy> StepCollector<'a, P> {
             rng,
             ranks,
             acted: Acted::default(),
+            hidden: Hidden::default(),
         }
     }
 
@@ -116,7 +119,7 @@ impl<P: Policy> Middleware<OnlineRLContext> for StepCollector<'_, P> {
                 break;
             }
             let obs = self.venv.obs();
-            policy.collect(obs, &explore, &mut rng, &mut self.acted);
+            policy.collect(obs, &mut self.hidden, &explore, &mut rng, &mut self.acted);
             t.obs.extend(obs);
             self.venv
                 .step(self.acted.actions.as_actions())
@@ -131,6 +134,7 @@ impl<P: Policy> Middleware<OnlineRLContext> for StepCollector<'_, P> {
             local += n as u64;
             for i in 0..n {
                 if v.terminated()[i] || v.truncated()[i] {
+                    self.hidden.reset(i);
                     // The global count as of this vector step (exact alone; assumes the
                     // other ranks progress alike under DDP).
                     returns

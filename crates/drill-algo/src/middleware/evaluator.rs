@@ -73,7 +73,7 @@ impl<P: Policy> Middleware<OnlineRLContext> for InteractionEvaluator<'_, P> {
         let mine = match self.evaluator.as_mut() {
             Some(e) => {
                 let mut policy = self.policy.borrow_mut();
-                e.run_episodes(|obs, out| policy.eval(obs, out))
+                e.run_episodes(|obs, hidden, out| policy.eval(obs, hidden, out))
                     .map_err(task_err)?
             }
             None => Vec::new(),

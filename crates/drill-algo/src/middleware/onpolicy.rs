@@ -12,7 +12,7 @@ use super::{EpisodeReturns, account_collection, task_err};
 use crate::data::{Rollout, Trajectory, VtraceClip, gae, vtrace};
 use crate::ddp::Ranks;
 use crate::error::TrainError;
-use crate::policy::{Acted, Explore, LearnOutput, Policy};
+use crate::policy::{Acted, Explore, Hidden, LearnOutput, Policy};
 
 /// Running variance of the discounted return, for reward scaling (SB3's `VecNormalize`).
 struct RewardScaler {
@@ -57,6 +57,8 @@ pub(crate) struct RolloutCollector<'a, P> {
     scaler: Option<RewardScaler>,
     acted: Acted,
     bootstrap: Vec<f32>,
+    /// The policy's recurrent state per env copy, carried across rollouts.
+    hidden: Hidden,
 }
 
 impl<'a, P: Policy<Data = Rollout>> RolloutCollector<'a, P> {
@@ -77,6 +79,7 @@ impl<'a, P: Policy<Data = Rollout>> RolloutCollector<'a, P> {
             scaler: None,
             acted: Acted::default(),
             bootstrap: Vec::new(),
+            hidden: Hidden::default(),
         }
     }
 
@@ -116,6 +119,7 @@ impl<P: Policy<Data = Rollout>> Middleware<OnlineRLContext> for RolloutCollector
             ended: vec![false; rows],
             values: vec![0.0; rows],
             bootstrap_obs: ObsBuf::new(spec.obs.dtype),
+            hidden0: self.hidden.clone(),
             ..Rollout::default()
         };
         let explore = Explore {
@@ -131,10 +135,13 @@ impl<P: Policy<Data = Rollout>> Middleware<OnlineRLContext> for RolloutCollector
             let obs = self.venv.obs();
             r.obs.write(rows.start * d, obs);
             self.acted.values.clear();
-            policy.collect(obs, &explore, &mut rng, &mut self.acted);
+            policy.collect(obs, &mut self.hidden, &explore, &mut rng, &mut self.acted);
             if self.acted.values.len() != n {
+                // A feed-forward policy's values (a recurrent one gives them with its
+                // actions: its state has moved on).
+                debug_assert!(self.hidden.is_empty());
                 policy
-                    .values(obs, &mut self.acted.values)
+                    .values(obs, &Hidden::default(), &mut self.acted.values)
                     .map_err(task_err)?;
             }
             r.values[rows.clone()].copy_from_slice(&self.acted.values);
@@ -159,7 +166,10 @@ impl<P: Policy<Data = Rollout>> Middleware<OnlineRLContext> for RolloutCollector
                     if !term {
                         r.bootstrap_obs.extend(v.final_obs().rows(i..i + 1, d));
                         r.bootstrap_rows.push(rows.start + i);
+                        r.bootstrap_hidden.push_row(&self.hidden, i);
                     }
+                    // The next observation starts an episode: from a zero state.
+                    self.hidden.reset(i);
                 }
             }
         }
@@ -171,12 +181,17 @@ impl<P: Policy<Data = Rollout>> Middleware<OnlineRLContext> for RolloutCollector
             if !r.ended[last + i] {
                 r.bootstrap_obs.extend(self.venv.obs().rows(i..i + 1, d));
                 r.bootstrap_rows.push(last + i);
+                r.bootstrap_hidden.push_row(&self.hidden, i);
             }
         }
         self.bootstrap.clear();
         if !r.bootstrap_rows.is_empty() {
             policy
-                .values(r.bootstrap_obs.as_obs(), &mut self.bootstrap)
+                .values(
+                    r.bootstrap_obs.as_obs(),
+                    &r.bootstrap_hidden,
+                    &mut self.bootstrap,
+                )
                 .map_err(task_err)?;
         }
         let values = std::mem::take(&mut r.values);
@@ -273,17 +288,18 @@ impl<P: Policy<Data = Rollout>> Middleware<OnlineRLContext> for VtraceEstimator<
         };
         let mut policy = self.policy.borrow_mut();
         policy
-            .evaluate_actions(
-                r.obs.as_obs(),
-                &r.actions,
-                &mut self.target_logp,
-                &mut self.values,
-            )
+            .evaluate_actions(r, &mut self.target_logp, &mut self.values)
             .map_err(task_err)?;
         self.bootstrap.clear();
         if !r.bootstrap_rows.is_empty() {
+            // A recurrent policy's bootstrap states are the collector's (Sample Factory
+            // keeps the actors' states too).
             policy
-                .values(r.bootstrap_obs.as_obs(), &mut self.bootstrap)
+                .values(
+                    r.bootstrap_obs.as_obs(),
+                    &r.bootstrap_hidden,
+                    &mut self.bootstrap,
+                )
                 .map_err(task_err)?;
         }
         drop(policy);
@@ -436,8 +452,11 @@ mod tests {
         }
         let (mut values, mut next_values) = (Vec::new(), Vec::new());
         let mut policy = ppo.borrow_mut();
-        policy.values(r.obs.as_obs(), &mut values).unwrap();
-        policy.values(next_obs.as_obs(), &mut next_values).unwrap();
+        let none = Hidden::default();
+        policy.values(r.obs.as_obs(), &none, &mut values).unwrap();
+        policy
+            .values(next_obs.as_obs(), &none, &mut next_values)
+            .unwrap();
         let mut adv = vec![0.0; r.len()];
         gae(
             &r.rewards,
@@ -514,9 +533,9 @@ mod tests {
         let mut r = got.clone();
         let (mut logp, mut values, mut boot) = (Vec::new(), Vec::new(), Vec::new());
         let mut l = learner.borrow_mut();
-        l.evaluate_actions(r.obs.as_obs(), &r.actions, &mut logp, &mut values)
+        l.evaluate_actions(&r, &mut logp, &mut values).unwrap();
+        l.values(r.bootstrap_obs.as_obs(), &Hidden::default(), &mut boot)
             .unwrap();
-        l.values(r.bootstrap_obs.as_obs(), &mut boot).unwrap();
         let off = logp
             .iter()
             .zip(&r.logp)

@@ -8,7 +8,7 @@ use rand_chacha::ChaCha8Rng;
 use crate::checkpoint::Checkpoint;
 use crate::data::Batch;
 use crate::error::TrainError;
-use crate::policy::{Acted, Explore, LearnOutput, Policy};
+use crate::policy::{Acted, Explore, Hidden, LearnOutput, Policy};
 
 /// Always takes `action`; counts its eval calls; its weights are `[1.0]`, `[2.0]`, … on
 /// successive calls; records the first weight of everything it loads.
@@ -38,12 +38,19 @@ impl Policy for Probe {
     type Data = Batch;
     const NAME: &'static str = "probe";
 
-    fn eval(&mut self, obs: Obs<'_>, out: &mut ActionBuf) {
+    fn eval(&mut self, obs: Obs<'_>, _: &mut Hidden, out: &mut ActionBuf) {
         self.evals += 1;
         out.discrete_mut(obs.len() / self.obs_dim).fill(self.action);
     }
 
-    fn collect(&mut self, obs: Obs<'_>, explore: &Explore, _: &mut ChaCha8Rng, out: &mut Acted) {
+    fn collect(
+        &mut self,
+        obs: Obs<'_>,
+        _: &mut Hidden,
+        explore: &Explore,
+        _: &mut ChaCha8Rng,
+        out: &mut Acted,
+    ) {
         self.explore = Some(*explore);
         out.actions
             .discrete_mut(obs.len() / self.obs_dim)

@@ -1,11 +1,12 @@
 //! [`Actor`] and [`Critic`]: CleanRL's PPO networks (separate MLPs, orthogonal init), with
 //! ReLU (DI-engine's default) or tanh (CleanRL's) hidden activations.
 
-use super::{Dense, Input};
+use super::{Dense, Input, Lstm};
+use crate::data::Hidden;
 use burn::module::{Module, Param};
 use burn::nn::{Initializer, LinearConfig};
 use burn::tensor::activation::tanh;
-use burn::tensor::{Device, Tensor};
+use burn::tensor::{Device, Tensor, TensorData};
 use drill_config::Activation;
 
 fn mlp_forward(layers: &[Dense], use_tanh: bool, x: Tensor<2>) -> Tensor<2> {
@@ -117,11 +118,14 @@ impl Actor {
 }
 
 /// Actor and critic trained together by one optimizer (as CleanRL's `Agent`); for frames,
-/// both read the features of one shared convolutional trunk (CleanRL's `ppo_atari`).
+/// both read the features of one shared convolutional trunk (CleanRL's `ppo_atari`); with an
+/// LSTM core, both read its output (CleanRL's `ppo_atari_lstm`).
 #[derive(Module, Debug)]
 pub struct ActorCritic {
     /// The shared image trunk (frames only).
     pub trunk: Option<super::ConvEncoder>,
+    /// The recurrent core between the trunk (or the observations) and the heads.
+    pub lstm: Option<Lstm>,
     /// The policy.
     pub actor: Actor,
     /// The value function.
@@ -129,11 +133,48 @@ pub struct ActorCritic {
 }
 
 impl ActorCritic {
-    /// What the actor and the critic read: the trunk's features, or the observations.
+    /// The trunk's features, or the observations (what the LSTM core or the heads read).
     pub fn features(&self, obs: Input) -> Tensor<2> {
         match &self.trunk {
             Some(t) => t.forward(obs),
             None => obs.float(),
+        }
+    }
+
+    /// Floats per row of the recurrent state (0: feed-forward).
+    pub fn state_width(&self) -> usize {
+        self.lstm.as_ref().map_or(0, Lstm::state_width)
+    }
+
+    /// What the actor and the critic read for one step of a batch: the features, through
+    /// the LSTM core from `hidden` (one row per observation, updated) when there is one.
+    pub(crate) fn step(&self, obs: Input, hidden: &mut Hidden) -> Tensor<2> {
+        let x = self.features(obs);
+        let Some(lstm) = &self.lstm else {
+            return x;
+        };
+        let (n, w) = (x.dims()[0], lstm.state_width());
+        let state = hidden.rows_mut(n, w);
+        let t = Tensor::from_data(TensorData::new(state.to_vec(), [n, w]), &x.device());
+        let (out, t) = lstm.step(x, t);
+        state.copy_from_slice(t.into_data().as_slice::<f32>().expect("f32 state"));
+        out
+    }
+
+    /// What the actor and the critic read for `steps` steps of `state0.dims()[0]` sequences
+    /// (rows time-major, [`Lstm::sequence`]): the features through the LSTM core from
+    /// `state0`, or the features alone.
+    pub(crate) fn sequence(
+        &self,
+        obs: Input,
+        state0: Tensor<2>,
+        ended: &[bool],
+        steps: usize,
+    ) -> Tensor<2> {
+        let x = self.features(obs);
+        match &self.lstm {
+            Some(lstm) => lstm.sequence(x, state0, ended, steps).0,
+            None => x,
         }
     }
 }

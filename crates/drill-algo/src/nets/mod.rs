@@ -1,4 +1,5 @@
-//! Neural networks: [`QNet`] for DQN, `Actor` and `Critic` for PPO, `SquashedGaussian`
+//! Neural networks: [`QNet`] for DQN, `Actor` and `Critic` for PPO (with an optional
+//! [`Lstm`] core), `SquashedGaussian`
 //! and `TwinQ` for SAC, [`ConvEncoder`] (their image trunk: DI-engine's and Nature's) built of `Conv` layers (`Dense` is the fully connected one: both run
 //! [`crate::compute`]'s kernels), and the
 //! Nature-DQN [`NatureCnn`] used by the learner benchmark;
@@ -9,6 +10,7 @@ mod cnn;
 mod conv;
 mod dense;
 mod encoder;
+mod lstm;
 mod q;
 mod sac;
 mod shapes;
@@ -20,6 +22,7 @@ pub(crate) use conv::Conv;
 pub(crate) use dense::Dense;
 pub use encoder::ConvEncoder;
 pub(crate) use encoder::check as check_encoder;
+pub use lstm::Lstm;
 pub use q::QNet;
 pub(crate) use sac::{SquashedGaussian, TwinQ};
 pub(crate) use shapes::{ObsShape, check_shapes};

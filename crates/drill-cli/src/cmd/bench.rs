@@ -147,6 +147,7 @@ impl Learner {
                     &drill_env::ActionSpace::Discrete(6),
                     &ad,
                     &s.rows,
+                    None,
                     &s.rollout,
                     lr,
                 )

@@ -17,10 +17,13 @@ const X_THRESHOLD: f64 = 2.4;
 /// Balance a pole on a cart: observation `[x, x_dot, theta, theta_dot]`, actions
 /// `0` (push left) and `1` (push right), reward 1 per step including the terminal one.
 /// Without a [`crate::TimeLimit`] it never truncates; [`crate::make`] adds 200 (`v0`) or 500
-/// (`v1`) steps.
+/// (`v1`) steps. `CartPoleNoVel-v1` (rl-zoo3's id) observes `[x, theta]` only: a policy
+/// must remember earlier observations to balance it.
 #[derive(Debug, Clone)]
 pub struct CartPole {
     state: [f64; 4],
+    /// Observe positions only (`CartPoleNoVel-v1`).
+    no_velocities: bool,
     rng: EnvRng,
     spec: EnvSpec,
 }
@@ -28,12 +31,14 @@ pub struct CartPole {
 impl CartPole {
     /// A new CartPole; `id` is the Gymnasium id it is registered as.
     pub fn new(id: &'static str) -> Self {
+        let no_velocities = id == "CartPoleNoVel-v1";
         Self {
             state: [0.0; 4],
+            no_velocities,
             rng: EnvRng::new(),
             spec: EnvSpec {
                 id: id.into(),
-                obs: ObsSpace::vector(4),
+                obs: ObsSpace::vector(if no_velocities { 2 } else { 4 }),
                 action_space: ActionSpace::Discrete(2),
                 max_episode_steps: None,
                 reward_threshold: None,
@@ -43,8 +48,13 @@ impl CartPole {
 
     #[inline]
     fn write_obs(&self, obs: &mut [f32]) {
-        for (o, s) in obs[..4].iter_mut().zip(self.state) {
-            *o = s as f32;
+        if self.no_velocities {
+            obs[0] = self.state[0] as f32;
+            obs[1] = self.state[2] as f32;
+        } else {
+            for (o, s) in obs[..4].iter_mut().zip(self.state) {
+                *o = s as f32;
+            }
         }
     }
 }
@@ -102,5 +112,29 @@ impl ClassicEnv for CartPole {
     fn set_state(&mut self, state: &[f64], obs: &mut [f32]) {
         self.state.copy_from_slice(&state[..4]);
         self.write_obs(obs);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Action, make};
+
+    #[test]
+    fn no_vel_observes_the_positions_of_the_same_dynamics() {
+        let (mut full, mut pos) = (
+            make("CartPole-v1").unwrap(),
+            make("CartPoleNoVel-v1").unwrap(),
+        );
+        assert_eq!(pos.spec().obs.shape, vec![2]);
+        assert_eq!(pos.spec().max_episode_steps, Some(500));
+        let (mut a, mut b) = ([0f32; 4], [0f32; 2]);
+        full.reset(Some(3), &mut a);
+        pos.reset(Some(3), &mut b);
+        for t in 0..30 {
+            assert_eq!(b, [a[0], a[2]], "step {t}");
+            let act = Action::Discrete(usize::from(t % 3 == 0));
+            let (s, r) = (full.step(act, &mut a), pos.step(act, &mut b));
+            assert_eq!((s.reward, s.terminated), (r.reward, r.terminated));
+        }
     }
 }
