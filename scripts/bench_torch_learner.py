@@ -13,6 +13,13 @@ Cases (drill's names):
   double-DQN step: online and target forwards on next_obs (no grad), online forward on obs,
   gather, MSE, backward, Adam.
 - dqn-update: the CartPole net 4-128-128-2, batch 64, the same double-DQN step.
+- lstm-ppo-update: CleanRL ppo_atari_lstm's recurrent core and update: 512 features (the CNN's
+  output there; random here) -> nn.LSTM(512, 128) -> Linear(128, 6) and Linear(128, 1), a
+  minibatch of 2 sequences x 128 steps with episode ends (CleanRL's `get_states`: the LSTM
+  called once per step, its state zeroed where an episode starts), PPO's clipped loss with a
+  clipped value loss and entropy, backward, gradient-norm clip 0.5, Adam.
+- lstm-ppo-update-one-call: the same with nn.LSTM called once over each whole sequence (no
+  resets inside: the fastest PyTorch runs this LSTM, not CleanRL's semantics).
 """
 
 import argparse
@@ -108,6 +115,67 @@ def double_dqn_step(make, shape, bs, actions, gamma):
     return step
 
 
+class LstmAgent(nn.Module):
+    """CleanRL ppo_atari_lstm's Agent after its CNN: the LSTM (orthogonal weights, zero
+    biases) and the two linear heads."""
+
+    def __init__(self, features=512, hidden=128, actions=6):
+        super().__init__()
+        self.lstm = nn.LSTM(features, hidden)
+        for name, param in self.lstm.named_parameters():
+            if "bias" in name:
+                nn.init.constant_(param, 0)
+            elif "weight" in name:
+                nn.init.orthogonal_(param, 1.0)
+        self.actor = nn.Linear(hidden, actions)
+        self.critic = nn.Linear(hidden, 1)
+
+    def states(self, x, state, done, one_call):
+        batch = state[0].shape[1]
+        x = x.reshape((-1, batch, x.shape[-1]))
+        if one_call:
+            out, _ = self.lstm(x, state)
+            return torch.flatten(out, 0, 1)
+        done = done.reshape((-1, batch))
+        new = []
+        for h, d in zip(x, done):
+            keep = (1.0 - d).view(1, -1, 1)
+            h, state = self.lstm(h.unsqueeze(0), (keep * state[0], keep * state[1]))
+            new += [h]
+        return torch.flatten(torch.cat(new), 0, 1)
+
+
+def lstm_ppo_step(one_call, seqs=2, steps=128, features=512, actions=6):
+    agent = LstmAgent(features, 128, actions)
+    opt = torch.optim.Adam(agent.parameters(), lr=2.5e-4, eps=1e-5)
+    n = seqs * steps
+    x = torch.rand(steps, seqs, features).reshape(n, features)
+    done = (torch.arange(n) % 37 == 0).float()
+    state = (torch.zeros(1, seqs, 128), torch.zeros(1, seqs, 128))
+    act = torch.randint(0, actions, (n,))
+    old_logp = torch.rand(n) * 0.5 - 2.0
+    adv, ret, old_v = torch.rand(n) * 2 - 1, torch.rand(n) * 2 - 1, torch.rand(n) * 2 - 1
+    clip = 0.1
+
+    def step():
+        h = agent.states(x, state, done, one_call)
+        dist = torch.distributions.Categorical(logits=agent.actor(h))
+        logp, entropy = dist.log_prob(act), dist.entropy()
+        v = agent.critic(h).view(-1)
+        ratio = (logp - old_logp).exp()
+        a = (adv - adv.mean()) / (adv.std() + 1e-8)
+        pg = torch.max(-a * ratio, -a * torch.clamp(ratio, 1 - clip, 1 + clip)).mean()
+        v_clipped = old_v + torch.clamp(v - old_v, -clip, clip)
+        v_loss = 0.5 * torch.max((v - ret) ** 2, (v_clipped - ret) ** 2).mean()
+        loss = pg - 0.01 * entropy.mean() + 0.5 * v_loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(agent.parameters(), 0.5)
+        opt.step()
+
+    return step
+
+
 CASES = {
     # name: (make the step, default iters, note)
     "dqn-update": (
@@ -118,6 +186,12 @@ CASES = {
     "pong-dqn-update": (
         lambda: double_dqn_step(lambda: ding_pong(6), (4, 84, 84), 32, 6, 0.99 ** 3), 10,
         "DI-engine pong net 128-128-512 + dueling, 4x84x84, batch 32, double DQN, Adam"),
+    "lstm-ppo-update": (
+        lambda: lstm_ppo_step(False), 20,
+        "512 -> LSTM 128 -> 6 + 1, 2 x 128 steps, CleanRL's per-step LSTM calls, PPO loss, Adam"),
+    "lstm-ppo-update-one-call": (
+        lambda: lstm_ppo_step(True), 20,
+        "512 -> LSTM 128 -> 6 + 1, 2 x 128 steps, one nn.LSTM call per sequence, PPO loss, Adam"),
 }
 
 

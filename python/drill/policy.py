@@ -17,6 +17,10 @@ class Policy:
     for one observation or a batch ``[n, *obs_shape]``; :meth:`q_values` (DQN) and
     :meth:`values` (PPO) the networks' outputs; :meth:`state_dict` its tensors in PyTorch's
     layout under DI-engine's names, :meth:`to_torch` DI-engine's model holding them.
+
+    A recurrent policy (``policy.model.lstm_hidden_size``; :attr:`recurrent`) keeps a state
+    per row of the batch (one env copy each) from call to call: after each step, call
+    :meth:`reset` with the episodes that ended (``terminated | truncated``).
     """
 
     def __init__(self, core: Any) -> None:
@@ -43,6 +47,20 @@ class Policy:
     def config(self) -> str:
         """The config it was trained with (TOML)."""
         return self._core.config
+
+    @property
+    def recurrent(self) -> bool:
+        """Whether it keeps a state per env copy between calls (an LSTM policy)."""
+        return self._core.recurrent
+
+    def reset(self, done: Any = None) -> None:
+        """Zero a recurrent policy's state where ``done`` (a boolean mask over the batch's
+        rows, e.g. ``terminated | truncated``) is true, or everywhere without it; nothing for
+        a feed-forward policy."""
+        if done is None:
+            self._core.reset(None)
+        else:
+            self._core.reset(np.flatnonzero(np.asarray(done)).tolist())
 
     def _batch(self, obs: Any) -> tuple[np.ndarray, bool]:
         x = np.ascontiguousarray(obs, dtype=self.obs_dtype)

@@ -40,15 +40,18 @@ def test_train_to_the_stop_value_then_load(configs, tmp_path):
     assert all(isinstance(v, np.ndarray) for v in state.values()) and len(state) > 0
 
 
-def evaluate(policy, env_id, episodes, num_envs, seed):
+def evaluate(policy, env_id, episodes, num_envs, seed, resets=True):
     """drill's evaluator, in Python: copy i seeded seed+i, each copy's share of the episodes,
-    returns ordered by (step, copy)."""
+    returns ordered by (step, copy); a recurrent policy's state reset where episodes end."""
     env = drill.make_vec(env_id, num_envs, seed=seed)
     obs, _ = env.reset(seed=seed)
     left = [episodes // num_envs + (i < episodes % num_envs) for i in range(num_envs)]
     got, step = [], 0
+    policy.reset()
     while any(left):
         obs, _, term, trunc, info = env.step(policy(obs))
+        if resets:
+            policy.reset(term | trunc)
         step += 1
         for i in np.flatnonzero(term | trunc):
             if left[i]:
@@ -78,11 +81,34 @@ def test_loaded_policy_acts_as_drill_eval(configs, tmp_path):
     assert mean == pytest.approx(cli["eval_reward_mean"], abs=1e-9)
 
 
+@pytest.mark.skipif(not os.environ.get("DRILL_BIN"), reason="DRILL_BIN: the drill executable to compare with")
+def test_a_recurrent_policy_steps_its_state_as_drill_eval(configs, tmp_path):
+    # An LSTM policy on CartPole without velocities, partly trained.
+    r = drill.train(configs / "cartpole_novel_ppo_lstm.toml", seed=2, quiet=True, exp_dir=tmp_path / "lstm",
+                    overrides={"max_env_step": 40960})
+    p = drill.load(r["exp_dir"])
+    assert p.recurrent
+    ck = os.path.join(r["exp_dir"], "ckpt", "final.safetensors")
+    out = subprocess.run(
+        [os.environ["DRILL_BIN"], "eval", ck, "--config", os.path.join(r["exp_dir"], "config.toml"),
+         "--episodes", "9", "--seed", "5", "--json"],
+        check=True, capture_output=True, text=True,
+    )
+    cli = json.loads(out.stdout.strip().splitlines()[-1])
+    copies = min(tomllib.loads(p.config)["env"]["evaluator_env_num"], 9)
+    mean, returns = evaluate(p, "CartPoleNoVel-v1", 9, copies, 5)
+    assert len(set(returns)) > 1, "returns that all agree would not tell the orders apart"
+    assert mean == pytest.approx(cli["eval_reward_mean"], abs=1e-9)
+    # Without the resets its state carries over from one episode into the next.
+    stale, _ = evaluate(p, "CartPoleNoVel-v1", 9, copies, 5, resets=False)
+    assert stale != pytest.approx(mean, abs=1e-9)
+
+
 def test_ppo_values(configs, tmp_path):
     r = drill.train(configs / "cartpole_v1_ppo.toml", seed=0, quiet=True, exp_dir=tmp_path / "ppo",
                     overrides={"max_env_step": 4096})
     p = drill.load(r["exp_dir"])
-    assert p.kind == "ppo"
+    assert p.kind == "ppo" and not p.recurrent
     v = p.values(np.zeros((3, 4), np.float32))
     assert v.shape == (3,) and v.dtype == np.float32 and np.all(v == v[0])
     with pytest.raises(drill.Error, match="Q-values"):

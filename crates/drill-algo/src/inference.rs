@@ -122,6 +122,15 @@ impl Loaded {
         }
     }
 
+    /// Whether the policy is recurrent (keeps a state per env copy between [`Self::act`]
+    /// calls).
+    pub fn recurrent(&self) -> bool {
+        match &self.net {
+            Net::Ppo(p) => p.trainer.model().state_width() > 0,
+            Net::Dqn(_) | Net::Sac(_) => false,
+        }
+    }
+
     /// The recurrent state, one row per env copy (`[rows, width]`; empty: zeros, or a
     /// feed-forward policy).
     pub fn hidden(&self) -> &Hidden {

@@ -9,6 +9,8 @@
 //! - [`conv`]: a 2-D convolution's forward pass and gradients, on the kernels chosen for the
 //!   CPU and precision ([`conv::kernel`] says which);
 //! - [`dense`]: a dense layer and its gradients, and weights kept packed ([`dense::Packing`]);
+//! - [`lstm`]: an LSTM layer's recurrence over a batch of sequences, forward and backward
+//!   through time;
 //! - [`frames`]: `u8` frames read as floats, `b / 255`, as the first layer reads them;
 //! - [`precision`]: bf16 products on or off, and the level they run at;
 //! - [`peak`]: the f32 FMA peak the benchmarks compare with; [`profile`] and [`time_alone`]:
@@ -24,6 +26,7 @@ pub mod frames;
 mod gemm;
 mod im2col;
 mod implicit;
+pub mod lstm;
 pub mod peak;
 mod small_gemm;
 mod view;

@@ -158,6 +158,19 @@ impl Policy {
         Ok(arr)
     }
 
+    /// Whether the policy is recurrent: [`Self::act`] steps a state per row of the batch.
+    #[getter]
+    fn recurrent(&self) -> bool {
+        self.loaded.recurrent()
+    }
+
+    /// A recurrent policy's state to zeros for the rows `rows` (their episodes ended), or
+    /// for every row.
+    #[pyo3(signature = (rows=None))]
+    fn reset(&mut self, rows: Option<Vec<usize>>) {
+        self.loaded.reset(rows.as_deref());
+    }
+
     /// DQN's Q-values, float32 `[n, actions]`.
     fn q_values<'py>(
         &mut self,

@@ -31,6 +31,68 @@ pub(crate) fn native<const D: usize>(x: &Tensor<D>) -> bool {
     x.dtype() == DType::F32 && x.device() == Device::flex()
 }
 
+/// An LSTM's recurrence (PyTorch's `nn.LSTM` cell, gates i, f, g, o) over `steps` steps of
+/// `state0.dims()[0]` sequences, rows time-major: `xp [steps · rows, 4H]` the input's
+/// projection with its bias, `w_hh [H, 4H]`, `b_hh [4H]`, `state0 [rows, 2H]` (`h` then `c`),
+/// `ended[t · rows + j]`: sequence `j`'s episode ended at step `t` (its state is zeroed
+/// before the next). Every step's `h` and `c` `[steps · rows, 2H]`, before that zeroing. On
+/// the CPU one operation (drill-kernels' `lstm`, backward through time); elsewhere burn's
+/// element-wise operations, step by step.
+pub fn lstm(
+    xp: Tensor<2>,
+    w_hh: Tensor<2>,
+    b_hh: Tensor<1>,
+    state0: Tensor<2>,
+    ended: &[bool],
+) -> Tensor<2> {
+    let keep: Vec<f32> = ended.iter().map(|&e| if e { 0.0 } else { 1.0 }).collect();
+    if native(&xp) {
+        return Tensor::from_dispatch(<Dispatch as FastOps>::fast_lstm(
+            xp.into_dispatch(),
+            w_hh.into_dispatch(),
+            b_hh.into_dispatch(),
+            state0.into_dispatch(),
+            keep,
+        ));
+    }
+    lstm_steps(xp, w_hh, b_hh, state0, keep)
+}
+
+/// [`lstm`] as burn's operations, one step at a time.
+fn lstm_steps(
+    xp: Tensor<2>,
+    w_hh: Tensor<2>,
+    b_hh: Tensor<1>,
+    state0: Tensor<2>,
+    keep: Vec<f32>,
+) -> Tensor<2> {
+    use burn::tensor::TensorData;
+    use burn::tensor::activation::{sigmoid, tanh};
+    let [m, w] = state0.dims();
+    let (hd, steps) = (w / 2, xp.dims()[0] / m.max(1));
+    let device = xp.device();
+    let (mut h, mut c) = (state0.clone().narrow(1, 0, hd), state0.narrow(1, hd, hd));
+    let mut out = Vec::with_capacity(steps);
+    for t in 0..steps {
+        let g = xp.clone().narrow(0, t * m, m) + linear(h, w_hh.clone(), b_hh.clone(), false);
+        let i = sigmoid(g.clone().narrow(1, 0, hd));
+        let f = sigmoid(g.clone().narrow(1, hd, hd));
+        let cand = tanh(g.clone().narrow(1, 2 * hd, hd));
+        let o = sigmoid(g.narrow(1, 3 * hd, hd));
+        c = f * c + i * cand;
+        h = o * tanh(c.clone());
+        out.push(Tensor::cat(vec![h.clone(), c.clone()], 1));
+        let k = &keep[t * m..(t + 1) * m];
+        if k.iter().any(|&v| v == 0.0) {
+            let k = Tensor::<2>::from_data(TensorData::new(k.to_vec(), [m, 1]), &device)
+                .expand([m, hd]);
+            h = h * k.clone();
+            c = c * k;
+        }
+    }
+    Tensor::cat(out, 0)
+}
+
 /// `x [batch, c_in, h, w]` convolved with `weight [c_out, c_in, kh, kw]` at `stride`, plus
 /// `bias [c_out]`, then ReLU when `relu`: `[batch, c_out, oh, ow]`. No padding, no dilation,
 /// one group.
@@ -251,6 +313,70 @@ mod tests {
             b1.unwrap().into_data(),
             b2.unwrap().into_data(),
             &format!("{what} db"),
+        );
+    }
+
+    /// The LSTM's one-operation recurrence (drill-kernels, backward through time) equals
+    /// burn's operations stepped one by one: the outputs (`h` and `c` of every step, with
+    /// episode ends inside) and the gradients of `sum(y * r)` with respect to the input's
+    /// projection, `W_hh`, `b_hh` and the initial state.
+    #[test]
+    fn the_lstm_operation_is_burns_cell_stepped_through_time() {
+        let device = Device::flex().autodiff();
+        device.seed(11);
+        let (steps, m, h) = (5, 3, 4);
+        let u = Distribution::Uniform(-1.0, 1.0);
+        let data = |shape: &[usize]| {
+            Tensor::<1>::random([shape.iter().product::<usize>()], u, &device).into_data()
+        };
+        let (xp, w, b, s0) = (
+            data(&[steps * m, 4 * h]),
+            data(&[h, 4 * h]),
+            data(&[4 * h]),
+            data(&[m, 2 * h]),
+        );
+        let ended: Vec<bool> = (0..steps * m).map(|k| k == 4 || k == 7 || k == 8).collect();
+        let keep: Vec<f32> = ended.iter().map(|&e| if e { 0.0 } else { 1.0 }).collect();
+        let leaves = || {
+            (
+                leaf(&xp, [steps * m, 4 * h], &device),
+                leaf(&w, [h, 4 * h], &device),
+                leaf(&b, [4 * h], &device),
+                leaf(&s0, [m, 2 * h], &device),
+            )
+        };
+        let (a, b_) = (leaves(), leaves());
+        let ours = lstm(a.0.clone(), a.1.clone(), a.2.clone(), a.3.clone(), &ended);
+        let theirs = lstm_steps(b_.0.clone(), b_.1.clone(), b_.2.clone(), b_.3.clone(), keep);
+        close(
+            ours.clone().into_data(),
+            theirs.clone().into_data(),
+            "lstm y",
+        );
+        let r = Tensor::<2>::random(ours.dims(), u, &device);
+        let (g1, g2) = (
+            (ours * r.clone()).sum().backward(),
+            (theirs * r).sum().backward(),
+        );
+        close(
+            a.0.grad(&g1).unwrap().into_data(),
+            b_.0.grad(&g2).unwrap().into_data(),
+            "lstm dxp",
+        );
+        close(
+            a.1.grad(&g1).unwrap().into_data(),
+            b_.1.grad(&g2).unwrap().into_data(),
+            "lstm dW_hh",
+        );
+        close(
+            a.2.grad(&g1).unwrap().into_data(),
+            b_.2.grad(&g2).unwrap().into_data(),
+            "lstm db_hh",
+        );
+        close(
+            a.3.grad(&g1).unwrap().into_data(),
+            b_.3.grad(&g2).unwrap().into_data(),
+            "lstm dstate0",
         );
     }
 

@@ -21,6 +21,7 @@ use burn::backend::{Autodiff, Backend, Flex, backend_extension};
 use burn::tensor::{Bytes, DType, Shape};
 use drill_kernels::conv::{self, Geometry, Source};
 use drill_kernels::dense::{self, Dims};
+use drill_kernels::lstm;
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -75,6 +76,19 @@ pub(crate) trait FastOps: Backend {
     /// `x` itself. On the autodiff backend, while a gradient sink is set ([`sink_begin`]),
     /// `x`'s graph node is noted as parameter `slot`'s.
     fn fast_tag_param(x: FloatTensor<Self>, slot: usize) -> FloatTensor<Self>;
+
+    /// An LSTM's recurrence over `steps` steps of `state0.dims()[0]` sequences
+    /// ([`drill_kernels::lstm::forward`]): `xp [steps · rows, 4H]` the input's projection,
+    /// `w_hh [H, 4H]`, `b_hh [4H]`, `state0 [rows, 2H]`, `keep` 0 after an episode's end;
+    /// every step's `h` and `c` `[steps · rows, 2H]`. One autodiff node, backward through
+    /// time.
+    fn fast_lstm(
+        xp: FloatTensor<Self>,
+        w_hh: FloatTensor<Self>,
+        b_hh: FloatTensor<Self>,
+        state0: FloatTensor<Self>,
+        keep: Vec<f32>,
+    ) -> FloatTensor<Self>;
 }
 
 /// Where drill's backward ops hand the parameter gradients they register while a backward
@@ -293,6 +307,80 @@ impl FastOps for Flex {
 
     fn fast_tag_param(x: FlexTensor, _slot: usize) -> FlexTensor {
         x
+    }
+
+    fn fast_lstm(
+        xp: FlexTensor,
+        w_hh: FlexTensor,
+        b_hh: FlexTensor,
+        state0: FlexTensor,
+        keep: Vec<f32>,
+    ) -> FlexTensor {
+        let s = lstm_shape(&xp, &state0);
+        let (y, _) = lstm::forward(
+            &values(&xp),
+            &values(&w_hh),
+            &values(&b_hh),
+            &values(&state0),
+            &keep,
+            s,
+        );
+        tensor(y, [s.steps * s.rows, 2 * s.hidden])
+    }
+}
+
+/// The recurrence's sizes from its input projection `[steps · rows, 4H]` and initial state
+/// `[rows, 2H]`.
+fn lstm_shape(xp: &FlexTensor, state0: &FlexTensor) -> lstm::Shape {
+    let [n, g] = xp.shape().dims();
+    let [rows, w] = state0.shape().dims();
+    assert!(
+        rows > 0 && n.is_multiple_of(rows) && g == 2 * w,
+        "lstm: input projection [{n}, {g}] against initial state [{rows}, {w}]"
+    );
+    lstm::Shape {
+        steps: n / rows,
+        rows,
+        hidden: w / 2,
+    }
+}
+
+/// The backward pass through time of [`FastOps::fast_lstm`].
+#[derive(Debug)]
+struct LstmBackward;
+
+/// What [`LstmBackward`] keeps: the output, the gates, `W_hh`, the initial state, the mask,
+/// the sizes.
+type LstmState = (
+    Vec<f32>,
+    lstm::Saved,
+    Vec<f32>,
+    Vec<f32>,
+    Vec<f32>,
+    lstm::Shape,
+);
+
+impl Backward<Flex, 4> for LstmBackward {
+    type State = LstmState;
+
+    fn backward(self, ops: Ops<Self::State, 4>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_xp, node_w, node_b, node_s0] = ops.parents;
+        let dy: FlexTensor = grads.consume::<Flex>(&ops.node);
+        let (y, saved, w_hh, state0, keep, s) = ops.state;
+        let g = lstm::backward(&values(&dy), &y, &saved, &w_hh, &state0, &keep, s);
+        let h = s.hidden;
+        register_params(
+            grads,
+            [node_w, node_b].map(|n| n.map(|n| n.id)),
+            (g.w_hh, g.b_hh),
+            Shape::new([h, 4 * h]),
+        );
+        if let Some(node) = node_xp {
+            grads.register::<Flex>(node.id, tensor(g.xp, [s.steps * s.rows, 4 * h]));
+        }
+        if let Some(node) = node_s0 {
+            grads.register::<Flex>(node.id, tensor(g.state0, [s.rows, 2 * h]));
+        }
     }
 }
 
@@ -588,6 +676,33 @@ impl<C: CheckpointStrategy> FastOps for Autodiff<Flex, C> {
         match prep {
             OpsKind::Tracked(prep) => prep.finish((x_hat, gamma, stats), y),
             OpsKind::UnTracked(prep) => prep.finish(y),
+        }
+    }
+
+    fn fast_lstm(
+        xp: FloatTensor<Self>,
+        w_hh: FloatTensor<Self>,
+        b_hh: FloatTensor<Self>,
+        state0: FloatTensor<Self>,
+        keep: Vec<f32>,
+    ) -> FloatTensor<Self> {
+        let prep = LstmBackward
+            .prepare::<C>([xp.node(), w_hh.node(), b_hh.node(), state0.node()])
+            .compute_bound()
+            .stateful();
+        let (xp, w_hh, b_hh, state0) = (
+            xp.into_primitive(),
+            w_hh.into_primitive(),
+            b_hh.into_primitive(),
+            state0.into_primitive(),
+        );
+        let s = lstm_shape(&xp, &state0);
+        let (w, s0) = (values(&w_hh).into_owned(), values(&state0).into_owned());
+        let (y, saved) = lstm::forward(&values(&xp), &w, &values(&b_hh), &s0, &keep, s);
+        let out = tensor(y.clone(), [s.steps * s.rows, 2 * s.hidden]);
+        match prep {
+            OpsKind::Tracked(prep) => prep.finish((y, saved, w, s0, keep, s), out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
         }
     }
 

@@ -1,12 +1,12 @@
-//! [`Lstm`]: a one-layer LSTM core with PyTorch's `nn.LSTM` gates and parameters, its two
-//! projections on drill's kernels ([`Dense`]); stepped one observation at a time while acting,
-//! and over whole sequences from stored initial states while training (CleanRL's
-//! ppo_atari_lstm).
+//! [`Lstm`]: a one-layer LSTM core with PyTorch's `nn.LSTM` gates and parameters: the input's
+//! projection a [`Dense`] layer, the recurrence one operation over a whole sequence
+//! ([`crate::compute::lstm`]: drill-kernels' on the CPU); stepped one observation at a time
+//! while acting, and over whole sequences from stored initial states while training
+//! (CleanRL's ppo_atari_lstm).
 
 use super::Dense;
 use burn::module::{Module, Param};
 use burn::nn::{Initializer, LinearConfig};
-use burn::tensor::activation::{sigmoid, tanh};
 use burn::tensor::{Device, Tensor, TensorData};
 
 fn layer(d_in: usize, d_out: usize, device: &Device) -> Dense {
@@ -50,26 +50,12 @@ impl Lstm {
         2 * self.hidden
     }
 
-    /// One cell update from the input's projection `xp` `[n, 4H]`.
-    fn cell(&self, xp: Tensor<2>, h: Tensor<2>, c: Tensor<2>) -> (Tensor<2>, Tensor<2>) {
-        let hd = self.hidden;
-        let g = xp + self.recurrent.forward(h);
-        let i = sigmoid(g.clone().narrow(1, 0, hd));
-        let f = sigmoid(g.clone().narrow(1, hd, hd));
-        let cand = tanh(g.clone().narrow(1, 2 * hd, hd));
-        let o = sigmoid(g.narrow(1, 3 * hd, hd));
-        let c = f * c + i * cand;
-        let h = o * tanh(c.clone());
-        (h, c)
-    }
-
     /// One step for a batch: `x` `[n, in]` and `state` `[n, 2H]` give the output `h'`
     /// `[n, H]` and the new state.
     pub(crate) fn step(&self, x: Tensor<2>, state: Tensor<2>) -> (Tensor<2>, Tensor<2>) {
-        let hd = self.hidden;
-        let (h, c) = (state.clone().narrow(1, 0, hd), state.narrow(1, hd, hd));
-        let (h, c) = self.cell(self.input.forward(x), h, c);
-        (h.clone(), Tensor::cat(vec![h, c], 1))
+        let n = x.dims()[0];
+        let y = self.recurrence(x, state, &vec![false; n]);
+        (y.clone().narrow(1, 0, self.hidden), y)
     }
 
     /// `steps` steps of `m` sequences: `x` `[steps·m, in]` time-major (row `t·m + j` is
@@ -83,28 +69,25 @@ impl Lstm {
         ended: &[bool],
         steps: usize,
     ) -> (Tensor<2>, Tensor<2>) {
-        let hd = self.hidden;
         let m = state0.dims()[0];
         debug_assert_eq!(x.dims()[0], steps * m);
-        debug_assert_eq!(ended.len(), steps * m);
-        let device = x.device();
-        // One product for every step's input projection; only `h W_hh` is sequential.
+        let y = self.recurrence(x, state0, ended);
+        let last = y.clone().narrow(0, (steps - 1) * m, m);
+        let keep: Vec<f32> = ended[(steps - 1) * m..]
+            .iter()
+            .map(|&e| if e { 0.0 } else { 1.0 })
+            .collect();
+        let keep = Tensor::<2>::from_data(TensorData::new(keep, [m, 1]), &last.device())
+            .expand([m, 2 * self.hidden]);
+        (y.narrow(1, 0, self.hidden), last * keep)
+    }
+
+    /// Every step's `h` and `c` ([`crate::compute::lstm`]): the input's projection for all
+    /// steps in one product, then the recurrence.
+    fn recurrence(&self, x: Tensor<2>, state0: Tensor<2>, ended: &[bool]) -> Tensor<2> {
         let xp = self.input.forward(x);
-        let (mut h, mut c) = (state0.clone().narrow(1, 0, hd), state0.narrow(1, hd, hd));
-        let mut out = Vec::with_capacity(steps);
-        for t in 0..steps {
-            (h, c) = self.cell(xp.clone().narrow(0, t * m, m), h, c);
-            out.push(h.clone());
-            let ends = &ended[t * m..(t + 1) * m];
-            if ends.iter().any(|&e| e) {
-                let keep: Vec<f32> = ends.iter().map(|&e| if e { 0.0 } else { 1.0 }).collect();
-                let keep =
-                    Tensor::<2>::from_data(TensorData::new(keep, [m, 1]), &device).expand([m, hd]);
-                h = h * keep.clone();
-                c = c * keep;
-            }
-        }
-        (Tensor::cat(out, 0), Tensor::cat(vec![h, c], 1))
+        let (w, b) = (self.recurrent.weight.val(), self.recurrent.bias.val());
+        crate::compute::lstm(xp, w, b, state0, ended)
     }
 }
 

@@ -134,6 +134,28 @@ struct PpoStep {
     rows: Vec<usize>,
 }
 
+impl PpoStep {
+    /// One minibatch update of the sequences `cols` (the rows `self.rows`).
+    fn update(&mut self, cols: &[usize]) -> Result<(), drill_algo::TrainError> {
+        let ad = Device::flex().autodiff();
+        let seqs = drill_algo::ppo::Sequences {
+            steps: self.rows.len() / cols.len(),
+            cols,
+        };
+        drill_algo::ppo::minibatch_update(
+            &mut self.trainer,
+            &self.policy,
+            &drill_env::ActionSpace::Discrete(6),
+            &ad,
+            &self.rows,
+            Some(seqs),
+            &self.rollout,
+            self.policy.learn.learning_rate,
+        )
+        .map(drop)
+    }
+}
+
 impl Learner {
     fn update(&mut self) -> Result<(), drill_algo::TrainError> {
         match self {
@@ -224,6 +246,65 @@ fn pong_ppo_learner(device: &Device, rng: &mut rand_chacha::ChaCha8Rng) -> anyho
         rollout,
         rows: (0..n).collect(),
     })))
+}
+
+/// Sequences per minibatch and their steps in `lstm-ppo-update`: CleanRL ppo_atari_lstm's
+/// minibatch (8 envs x 128 steps in 4 minibatches: 2 envs' sequences).
+const LSTM_SEQS: usize = 2;
+const LSTM_STEPS: usize = 128;
+
+/// `lstm-ppo-update`: an actor-critic whose LSTM core (hidden 128) reads 512 features (the
+/// Nature CNN's output in CleanRL's ppo_atari_lstm; here the observations, so the case times
+/// the recurrent core and its heads), 6 actions, `pong_ppo`'s loss keys; a rollout of 8
+/// sequences of `LSTM_STEPS` with an episode end every 37 rows; the minibatch's columns.
+fn lstm_ppo_step(device: &Device, rng: &mut rand_chacha::ChaCha8Rng) -> (PpoStep, Vec<usize>) {
+    let cfg = drill_config::Config::parse(
+        include_str!("../../../../configs/pong_ppo.toml"),
+        "configs/pong_ppo.toml",
+        &[],
+    )
+    .expect("the embedded pong_ppo.toml parses");
+    let drill_config::Policy::Ppo(mut policy) = cfg.policy.clone() else {
+        unreachable!("configs/pong_ppo.toml is a PPO config")
+    };
+    // CleanRL's heads: one linear layer each, reading the LSTM's output.
+    policy.model.obs_shape = None;
+    policy.model.encoder_hidden_size_list = Vec::new();
+    policy.model.lstm_hidden_size = Some(128);
+    let spec = drill_env::EnvSpec {
+        id: cfg.env.id.clone(),
+        obs: drill_env::ObsSpace::vector(512),
+        action_space: drill_env::ActionSpace::Discrete(6),
+        max_episode_steps: None,
+        reward_threshold: None,
+    };
+    let agent = drill_algo::ppo::build_agent(&cfg, &policy, &spec, &device.clone().autodiff())
+        .expect("the LSTM actor-critic builds");
+    let (envs, n) = (8, 8 * LSTM_STEPS);
+    let rollout = drill_algo::data::Rollout {
+        obs_dim: 512,
+        num_envs: envs,
+        obs: ObsBuf::F32((0..n * 512).map(|_| rng.random_range(0.0..1.0)).collect()),
+        actions: ActionBuf::Discrete((0..n).map(|_| rng.random_range(0u32..6)).collect()),
+        logp: (0..n).map(|_| rng.random_range(-2.0..-1.5)).collect(),
+        adv: (0..n).map(|_| rng.random_range(-1.0..1.0)).collect(),
+        returns: (0..n).map(|_| rng.random_range(-1.0..1.0)).collect(),
+        values: (0..n).map(|_| rng.random_range(-1.0..1.0)).collect(),
+        ended: (0..n).map(|k| k % 37 == 36).collect(),
+        hidden0: drill_algo::policy::Hidden::zeros(envs, 256),
+        ..drill_algo::data::Rollout::default()
+    };
+    let cols: Vec<usize> = (0..LSTM_SEQS).collect();
+    let rows = (0..LSTM_STEPS)
+        .flat_map(|t| cols.iter().map(move |&j| t * envs + j))
+        .collect();
+    let step = PpoStep {
+        trainer: Trainer::new(agent, 1e-5),
+        policy,
+        rollout,
+        rows,
+    };
+    (step, cols)
 }
 
 /// Updates (a DQN update on DI-engine's CartPole net, batch 64, or with `case` "pong" its Pong
@@ -809,6 +890,22 @@ fn learner_bench(
                 );
             }
         }
+    }
+    if want("lstm-ppo-update") {
+        let (mut step, cols) = lstm_ppo_step(&device, &mut rng);
+        let n = iters.unwrap_or(20);
+        let us = time_us(2.min(n), n, || {
+            step.update(&cols).expect("one process: nothing to fail");
+        });
+        report.row(
+            "lstm-ppo-update",
+            "us",
+            us,
+            n,
+            &format!(
+                "CleanRL ppo_atari_lstm's recurrent core: 512 features -> LSTM 128 -> 6 logits + value, {LSTM_SEQS} sequences x {LSTM_STEPS} steps with episode ends, PPO loss, Adam, {threads} thread(s)"
+            ),
+        );
     }
     if want("nature-cnn-update")
         || want("nature-cnn-update-bf16")
