@@ -83,7 +83,7 @@ fn lstm_steps(
         h = o * tanh(c.clone());
         out.push(Tensor::cat(vec![h.clone(), c.clone()], 1));
         let k = &keep[t * m..(t + 1) * m];
-        if k.iter().any(|&v| v == 0.0) {
+        if k.contains(&0.0) {
             let k = Tensor::<2>::from_data(TensorData::new(k.to_vec(), [m, 1]), &device)
                 .expand([m, hd]);
             h = h * k.clone();
