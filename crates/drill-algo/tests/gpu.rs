@@ -206,3 +206,54 @@ fn data_parallel_over_the_gpu_gives_the_whole_batch_gradient() {
         close(split.grads(), one.grads(), 1e-4, "gradients");
     }
 }
+
+/// An LSTM policy's update (sequences from stored initial states, episode ends inside)
+/// agrees with the CPU's: the GPU steps burn's cell through time, the CPU runs drill's
+/// recurrence operation.
+#[test]
+fn one_lstm_ppo_update_agrees_with_the_cpu() {
+    let cfg = config(
+        "cartpole_novel_ppo_lstm.toml",
+        &["policy.learn.epoch_per_collect=1"],
+    );
+    let PolicyConfig::Ppo(p) = &cfg.policy else {
+        panic!("a PPO config")
+    };
+    let alone = drill_algo::ddp::Ranks::alone();
+    let mut on_cpu = Ppo::from_config(&cfg, p, &Device::flex(), alone.clone()).unwrap();
+    let mut on_gpu = Ppo::from_config(&cfg, p, &gpu(), alone).unwrap();
+    on_gpu.load_state_dict(&on_cpu.state_dict()).unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(12);
+    let (envs, n) = (8, 512);
+    let mut uniform = |n: usize, lo: f32, hi: f32| -> Vec<f32> {
+        (0..n).map(|_| rng.random_range(lo..hi)).collect()
+    };
+    let mut hidden0 = drill_algo::policy::Hidden::zeros(envs, 128);
+    hidden0
+        .rows_mut(envs, 128)
+        .copy_from_slice(&uniform(envs * 128, -0.5, 0.5));
+    let rollout = Rollout {
+        obs_dim: 2,
+        num_envs: envs,
+        obs: ObsBuf::F32(uniform(n * 2, -1.0, 1.0)),
+        actions: ActionBuf::Discrete((0..n as u32).map(|k| k % 2).collect()),
+        logp: uniform(n, -1.0, -0.5),
+        rewards: vec![1.0; n],
+        terminated: (0..n).map(|k| k % 29 == 28).collect(),
+        ended: (0..n).map(|k| k % 29 == 28).collect(),
+        values: uniform(n, 0.0, 1.0),
+        adv: uniform(n, -1.0, 1.0),
+        returns: uniform(n, 0.0, 2.0),
+        hidden0,
+        ..Rollout::default()
+    };
+    let (mut out_cpu, mut out_gpu) = (LearnOutput::default(), LearnOutput::default());
+    on_cpu
+        .learn(&rollout, 0, &mut ChaCha8Rng::seed_from_u64(1), &mut out_cpu)
+        .unwrap();
+    on_gpu
+        .learn(&rollout, 0, &mut ChaCha8Rng::seed_from_u64(1), &mut out_gpu)
+        .unwrap();
+    close(&[out_gpu.loss], &[out_cpu.loss], 1e-3, "loss");
+    close(&on_gpu.weights(), &on_cpu.weights(), 1e-3, "parameters");
+}

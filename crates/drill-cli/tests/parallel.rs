@@ -44,6 +44,38 @@ fn the_two_shipped_layouts_reach_their_stop_values() {
     }
 }
 
+/// An LSTM policy split over processes: the collector's rollouts carry their initial and
+/// bootstrap states to the learner, whose V-trace replays each sequence from them; on
+/// CartPole without velocities (memory needed) the run reaches the stop value.
+#[test]
+fn an_lstm_appo_split_run_learns_cartpole_without_velocities() {
+    let tmp = tempfile::tempdir().unwrap();
+    let exp = tmp.path().join("run");
+    let out = drill()
+        .arg("train")
+        .arg(repo().join("configs/cartpole_appo.toml"))
+        .args([
+            "--quiet",
+            "--set",
+            "env.id=\"CartPoleNoVel-v1\"",
+            "--set",
+            "policy.model.lstm_hidden_size=64",
+            "--set",
+            "policy.learn.learning_rate=0.002",
+            "--set",
+            "max_env_step=400000",
+            "--exp-dir",
+        ])
+        .arg(&exp)
+        .output()
+        .unwrap();
+    let log = text(&out);
+    assert!(out.status.success(), "{log}");
+    let r = result(&exp);
+    assert_eq!(r["stop_reached"], true, "{r}");
+    assert!(r["eval_reward_mean"].as_f64().unwrap() >= 475.0, "{r}");
+}
+
 #[test]
 fn role_tables_and_policies_that_cannot_split_are_refused_before_anything_starts() {
     let tmp = tempfile::tempdir().unwrap();
