@@ -138,3 +138,47 @@ fn a_plain_head_dqn_is_refused_with_the_key() {
         "{e}"
     );
 }
+
+/// An LSTM core exports as PyTorch's `nn.LSTM` named `lstm` (weights `[4H, in]` and
+/// `[4H, H]`, drill's `[in, 4H]` transposed; both biases), beside VAC's heads, which read
+/// its output.
+#[test]
+fn an_lstm_core_exports_as_torchs_lstm() {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/cartpole_novel_ppo_lstm.toml");
+    let config = Config::load(&path.display().to_string(), &[]).unwrap();
+    let Policy::Ppo(p) = &config.policy else {
+        unreachable!()
+    };
+    let device = burn::tensor::Device::flex();
+    let ppo =
+        drill_algo::ppo::Ppo::from_config(&config, p, &device, drill_algo::ddp::Ranks::alone())
+            .unwrap();
+    let ck = ppo.state_dict();
+    let got = drill_algo::export::to_torch(&config, &ck).unwrap();
+    let h = 64;
+    for (name, shape) in [
+        ("lstm.weight_ih_l0", vec![4 * h, 2]),
+        ("lstm.weight_hh_l0", vec![4 * h, h]),
+        ("lstm.bias_ih_l0", vec![4 * h]),
+        ("lstm.bias_hh_l0", vec![4 * h]),
+    ] {
+        assert_eq!(got[name].0, shape, "{name}");
+    }
+    for (drill, torch, d_in) in [
+        ("model.lstm.input.weight", "lstm.weight_ih_l0", 2),
+        ("model.lstm.recurrent.weight", "lstm.weight_hh_l0", h),
+    ] {
+        let (_, v) = ck.tensor(drill).unwrap();
+        let t = &got[torch].1;
+        for (r, c) in [(0, 0), (4 * h - 1, d_in - 1), (130, 1)] {
+            assert_eq!(t[r * d_in + c], v[c * 4 * h + r], "{torch}[{r}][{c}]");
+        }
+    }
+    // The heads keep VAC's names (their input is the LSTM's output).
+    let vac = fixture("ding_vac_cartpole.json");
+    for name in got.keys().filter(|n| !n.starts_with("lstm.")) {
+        assert!(vac.contains_key(name), "{name} is not one of VAC's");
+    }
+    assert_eq!(got["actor_encoder.init.weight"].0, vec![64, h]);
+}
