@@ -93,6 +93,23 @@ pub(crate) fn estimate(cfg: &Config, spec: &EnvSpec) -> Vec<Item> {
         what: format!("activations and gradients of batches of {batch}"),
         bytes: batch as f64 * widths * F32 * 6.0,
     });
+    // An LSTM core: its weights (from the trunk's 512 features, or the observations) and
+    // what its recurrence keeps per row of a minibatch (the input's projection, the gates,
+    // h and c, and their gradients).
+    if let Policy::Ppo(p) | Policy::Appo(p) = &cfg.policy
+        && let Some(h) = p.model.lstm_hidden_size
+    {
+        let (h, features) = (h as f64, if image { 512.0 } else { obs });
+        let params = 4.0 * h * (features + h + 2.0);
+        items.push(Item {
+            key: "policy.model.lstm_hidden_size",
+            what: format!(
+                "an LSTM of {} parameters, its optimizer state and a minibatch's recurrence",
+                human(params, "")
+            ),
+            bytes: (params * 6.0 + p.learn.batch_size as f64 * h * 20.0) * F32,
+        });
+    }
     // Stored transitions: image frames once each (stacks are rebuilt from them), vectors with
     // their next observation.
     let transition = if image {
@@ -279,6 +296,28 @@ encoder_hidden_size_list = [128, 128, 64]
             e.contains("policy.other.replay_buffer.replay_buffer_size") && e.contains("available"),
             "{e}"
         );
+    }
+
+    /// An LSTM's weights are counted, and a huge one is the item its key names.
+    #[test]
+    fn an_lstm_too_large_is_named() {
+        let ppo = "exp_name = \"t\"\n[env]\nid = \"CartPole-v1\"\n[policy]\ntype = \"ppo\"\n\
+                   [policy.collect]\nn_sample = 256\n[policy.learn]\nbatch_size = 256\n";
+        let cfg = config(ppo, &["env.collector_env_num=8", "policy.model.lstm_hidden_size=64"]);
+        let spec = envs::env_spec(&cfg).unwrap();
+        let lstm = estimate(&cfg, &spec)
+            .into_iter()
+            .find(|i| i.key == "policy.model.lstm_hidden_size")
+            .unwrap();
+        // 4 · 64 · (4 inputs + 64 + 2 biases): PyTorch's nn.LSTM(4, 64).
+        assert!(lstm.what.contains("17.9k parameters"), "{lstm:?}");
+        let cfg = config(ppo, &["policy.model.lstm_hidden_size=16384"]);
+        let big = estimate(&cfg, &spec)
+            .into_iter()
+            .max_by(|a, b| a.bytes.total_cmp(&b.bytes))
+            .unwrap();
+        assert_eq!(big.key, "policy.model.lstm_hidden_size");
+        assert!(big.bytes > 2e10, "{big:?}");
     }
 
     #[test]
