@@ -303,7 +303,13 @@ encoder_hidden_size_list = [128, 128, 64]
     fn an_lstm_too_large_is_named() {
         let ppo = "exp_name = \"t\"\n[env]\nid = \"CartPole-v1\"\n[policy]\ntype = \"ppo\"\n\
                    [policy.collect]\nn_sample = 256\n[policy.learn]\nbatch_size = 256\n";
-        let cfg = config(ppo, &["env.collector_env_num=8", "policy.model.lstm_hidden_size=64"]);
+        let cfg = config(
+            ppo,
+            &[
+                "env.collector_env_num=8",
+                "policy.model.lstm_hidden_size=64",
+            ],
+        );
         let spec = envs::env_spec(&cfg).unwrap();
         let lstm = estimate(&cfg, &spec)
             .into_iter()

@@ -110,7 +110,21 @@ pub fn build_agent(
     })
 }
 
-/// Deterministic actions for evaluation from the heads' input `x` ([`ActorCritic::step`]):
+/// What the heads read for a batch of observations: [`ActorCritic::step`] from and to
+/// `hidden` (one row per observation).
+fn step(
+    net: &ActorCritic,
+    obs: Obs<'_>,
+    obs_dim: usize,
+    device: &Device,
+    hidden: &mut Hidden,
+) -> Tensor<2> {
+    let n = obs.len() / obs_dim;
+    let state = hidden.rows_mut(n, net.state_width());
+    net.step(input(obs, obs_dim, device), state)
+}
+
+/// Deterministic actions for evaluation from the heads' input `x` ([`step`]):
 /// argmax logits, or the Gaussian mean clipped to bounds.
 pub(crate) fn act_deterministic(
     agent: &ActorCritic,
@@ -144,7 +158,7 @@ pub(crate) fn act_deterministic(
 }
 
 /// Sample actions for a batch from the stochastic policy, given the heads' input `x`
-/// ([`ActorCritic::step`]): the actions (continuous ones unclipped: the env clips), their
+/// ([`step`]): the actions (continuous ones unclipped: the env clips), their
 /// log-probabilities and the critic's values (from the same features: one forward pass) into
 /// `out`.
 pub(crate) fn sample_actions(
@@ -308,8 +322,11 @@ impl Ppo {
     /// row-major; for exports' checks.
     pub fn outputs(&self, obs: Obs<'_>) -> (Vec<f32>, Option<Vec<f32>>, Vec<f32>) {
         let net = self.trainer.inference();
-        let x = net.step(
-            input(obs, self.obs_dim, &self.device),
+        let x = step(
+            &net,
+            obs,
+            self.obs_dim,
+            &self.device,
             &mut Hidden::default(),
         );
         let flat = |t: burn::tensor::Tensor<2>| -> Vec<f32> {
@@ -388,7 +405,7 @@ impl Policy for Ppo {
 
     fn eval(&mut self, obs: Obs<'_>, hidden: &mut Hidden, out: &mut ActionBuf) {
         let net = self.acting.get(&self.trainer);
-        let x = net.step(input(obs, self.obs_dim, &self.device), hidden);
+        let x = step(net, obs, self.obs_dim, &self.device, hidden);
         act_deterministic(net, &self.space, x, out);
     }
 
@@ -401,7 +418,7 @@ impl Policy for Ppo {
         out: &mut Acted,
     ) {
         let net = self.acting.get(&self.trainer);
-        let x = net.step(input(obs, self.obs_dim, &self.device), hidden);
+        let x = step(net, obs, self.obs_dim, &self.device, hidden);
         sample_actions(net, &self.space, x, rng, out);
     }
 
@@ -413,7 +430,7 @@ impl Policy for Ppo {
     ) -> Result<(), TrainError> {
         let net = self.acting.get(&self.trainer);
         let mut hidden = hidden.clone();
-        let x = net.step(input(obs, self.obs_dim, &self.device), &mut hidden);
+        let x = step(net, obs, self.obs_dim, &self.device, &mut hidden);
         let v = net.critic.forward(x);
         *out = v.into_data().try_into_vec::<f32>().expect("f32 values");
         Ok(())

@@ -2,7 +2,6 @@
 //! ReLU (DI-engine's default) or tanh (CleanRL's) hidden activations.
 
 use super::{Dense, Input, Lstm};
-use crate::data::Hidden;
 use burn::module::{Module, Param};
 use burn::nn::{Initializer, LinearConfig};
 use burn::tensor::activation::tanh;
@@ -147,14 +146,14 @@ impl ActorCritic {
     }
 
     /// What the actor and the critic read for one step of a batch: the features, through
-    /// the LSTM core from `hidden` (one row per observation, updated) when there is one.
-    pub(crate) fn step(&self, obs: Input, hidden: &mut Hidden) -> Tensor<2> {
+    /// the LSTM core from `state` (`[rows, state_width]` row-major, overwritten with the
+    /// next state) when there is one.
+    pub(crate) fn step(&self, obs: Input, state: &mut [f32]) -> Tensor<2> {
         let x = self.features(obs);
         let Some(lstm) = &self.lstm else {
             return x;
         };
         let (n, w) = (x.dims()[0], lstm.state_width());
-        let state = hidden.rows_mut(n, w);
         let t = Tensor::from_data(TensorData::new(state.to_vec(), [n, w]), &x.device());
         let (out, t) = lstm.step(x, t);
         state.copy_from_slice(t.into_data().as_slice::<f32>().expect("f32 state"));
