@@ -30,6 +30,19 @@ fn shapes(state: &drill_algo::export::StateDict) -> BTreeMap<String, Vec<usize>>
         .collect()
 }
 
+/// The config at `path` (a PPO one) and a fresh PPO's checkpoint.
+fn ppo_checkpoint(path: &Path) -> (Config, Checkpoint) {
+    let config = Config::load(&path.display().to_string(), &[]).unwrap();
+    let Policy::Ppo(p) = &config.policy else {
+        unreachable!()
+    };
+    let device = burn::tensor::Device::flex();
+    let ppo =
+        drill_algo::ppo::Ppo::from_config(&config, p, &device, drill_algo::ddp::Ranks::alone())
+            .unwrap();
+    (config, ppo.state_dict())
+}
+
 #[test]
 fn ppo_exports_as_di_engines_vac_discrete_and_continuous() {
     for (config, fixture_name) in [
@@ -39,15 +52,7 @@ fn ppo_exports_as_di_engines_vac_discrete_and_continuous() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../../configs")
             .join(config);
-        let config = Config::load(&path.display().to_string(), &[]).unwrap();
-        let Policy::Ppo(p) = &config.policy else {
-            unreachable!()
-        };
-        let device = burn::tensor::Device::flex();
-        let ppo =
-            drill_algo::ppo::Ppo::from_config(&config, p, &device, drill_algo::ddp::Ranks::alone())
-                .unwrap();
-        let ck = ppo.state_dict();
+        let (config, ck) = ppo_checkpoint(&path);
         let got = drill_algo::export::to_torch(&config, &ck).unwrap();
         assert_eq!(shapes(&got), fixture(fixture_name), "{fixture_name}");
         // The critic's output layer, transposed; its alias holds the same values.
@@ -146,15 +151,7 @@ fn a_plain_head_dqn_is_refused_with_the_key() {
 fn an_lstm_core_exports_as_torchs_lstm() {
     let path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/cartpole_novel_ppo_lstm.toml");
-    let config = Config::load(&path.display().to_string(), &[]).unwrap();
-    let Policy::Ppo(p) = &config.policy else {
-        unreachable!()
-    };
-    let device = burn::tensor::Device::flex();
-    let ppo =
-        drill_algo::ppo::Ppo::from_config(&config, p, &device, drill_algo::ddp::Ranks::alone())
-            .unwrap();
-    let ck = ppo.state_dict();
+    let (config, ck) = ppo_checkpoint(&path);
     let got = drill_algo::export::to_torch(&config, &ck).unwrap();
     let h = 64;
     for (name, shape) in [

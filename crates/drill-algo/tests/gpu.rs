@@ -127,6 +127,19 @@ fn one_dqn_update_agrees_with_the_cpu() {
     close(&on_gpu.weights(), &on_cpu.weights(), 1e-3, "parameters");
 }
 
+/// One `learn` call of the same PPO on the CPU and on the GPU: equal losses and weights.
+fn learn_on_both(on_cpu: &mut Ppo, on_gpu: &mut Ppo, rollout: &Rollout) {
+    let (mut out_cpu, mut out_gpu) = (LearnOutput::default(), LearnOutput::default());
+    on_cpu
+        .learn(rollout, 0, &mut ChaCha8Rng::seed_from_u64(1), &mut out_cpu)
+        .unwrap();
+    on_gpu
+        .learn(rollout, 0, &mut ChaCha8Rng::seed_from_u64(1), &mut out_gpu)
+        .unwrap();
+    close(&[out_gpu.loss], &[out_cpu.loss], 1e-3, "loss");
+    close(&on_gpu.weights(), &on_cpu.weights(), 1e-3, "parameters");
+}
+
 #[test]
 fn one_ppo_update_agrees_with_the_cpu() {
     let cfg = config(
@@ -163,15 +176,7 @@ fn one_ppo_update_agrees_with_the_cpu() {
         returns: uniform(n, 0.0, 2.0),
         ..Rollout::default()
     };
-    let (mut out_cpu, mut out_gpu) = (LearnOutput::default(), LearnOutput::default());
-    on_cpu
-        .learn(&rollout, 0, &mut ChaCha8Rng::seed_from_u64(1), &mut out_cpu)
-        .unwrap();
-    on_gpu
-        .learn(&rollout, 0, &mut ChaCha8Rng::seed_from_u64(1), &mut out_gpu)
-        .unwrap();
-    close(&[out_gpu.loss], &[out_cpu.loss], 1e-3, "loss");
-    close(&on_gpu.weights(), &on_cpu.weights(), 1e-3, "parameters");
+    learn_on_both(&mut on_cpu, &mut on_gpu, &rollout);
 }
 
 /// DataParallel (torch's `nn.DataParallel`) with a replica on the GPU: the batch split over
@@ -247,13 +252,5 @@ fn one_lstm_ppo_update_agrees_with_the_cpu() {
         hidden0,
         ..Rollout::default()
     };
-    let (mut out_cpu, mut out_gpu) = (LearnOutput::default(), LearnOutput::default());
-    on_cpu
-        .learn(&rollout, 0, &mut ChaCha8Rng::seed_from_u64(1), &mut out_cpu)
-        .unwrap();
-    on_gpu
-        .learn(&rollout, 0, &mut ChaCha8Rng::seed_from_u64(1), &mut out_gpu)
-        .unwrap();
-    close(&[out_gpu.loss], &[out_cpu.loss], 1e-3, "loss");
-    close(&on_gpu.weights(), &on_cpu.weights(), 1e-3, "parameters");
+    learn_on_both(&mut on_cpu, &mut on_gpu, &rollout);
 }
