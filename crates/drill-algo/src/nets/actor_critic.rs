@@ -1,5 +1,6 @@
 //! [`Actor`] and [`Critic`]: CleanRL's PPO networks (separate MLPs, orthogonal init), with
-//! ReLU (DI-engine's default) or tanh (CleanRL's) hidden activations.
+//! ReLU (DI-engine's default) or tanh (CleanRL's) hidden activations; [`ActorCritic`] puts
+//! them behind an optional image trunk and an optional LSTM core.
 
 use super::{Dense, Input, Lstm};
 use burn::module::{Module, Param};

@@ -22,7 +22,7 @@ pub enum Target {
     /// Environment steps per second: CartPole single and vectorised, or `--env ID` vectorised
     /// (`--num-envs`, `--env-threads`).
     Env,
-    /// DQN updates (CartPole nets; DI-engine's Pong net), Nature-CNN updates (with the machine's FMA peak) and forward passes of batch 4 and 8, CartPole's MLP's batch-8 inference; `scripts/bench_learner_vs_torch.sh` runs them side by side with PyTorch. `--case nature-cnn-products` (by name only; with `--threads 1`) times each matrix product inside the Nature-CNN update, and again alone with its operands hot in cache, then the Adam step alone and the floor the two set under the update.
+    /// DQN updates (CartPole nets; DI-engine's Pong net), Nature-CNN updates (with the machine's FMA peak) and forward passes of batch 4 and 8, CartPole's MLP's batch-8 inference, an LSTM PPO minibatch update (`lstm-ppo-update`: CleanRL ppo_atari_lstm's recurrent core); `scripts/bench_learner_vs_torch.sh` runs them side by side with PyTorch. `--case nature-cnn-products` (by name only; with `--threads 1`) times each matrix product inside the Nature-CNN update, and again alone with its operands hot in cache, then the Adam step alone and the floor the two set under the update.
     Learner,
     /// Replay memory: bytes per stored transition, filled from `--env` (default
     /// PongNoFrameskip-v4) with random actions; `--iters` transitions (default 20000); and
