@@ -68,7 +68,7 @@ impl LearnOutput {
 /// An RL algorithm's acting, learning and state, as the middlewares use it.
 pub trait Policy {
     /// What the learn side trains on: a replay [`Batch`](crate::data::Batch) (off-policy) or
-    /// a whole [`Rollout`](crate::data::Rollout) (on-policy).
+    /// a whole [`Rollout`] (on-policy).
     type Data;
     /// Its name in checkpoints and messages (`dqn`, `ppo`, `sac`).
     const NAME: &'static str;
