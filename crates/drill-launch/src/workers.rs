@@ -135,8 +135,18 @@ struct Worker {
     rank: usize,
     child: Child,
     status: Option<ExitStatus>,
+    /// A rank that may leave exited with an error or was killed: it left the run, which goes
+    /// on (its `status` is the real one).
+    left: bool,
     pumps: Vec<JoinHandle<()>>,
     log: Option<PathBuf>,
+}
+
+impl Worker {
+    /// It exited, and not in a way that ends the attempt as failed: 0, or it left.
+    fn done_ok(&self) -> bool {
+        self.left || self.status.is_some_and(|s| s.success())
+    }
 }
 
 fn io(context: String) -> impl FnOnce(std::io::Error) -> LaunchError {
@@ -286,6 +296,7 @@ fn start_rank(
         rank,
         child,
         status: None,
+        left: false,
         pumps,
         log,
     })
@@ -344,9 +355,7 @@ fn watch(
         let (failure, stopped_elsewhere) = reap(&mut workers, p, &cfg.optional);
         if let Some(until) = changing {
             if workers.iter().all(|w| w.status.is_some()) {
-                let finished = workers
-                    .iter()
-                    .all(|w| w.status.is_some_and(|s| s.success()));
+                let finished = workers.iter().all(Worker::done_ok);
                 let end = match interrupt {
                     Some(sig) => RoundEnd::Interrupted(sig, finished),
                     None => RoundEnd::Changed(finished),
@@ -430,8 +439,7 @@ fn optional_left(
 ) -> Option<RoundEnd> {
     // A node that runs only such ranks has nothing to go by: they end with the run.
     let mut required = workers.iter().filter(|w| !optional.contains(&w.rank));
-    let required_done = required.clone().next().is_some()
-        && required.all(|w| w.status.is_some_and(|s| s.success()));
+    let required_done = required.clone().next().is_some() && required.all(Worker::done_ok);
     if optional.is_empty() || !required_done {
         return None;
     }
@@ -484,8 +492,7 @@ fn reap(
                 w.rank,
                 describe(s)
             );
-            // Its own exit status, so the attempt's end does not count it as a failure.
-            w.status = Some(std::process::ExitStatus::from_raw(0));
+            w.left = true;
             continue;
         }
         if s.code() == Some(INTERRUPTED) {
@@ -515,9 +522,7 @@ fn reap(
 /// failed) leaves the others unable to agree on their last step: they are stopped.
 fn end_of_interrupt(workers: &mut [Worker], sig: i32, grace: Duration) -> Option<RoundEnd> {
     if workers.iter().all(|w| w.status.is_some()) {
-        let finished = workers
-            .iter()
-            .all(|w| w.status.is_some_and(|s| s.success()));
+        let finished = workers.iter().all(Worker::done_ok);
         return Some(end_with(
             workers,
             None,
@@ -526,6 +531,7 @@ fn end_of_interrupt(workers: &mut [Worker], sig: i32, grace: Duration) -> Option
     }
     let (rank, status) = workers
         .iter()
+        .filter(|w| !w.left)
         .filter_map(|w| w.status.map(|s| (w.rank, s)))
         .find(|(_, s)| !s.success() && s.code() != Some(INTERRUPTED))?;
     eprintln!(
