@@ -60,20 +60,25 @@ def evaluate(policy, env_id, episodes, num_envs, seed):
     return float(np.mean(returns)), returns
 
 
+def drill_eval(policy, exp_dir, episodes, seed):
+    """`drill eval` of the run's final checkpoint (its JSON line), and the evaluator's copies."""
+    ck = os.path.join(exp_dir, "ckpt", "final.safetensors")
+    out = subprocess.run(
+        [os.environ["DRILL_BIN"], "eval", ck, "--config", os.path.join(exp_dir, "config.toml"),
+         "--episodes", str(episodes), "--seed", str(seed), "--json"],
+        check=True, capture_output=True, text=True,
+    )
+    copies = min(tomllib.loads(policy.config)["env"]["evaluator_env_num"], episodes)
+    return json.loads(out.stdout.strip().splitlines()[-1]), copies
+
+
 @pytest.mark.skipif(not os.environ.get("DRILL_BIN"), reason="DRILL_BIN: the drill executable to compare with")
 def test_loaded_policy_acts_as_drill_eval(configs, tmp_path):
     # Half trained, so that the episodes' returns differ.
     r = drill.train(configs / "cartpole_dqn.toml", seed=1, quiet=True, exp_dir=tmp_path / "dqn",
                     overrides={"max_env_step": 760})
     p = drill.load(r["exp_dir"])
-    ck = os.path.join(r["exp_dir"], "ckpt", "final.safetensors")
-    out = subprocess.run(
-        [os.environ["DRILL_BIN"], "eval", ck, "--config", os.path.join(r["exp_dir"], "config.toml"),
-         "--episodes", "7", "--seed", "123", "--json"],
-        check=True, capture_output=True, text=True,
-    )
-    cli = json.loads(out.stdout.strip().splitlines()[-1])
-    copies = min(tomllib.loads(p.config)["env"]["evaluator_env_num"], 7)
+    cli, copies = drill_eval(p, r["exp_dir"], 7, 123)
     mean, returns = evaluate(p, "CartPole-v0", 7, copies, 123)
     assert len(returns) == cli["eval_episodes"] == 7
     assert len(set(returns)) > 1, "returns that all agree would not tell the orders apart"
@@ -87,14 +92,7 @@ def test_a_recurrent_policy_steps_its_state_as_drill_eval(configs, tmp_path):
                     overrides={"max_env_step": 40960})
     p = drill.load(r["exp_dir"])
     assert p.recurrent
-    ck = os.path.join(r["exp_dir"], "ckpt", "final.safetensors")
-    out = subprocess.run(
-        [os.environ["DRILL_BIN"], "eval", ck, "--config", os.path.join(r["exp_dir"], "config.toml"),
-         "--episodes", "9", "--seed", "5", "--json"],
-        check=True, capture_output=True, text=True,
-    )
-    cli = json.loads(out.stdout.strip().splitlines()[-1])
-    copies = min(tomllib.loads(p.config)["env"]["evaluator_env_num"], 9)
+    cli, copies = drill_eval(p, r["exp_dir"], 9, 5)
     mean, returns = evaluate(p, "CartPoleNoVel-v1", 9, copies, 5)
     assert len(set(returns)) > 1, "returns that all agree would not tell the orders apart"
     assert mean == pytest.approx(cli["eval_reward_mean"], abs=1e-9)
