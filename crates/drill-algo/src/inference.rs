@@ -131,12 +131,6 @@ impl Loaded {
         }
     }
 
-    /// The recurrent state, one row per env copy (`[rows, width]`; empty: zeros, or a
-    /// feed-forward policy).
-    pub fn hidden(&self) -> &Hidden {
-        &self.hidden
-    }
-
     /// DQN's Q-values of `obs`, `[n, actions]` row-major.
     pub fn q_values(&self, obs: Obs<'_>) -> Result<Vec<f32>, TrainError> {
         match &self.net {

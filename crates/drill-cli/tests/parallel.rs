@@ -153,30 +153,30 @@ fn with_max_restarts_the_group_restarts_and_the_learner_resumes_in_the_same_fold
 #[test]
 fn two_runners_with_node_ids_form_one_run() {
     let tmp = tempfile::tempdir().unwrap();
-    let port = drill_comm::spawn::free_port().to_string();
-    let runners: Vec<_> = [0, 1]
-        .into_iter()
-        .map(|id| {
-            drill()
-                .arg("train")
-                .arg(repo().join("configs/cartpole_dqn_dist.toml"))
-                .args([
-                    "--quiet",
-                    "--node-ids",
-                    &id.to_string(),
-                    "--master-port",
-                    &port,
-                ])
-                .arg("--exp-dir")
-                .arg(tmp.path().join(format!("run{id}")))
-                .env("DRILL_JOB_TOKEN", "shared-secret")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    let outs = wait_all_ok(runners);
+    // Runners 0 and 1 of `config` on one fresh port, each with its experiment folder
+    // `{name}{id}`.
+    let runners = |config: &str, args: &[&str], name: &str| -> Vec<std::process::Child> {
+        let port = drill_comm::spawn::free_port().to_string();
+        [0, 1]
+            .into_iter()
+            .map(|id| {
+                drill()
+                    .arg("train")
+                    .arg(repo().join(config))
+                    .args(["--quiet", "--node-ids", &id.to_string()])
+                    .args(["--master-port", &port])
+                    .args(args)
+                    .arg("--exp-dir")
+                    .arg(tmp.path().join(format!("{name}{id}")))
+                    .env("DRILL_JOB_TOKEN", "shared-secret")
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect()
+    };
+    let outs = wait_all_ok(runners("configs/cartpole_dqn_dist.toml", &[], "run"));
     let r = result(&tmp.path().join("run0"));
     assert_eq!(r["stop_reached"], true, "{r}");
     assert!(
@@ -187,36 +187,19 @@ fn two_runners_with_node_ids_form_one_run() {
 
     // A runner whose only worker is a collector (which may leave) keeps it until the run
     // ends, however long the learner's runner trains after its own workers started.
-    let port = drill_comm::spawn::free_port().to_string();
-    let runners: Vec<_> = [0, 1]
-        .into_iter()
-        .map(|id| {
-            drill()
-                .arg("train")
-                .arg(repo().join("configs/cartpole_appo.toml"))
-                .args(["--quiet", "--parallel-workers", "2", "--node-ids"])
-                .args([&id.to_string(), "--master-port", &port])
-                .args([
-                    "--set",
-                    r#"task.roles={"node.0"=["learner","evaluator"],"node.1"=["collector"]}"#,
-                ])
-                .args([
-                    "--set",
-                    "env.stop_value=100000",
-                    "--set",
-                    "max_env_step=300000",
-                ])
-                .args(["--set", "task.timeout=10"])
-                .arg("--exp-dir")
-                .arg(tmp.path().join(format!("appo{id}")))
-                .env("DRILL_JOB_TOKEN", "shared-secret")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    wait_all_ok(runners);
+    let appo = [
+        "--parallel-workers",
+        "2",
+        "--set",
+        r#"task.roles={"node.0"=["learner","evaluator"],"node.1"=["collector"]}"#,
+        "--set",
+        "env.stop_value=100000",
+        "--set",
+        "max_env_step=300000",
+        "--set",
+        "task.timeout=10",
+    ];
+    wait_all_ok(runners("configs/cartpole_appo.toml", &appo, "appo"));
     let r = result(&tmp.path().join("appo0"));
     assert!(r["env_steps"].as_u64().unwrap() >= 300_000, "{r}");
 }

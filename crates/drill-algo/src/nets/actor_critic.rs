@@ -173,7 +173,7 @@ impl ActorCritic {
     ) -> Tensor<2> {
         let x = self.features(obs);
         match &self.lstm {
-            Some(lstm) => lstm.sequence(x, state0, ended, steps).0,
+            Some(lstm) => lstm.sequence(x, state0, ended, steps),
             None => x,
         }
     }

@@ -7,7 +7,7 @@
 use super::Dense;
 use burn::module::{Module, Param};
 use burn::nn::{Initializer, LinearConfig};
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{Device, Tensor};
 
 fn layer(d_in: usize, d_out: usize, device: &Device) -> Dense {
     let mut l = LinearConfig::new(d_in, d_out)
@@ -61,25 +61,16 @@ impl Lstm {
     /// `steps` steps of `m` sequences: `x` `[steps·m, in]` time-major (row `t·m + j` is
     /// sequence `j`'s step `t`) from `state0` `[m, 2H]`; where `ended[t·m + j]` the sequence's
     /// episode ended at step `t` and its state is zeroed after it. Returns every step's
-    /// output `[steps·m, H]`, the rows of `x`, and the state after the last step.
+    /// output `[steps·m, H]`, the rows of `x`.
     pub(crate) fn sequence(
         &self,
         x: Tensor<2>,
         state0: Tensor<2>,
         ended: &[bool],
         steps: usize,
-    ) -> (Tensor<2>, Tensor<2>) {
-        let m = state0.dims()[0];
-        debug_assert_eq!(x.dims()[0], steps * m);
-        let y = self.recurrence(x, state0, ended);
-        let last = y.clone().narrow(0, (steps - 1) * m, m);
-        let keep: Vec<f32> = ended[(steps - 1) * m..]
-            .iter()
-            .map(|&e| if e { 0.0 } else { 1.0 })
-            .collect();
-        let keep = Tensor::<2>::from_data(TensorData::new(keep, [m, 1]), &last.device())
-            .expand([m, 2 * self.hidden]);
-        (y.narrow(1, 0, self.hidden), last * keep)
+    ) -> Tensor<2> {
+        debug_assert_eq!(x.dims()[0], steps * state0.dims()[0]);
+        self.recurrence(x, state0, ended).narrow(1, 0, self.hidden)
     }
 
     /// Every step's `h` and `c` ([`crate::compute::lstm`]): the input's projection for all
@@ -94,7 +85,7 @@ impl Lstm {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::tensor::Distribution;
+    use burn::tensor::{Distribution, TensorData};
 
     fn flat(t: Tensor<2>) -> Vec<f32> {
         t.into_data().try_to_vec::<f32>().unwrap()
@@ -158,8 +149,17 @@ mod tests {
         let x = Tensor::<2>::random([steps * m, d_in], u, &device);
         let s0 = Tensor::<2>::random([m, 2 * hd], u, &device);
         let ended: Vec<bool> = (0..steps * m).map(|k| k % 7 == 3 || k == 9).collect();
-        let (out, last) = l.sequence(x.clone(), s0.clone(), &ended, steps);
-        let (out, last) = (flat(out), flat(last));
+        let out = flat(l.sequence(x.clone(), s0.clone(), &ended, steps));
+        // The state after the last step: its h and c, zeroed where the episode ended there.
+        let y = flat(l.recurrence(x.clone(), s0.clone(), &ended));
+        let last: Vec<f32> = ((steps - 1) * m..steps * m)
+            .flat_map(|k| {
+                let keep = if ended[k] { 0.0 } else { 1.0 };
+                y[k * 2 * hd..(k + 1) * 2 * hd]
+                    .iter()
+                    .map(move |v| v * keep)
+            })
+            .collect();
         let (xv, s0v) = (flat(x), flat(s0));
         let p = |d: &Dense| {
             (
