@@ -137,8 +137,14 @@ pub fn train_roles(
     roles: &Roles,
 ) -> Result<Option<TrainResult>, TrainError> {
     // PLUMBING: seeding, environments, networks. A collector worker is seeded as a DDP rank
-    // would be.
+    // would be; several learner workers (`policy.multi_gpu`) form one data-parallel group,
+    // which starts from the lead's checkpoint.
     let clock = TrainClock::start(run.resume.as_ref().filter(|_| roles.learner));
+    if let Some(remote) = roles.remote.as_ref().filter(|r| r.learners.len() > 1)
+        && let Some(k) = remote.learner_rank()
+    {
+        run.dist = Some(ddp::learner_group(cfg, k, remote.learners.len())?);
+    }
     let ranks = ddp::setup(cfg, run);
     let streams = resume::stream_seed(cfg, run.resume.as_ref(), run.restarts);
     let (rank, world) = (ranks.rank(), ranks.world());
@@ -150,13 +156,15 @@ pub fn train_roles(
         &run.device,
         ranks.clone(),
     )?);
-    let resume = run.resume.as_ref().filter(|_| roles.learner);
-    let env_step = resume::restore(&mut appo, resume)?;
+    let resume = resume::shared(run.resume.as_ref().filter(|_| roles.learner), &ranks)?;
+    let env_step = resume::restore(&mut appo, resume.as_ref())?;
     if let Some(pg) = ranks.group() {
         appo.0.distribute(pg.clone(), ddp::options(cfg))?;
     }
     let appo = RefCell::new(appo);
-    let rng = RefCell::new(resume::rank_rng(streams, run.resume.as_ref(), slot));
+    // A learner's generator (its minibatches) is its rank's in the learners' group.
+    let stream = if roles.learner { rank } else { slot };
+    let rng = RefCell::new(resume::rank_rng(streams, resume.as_ref(), stream));
     let eval_freq = p.eval.evaluator.eval_freq;
     let out = Outputs::new(&mut *run.reporter);
     let iters = appo.borrow().train_iter();
@@ -165,7 +173,7 @@ pub fn train_roles(
     // ALGO: the pipeline. Each role's middlewares run only where the role does; exchangers
     // carry rollouts to the learner and weights back.
     if let Some(remote) = &roles.remote {
-        use_exchangers::<Rollout, _>(&mut task, &handle, roles, remote, &appo);
+        use_exchangers::<Rollout, _>(&mut task, &handle, (roles, &ranks), remote, &appo);
     }
     if roles.evaluator {
         // Evaluate deterministically every eval_freq train iterations (and before training).
@@ -220,7 +228,7 @@ pub fn train_roles(
     handle.barrier()?;
     let ctx = task.run(None)?;
     Ok(roles
-        .learner
+        .lead_learner()
         .then(|| run_result(&ctx, env_step, &clock, world, run.restarts)))
 }
 

@@ -57,13 +57,14 @@ pub fn train_roles(
 }
 
 /// Whether `config`'s pipeline can be split over processes (`--parallel-workers`): DQN's
-/// off-policy pipeline and APPO's can; PPO's on-policy one is refused, naming `policy.type`.
+/// off-policy pipeline and APPO's can (APPO's learner also as a data-parallel group,
+/// `policy.multi_gpu`); PPO's on-policy one is refused, naming `policy.type`.
 pub fn check_splittable(config: &drill_config::Config) -> Result<(), TrainError> {
-    if config.policy.multi_gpu() {
+    if config.policy.multi_gpu() && !matches!(config.policy, drill_config::Policy::Appo(_)) {
         return Err(config
             .error(
                 "policy.multi_gpu",
-                "is true, but --parallel-workers splits the pipeline over processes and does not combine with data-parallel training: set `multi_gpu = false` or train with --nproc-per-node",
+                "is true, but --parallel-workers trains only APPO's learner as a data-parallel group (several learner workers in [task.roles]): set `multi_gpu = false`, `type = \"appo\"`, or train with --nproc-per-node",
             )
             .into());
     }

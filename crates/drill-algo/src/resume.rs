@@ -248,6 +248,23 @@ pub(crate) fn restore<P: Policy>(
     }
 }
 
+/// A split run's learners' group (`ranks`): the lead's checkpoint (`ck`, which only the lead
+/// opened: the folder is its) on every learner, so that all restore the same parameters,
+/// optimizer state and counters. One broadcast from rank 0, even with nothing to resume.
+pub(crate) fn shared(
+    ck: Option<&Checkpoint>,
+    ranks: &crate::ddp::Ranks,
+) -> Result<Option<Checkpoint>, TrainError> {
+    let Some(pg) = ranks.group() else {
+        return Ok(ck.cloned());
+    };
+    let bytes = ck.map(Checkpoint::to_bytes);
+    let lead = (pg.rank() == 0).then_some(&bytes);
+    let got: Option<Vec<u8>> = pg.broadcast_object(lead, 0)?;
+    let from = Path::new("the lead learner's checkpoint");
+    Ok(got.map(|b| Checkpoint::from_bytes(&b, from)).transpose()?)
+}
+
 /// This rank's generator: restored from `resume` (`rng.{rank}`) or seeded
 /// `streams + 0x5eed + rank` (`streams`: [`stream_seed`]; also a rank the checkpoint's world
 /// did not have).

@@ -122,6 +122,21 @@ fn role_tables_and_policies_that_cannot_split_are_refused_before_anything_starts
         log.contains("policy.type") && log.contains("on-policy") && log.contains("\"appo\""),
         "{log}"
     );
+    // Only APPO's learner trains as a data-parallel group of workers.
+    let out = drill()
+        .arg("train")
+        .arg(repo().join("configs/cartpole_dqn_dist.toml"))
+        .args(["--quiet", "--set", "policy.multi_gpu=true", "--exp-dir"])
+        .arg(tmp.path().join("d"))
+        .output()
+        .unwrap();
+    let log = text(&out);
+    assert!(!out.status.success(), "{log}");
+    assert!(
+        log.contains("`policy.multi_gpu`") && log.contains("only APPO's learner"),
+        "{log}"
+    );
+    assert!(!tmp.path().join("d").exists(), "nothing was created");
 }
 
 #[test]
@@ -473,4 +488,171 @@ fn collectors_leave_and_join_a_running_split_run() {
         "whole rollouts only: {r}"
     );
     assert!(exp.join("ckpt/final.safetensors").is_file());
+}
+
+/// `policy.multi_gpu` with several learner workers: one data-parallel group (`ddp_check_every
+/// = 1`: any parameter drift between the learners fails the run), each learner trained on its
+/// own collector's rollouts, the lead alone owning the folder. Every update averages one
+/// rollout per learner, so the counters the learners agree on hold two rollouts (512 env
+/// steps) per 8 iterations (4 epochs of 2 minibatches), plus at most the last step's, untrained.
+#[test]
+fn a_group_of_learners_trains_data_parallel_on_its_own_collectors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let exp = tmp.path().join("run");
+    let roles =
+        r#"task.roles={"node.[01]"=["collector"],"node.[23]"=["learner"],"node.4"=["evaluator"]}"#;
+    let args = [
+        "--parallel-workers",
+        "5",
+        "--set",
+        roles,
+        "--set",
+        "policy.multi_gpu=true",
+        "--set",
+        "policy.ddp_check_every=1",
+    ];
+    let out = spawn_train("configs/cartpole_appo.toml", &exp, &args)
+        .wait_with_output()
+        .unwrap();
+    let log = text(&out);
+    assert!(out.status.success(), "{log}");
+    let r = result(&exp);
+    assert_eq!(
+        (&r["stop_reached"], &r["world_size"]),
+        (&true.into(), &2.into()),
+        "{r}"
+    );
+    for line in [
+        "learner 0 of 2: one data-parallel group",
+        "learner 1 of 2: one data-parallel group",
+    ] {
+        assert!(log.contains(line), "{line}: {log}");
+    }
+    assert_eq!(log.matches("learner (→").count(), 1, "{log}");
+    // Each learner took one step of its own collector per update.
+    let by = log
+        .lines()
+        .find_map(|l| l.split_once("collector steps received, by collector: "))
+        .map(|(_, by)| by)
+        .unwrap_or_else(|| panic!("no count of collector steps: {log}"));
+    let count = |node: &str| -> u64 {
+        let at = by.split(", ").find_map(|p| p.strip_prefix(node));
+        at.and_then(|n| n.parse().ok()).unwrap_or(0)
+    };
+    let (zero, one) = (count("node 0: "), count("node 1: "));
+    assert!(zero > 10 && zero.abs_diff(one) <= 1, "{by}");
+    let (steps, iters) = (
+        r["env_steps"].as_u64().unwrap(),
+        r["train_iters"].as_u64().unwrap(),
+    );
+    let last = steps.checked_sub(64 * iters);
+    assert!(
+        iters.is_multiple_of(8) && last.is_some_and(|l| l <= 512 && l.is_multiple_of(256)),
+        "{steps} env steps for {iters} iterations: {r}"
+    );
+}
+
+/// A group of two learners with three collectors (learner 0 fed by nodes 3 and 5, learner 1
+/// by node 4): node 5 killed mid-run leaves without stopping either learner; one started later
+/// takes node id 6, feeds learner 0 (6 mod 2) and is sent its weights; Ctrl-C then ends the
+/// run for all, the learners agreeing on the step, with `final` saved.
+#[test]
+fn a_group_of_learners_keeps_training_as_collectors_leave_and_join() {
+    let tmp = tempfile::tempdir().unwrap();
+    let exp = tmp.path().join("run");
+    let port = drill_comm::spawn::free_port().to_string();
+    let roles =
+        r#"task.roles={"node.0"=["evaluator"],"node.[12]"=["learner"],"node.[345]"=["collector"]}"#;
+    let run_args = [
+        "--parallel-workers",
+        "6",
+        "--master-port",
+        &port,
+        "--set",
+        roles,
+        "--set",
+        "policy.multi_gpu=true",
+        "--set",
+        "policy.ddp_check_every=1",
+        "--set",
+        "env.stop_value=100000",
+        "--set",
+        "max_env_step=100000000",
+    ];
+    let spawn = |extra: &[&str]| {
+        drill()
+            .arg("train")
+            .arg(repo().join("configs/cartpole_appo.toml"))
+            .arg("--exp-dir")
+            .arg(&exp)
+            .args(run_args)
+            .args(extra)
+            .env("DRILL_JOB_TOKEN", "appo-group-join-test")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut run = spawn(&[]);
+    let log = gather(&mut run);
+    let five = common::rank_pid(run.id(), 5, &exp);
+    // SAFETY: kill(2) touches no memory of this process.
+    unsafe { libc::kill(five, libc::SIGKILL) };
+    wait_for(&log, "collector node 5 left");
+    wait_for(&log, "the run goes on with 1 collector");
+    let mut joined = spawn(&["--join"]);
+    let joined_log = gather(&mut joined);
+    wait_for(&log, "[rank 1] ");
+    wait_for(&log, "collector node 6 joined the run");
+    wait_for(&log, "collector node 6 sends its data too");
+    // SAFETY: as above.
+    unsafe { libc::kill(run.id() as i32, libc::SIGINT) };
+    let status = run.wait().unwrap();
+    let joined_status = joined.wait().unwrap();
+    let log = log.lock().unwrap().clone();
+    assert_eq!(status.code(), Some(130), "{log}");
+    assert!(joined_status.success(), "{}", joined_log.lock().unwrap());
+    let joins: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("node 6 joined"))
+        .collect();
+    assert!(
+        joins.len() == 1 && joins[0].starts_with("[rank 1]"),
+        "only learner 0 (node 1) takes node 6: {joins:?}"
+    );
+    let r = result(&exp);
+    assert_eq!(r["interrupted"], true, "{r}");
+    assert!(r["env_steps"].as_u64().unwrap().is_multiple_of(256), "{r}");
+    assert!(exp.join("ckpt/final.safetensors").is_file());
+}
+
+/// A learner of the group killed under `--max-restarts 1`: the group restarts in the same
+/// folder and every learner starts from the lead's checkpoint (parameters and optimizer
+/// state: with `ddp_check_every = 1` a learner that started from anything else would drift
+/// and fail the run).
+#[test]
+fn a_restarted_group_of_learners_resumes_from_the_leads_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let exp = tmp.path().join("run");
+    let roles =
+        r#"task.roles={"node.[01]"=["collector"],"node.[23]"=["learner"],"node.4"=["evaluator"]}"#;
+    let args = [
+        "--parallel-workers",
+        "5",
+        "--max-restarts",
+        "1",
+        "--set",
+        roles,
+        "--set",
+        "policy.multi_gpu=true",
+        "--set",
+        "policy.ddp_check_every=1",
+        "--set",
+        "env.stop_value=1000",
+        "--set",
+        "max_env_step=40000",
+    ];
+    let child = spawn_train("configs/cartpole_appo.toml", &exp, &args);
+    let r = kill_and_expect_resume(child, 3, &exp, Duration::from_millis(300));
+    assert!(r["env_steps"].as_u64().unwrap() >= 40000, "{r}");
 }

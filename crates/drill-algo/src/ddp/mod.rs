@@ -25,5 +25,5 @@ pub use data_parallel::DataParallel;
 pub use ranks::Ranks;
 pub use sampler::DistributedSampler;
 pub(crate) use setup::{check_data_parallel, options, setup};
-pub(crate) use setup::{join, split};
+pub(crate) use setup::{join, learner_group, split};
 pub use sync_batch_norm::SyncBatchNorm;

@@ -58,6 +58,37 @@ pub(crate) fn join(config: &Config) -> Result<Option<ProcessGroup>, TrainError> 
     Ok(Some(pg))
 }
 
+/// The learners' data-parallel group of a split run whose `[task.roles]` give the learner
+/// role to several workers (`policy.multi_gpu`): rank = this worker's place among the
+/// learners (the lead is 0), on the run's own store (the launcher's, or node 0's under
+/// Slurm) under a prefix of its own; `rank` of `world`. The embedded backend (NCCL for
+/// `policy.cuda` on CUDA): MPI's world would be every worker of the run.
+pub(crate) fn learner_group(
+    config: &Config,
+    rank: usize,
+    world: usize,
+) -> Result<ProcessGroup, TrainError> {
+    let mut info = InitInfo::from_env()?;
+    info.run_id = format!("{}/learners", info.run_id);
+    (info.rank, info.world_size, info.agent_store) = (rank, world, true);
+    (info.local_rank, info.local_world_size) = (rank, world);
+    let backend = if config.policy.cuda() && (cfg!(feature = "cuda") || !cfg!(feature = "gpu")) {
+        BackendKind::Nccl
+    } else {
+        BackendKind::Embedded
+    };
+    let pg = ProcessGroup::init(InitOptions {
+        backend: Some(backend),
+        info: Some(info),
+        ..InitOptions::default()
+    })?;
+    tracing::info!(
+        "learner {rank} of {world}: one data-parallel group, {} backend",
+        pg.backend_name()
+    );
+    Ok(pg)
+}
+
 /// Refuse to start data-parallel ranks (`how`: the flag or tool doing it) from a config
 /// that does not train data-parallel (`policy.multi_gpu = false`).
 pub(crate) fn check_data_parallel(config: &Config, how: &str) -> Result<(), TrainError> {

@@ -4,12 +4,16 @@
 //! [`FinishSync`] (one process finishing finishes them all).
 //!
 //! The learner's process decides when the run ends (stop value from the evaluator's
-//! results, or limits) and owns the experiment folder; the others follow it.
+//! results, or limits) and owns the experiment folder; the others follow it. The learner may
+//! be a data-parallel group (`policy.multi_gpu`): each learner has its own collectors and
+//! channels (`context.K`, `model.K` for learner K > 0), and every step the learners agree
+//! ([`Agreement`]) on the counters, the evaluator's results (which reach the lead) and whether
+//! to stop, so that their collectives never part.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use drill_task::parallel::{PEER_JOINED, PEER_LEFT, PEER_READY};
 use drill_task::{Mailbox, Middleware, OnlineRLContext, Task, TaskError, TaskHandle};
@@ -19,7 +23,9 @@ use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 
 use super::roles::{Remote, Roles};
-use super::{Collected, EpisodeReturns, EvalOutput, LastEval};
+use super::{Collected, EpisodeReturns, EvalOutput, Interrupted, LastEval, task_err};
+use crate::ddp::Ranks;
+use crate::interrupt;
 use crate::policy::Policy;
 
 /// Event names on the bus.
@@ -28,6 +34,15 @@ const EVAL: &str = "eval_output";
 const MODEL: &str = "model";
 const MODEL_EVAL: &str = "model_eval";
 const FINISH: &str = "finish";
+
+/// Learner `k`'s channel for `event` (its collectors' data, its weights): the plain name for
+/// the first (or only) learner.
+fn channel(event: &str, k: usize) -> String {
+    match k {
+        0 => event.to_string(),
+        k => format!("{event}.{k}"),
+    }
+}
 
 /// What a collector sends the learner each step: its data `D` (DQN's [`Transitions`](super::Transitions), APPO's
 /// [`Rollout`](crate::data::Rollout)) with the counters.
@@ -55,16 +70,52 @@ struct Answering(u32, u64);
 /// - [`Self::receive_eval`] (learner): evaluations that arrived go into the ctx (for
 ///   checkpoints and logs); one that reached the stop value finishes the run.
 pub(crate) struct ContextExchanger<D> {
-    send_traj: Option<u32>,
+    send_traj: Option<(u32, String)>,
     seq: u64,
     recv_traj: Option<Mailbox<ContextMsg<D>>>,
     /// The collectors heard from so far.
     heard: BTreeSet<u32>,
+    /// Collector steps received (by every learner of a group), by collector node; the lead
+    /// logs them when the run ends.
+    received: BTreeMap<u32, u64>,
+    reported: bool,
     /// The collectors linked now, and why each that left did.
     collectors: Arc<Mutex<Collectors>>,
     send_eval: bool,
     recv_eval: Option<Mailbox<EvalOutput>>,
+    /// A learner of a data-parallel group: every step agreed with the others.
+    group: Option<Agreement>,
     timeout: Duration,
+}
+
+/// How the learners of a data-parallel group stay in step: a finish that another process asks
+/// for (the evaluator's stop, a collector's or a signal) only sets `stop`, and each step every
+/// learner brings its [`Share`] to one all-gather; they then finish together, or all train.
+pub(crate) struct Agreement {
+    ranks: Ranks,
+    stop: Arc<AtomicBool>,
+}
+
+impl Agreement {
+    /// The learners' group `ranks`; `stop` is set by [`FinishSync::agreed`].
+    pub(crate) fn new(ranks: Ranks, stop: Arc<AtomicBool>) -> Self {
+        Self { ranks, stop }
+    }
+}
+
+/// A learner's part of a group step's agreement.
+#[derive(Serialize, Deserialize, Default)]
+struct Share {
+    /// Collector data arrived (a step trains only if every learner has some), from this node.
+    data: Option<u32>,
+    env_steps: u64,
+    episodes: u64,
+    returns: EpisodeReturns,
+    /// The evaluator's results (the lead's only: they reach it).
+    evals: Vec<EvalOutput>,
+    /// A stop was asked for here (the evaluator's stop value, another process's finish).
+    stop: bool,
+    interrupted: bool,
 }
 
 impl<D: Serialize + DeserializeOwned + Send + Sync + 'static> ContextExchanger<D> {
@@ -75,25 +126,35 @@ impl<D: Serialize + DeserializeOwned + Send + Sync + 'static> ContextExchanger<D
             seq: 0,
             recv_traj: None,
             heard: BTreeSet::new(),
+            received: BTreeMap::new(),
+            reported: false,
             collectors: Arc::default(),
             send_eval: false,
             recv_eval: None,
+            group: None,
             timeout,
         }
     }
 
-    /// Collector side, on node `node`.
-    pub(crate) fn send_trajectories(mut self, node: usize) -> Self {
-        self.send_traj = Some(node as u32);
+    /// Collector side, on node `node`, feeding learner `learner` (its rank among the
+    /// learners).
+    pub(crate) fn send_trajectories(mut self, node: usize, learner: usize) -> Self {
+        self.send_traj = Some((node as u32, channel(CONTEXT, learner)));
         self
     }
 
-    /// Learner side, one collector step per learner step from the collectors on `nodes`
-    /// and any that join, in arrival order; listens from now on (make it before the
+    /// Learner side (learner `k` of `learners`), one collector step per learner step from
+    /// the collectors on `nodes` and any that join with a node id `k` modulo `learners`
+    /// ([`Remote::learner_of`]), in arrival order; listens from now on (make it before the
     /// processes' barrier). Collectors that leave or join are logged; the learner goes on with
     /// the others, and with none left waits `timeout` for one to join.
-    pub(crate) fn receive_trajectories(mut self, task: &TaskHandle, nodes: &[usize]) -> Self {
-        self.recv_traj = Some(Mailbox::new(task.events(), CONTEXT));
+    pub(crate) fn receive_trajectories(
+        mut self,
+        task: &TaskHandle,
+        nodes: &[usize],
+        (k, learners): (usize, usize),
+    ) -> Self {
+        self.recv_traj = Some(Mailbox::new(task.events(), &channel(CONTEXT, k)));
         self.collectors
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -120,6 +181,7 @@ impl<D: Serialize + DeserializeOwned + Send + Sync + 'static> ContextExchanger<D
         let c = self.collectors.clone();
         task.on(PEER_JOINED, move |e| {
             if let Ok(node) = e.decode::<u32>()
+                && node as usize % learners == k
                 && c.lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .live
@@ -142,6 +204,12 @@ impl<D: Serialize + DeserializeOwned + Send + Sync + 'static> ContextExchanger<D
         self.recv_eval = Some(Mailbox::new(task.events(), EVAL));
         self
     }
+
+    /// Learner side, as one of a data-parallel group: every step is agreed with the others.
+    pub(crate) fn agreed(mut self, group: Agreement) -> Self {
+        self.group = Some(group);
+        self
+    }
 }
 
 /// A split run's collectors as the learner knows them.
@@ -151,7 +219,123 @@ struct Collectors {
     gone: Vec<(u32, String)>,
 }
 
+/// Put the evaluator's result `eval` into `ctx` (for checkpoints and logs); whether it
+/// reached the stop value.
+fn apply_eval(ctx: &mut OnlineRLContext, eval: EvalOutput) -> bool {
+    ctx.eval_value = Some(eval.result.mean);
+    ctx.last_eval_iter = Some(eval.train_iter);
+    ctx.last_eval_value = Some(eval.result.mean);
+    ctx.ext.keep(LastEval(eval.clone()));
+    let stop = eval.stop;
+    ctx.ext.insert(eval);
+    stop
+}
+
+impl<D: DeserializeOwned + Send + Sync + 'static> ContextExchanger<D> {
+    /// A group learner's step: the evaluator's results that reached it (the lead), its
+    /// collectors' next step (a wait a requested stop or a signal cuts short), then one
+    /// all-gather of every learner's [`Share`]. Every learner then holds the summed counters,
+    /// every collector's returns and the lead's evaluations; the step trains if every
+    /// learner has data and nobody asked to stop, else every learner finishes now.
+    fn forward_agreed(
+        &mut self,
+        ctx: &mut OnlineRLContext,
+        task: &TaskHandle,
+    ) -> Result<(), TaskError> {
+        let Some(group) = &self.group else {
+            return Ok(());
+        };
+        let (ranks, asked) = (group.ranks.clone(), group.stop.clone());
+        let mut mine = Share::default();
+        if let Some(m) = &self.recv_eval {
+            while let Some(eval) = m.try_recv()? {
+                mine.stop |= eval.stop;
+                mine.evals.push(eval);
+            }
+        }
+        let msg = match (&self.recv_traj, mine.stop) {
+            (Some(m), false) => self.wait_cut(m, task, &asked)?,
+            _ => None,
+        };
+        mine.stop |= asked.load(Ordering::SeqCst);
+        mine.interrupted = interrupt::requested();
+        let mut data = None;
+        if let Some(msg) = msg {
+            self.heard_from(msg.from);
+            (mine.data, mine.env_steps, mine.episodes) =
+                (Some(msg.from), msg.env_steps, msg.episodes);
+            mine.returns = msg.returns;
+            data = Some((Answering(msg.from, msg.seq), msg.data));
+        }
+        let (mut stop, mut interrupted) = (false, false);
+        let (mut returns, mut evals) = (Vec::new(), Vec::new());
+        for s in ranks.all_gather(mine).map_err(task_err)? {
+            ctx.env_step += s.env_steps;
+            ctx.env_episode += s.episodes;
+            stop |= s.stop || s.interrupted || s.data.is_none();
+            if let Some(from) = s.data {
+                *self.received.entry(from).or_default() += 1;
+            }
+            interrupted |= s.interrupted;
+            returns.extend(s.returns.0);
+            evals.extend(s.evals);
+        }
+        ctx.ext.insert(EpisodeReturns(returns));
+        for eval in evals {
+            apply_eval(ctx, eval);
+        }
+        if interrupted {
+            ctx.ext.insert(Interrupted);
+        }
+        if stop {
+            // Together: no learner trains this step, and every one leaves its loop after it.
+            task.finish();
+        } else if let Some((answering, data)) = data {
+            ctx.ext.insert(answering);
+            ctx.ext.insert(data);
+        }
+        Ok(())
+    }
+
+    /// [`Mailbox::recv`] that also returns `None` once `stop` is set or a signal came (a
+    /// group learner's finish waits for the others' agreement).
+    fn wait_cut(
+        &self,
+        m: &Mailbox<ContextMsg<D>>,
+        task: &TaskHandle,
+        stop: &AtomicBool,
+    ) -> Result<Option<ContextMsg<D>>, TaskError> {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            if stop.load(Ordering::SeqCst) || interrupt::requested() {
+                return Ok(None);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match m.recv(task, left.min(Duration::from_millis(20))) {
+                Err(TaskError::Timeout { event, .. }) if left.is_zero() => {
+                    return Err(self.none_left(TaskError::Timeout {
+                        event,
+                        timeout: self.timeout,
+                    }));
+                }
+                Err(TaskError::Timeout { .. }) => {}
+                other => return other.map_err(|e| self.none_left(e)),
+            }
+        }
+    }
+}
+
 impl<D> ContextExchanger<D> {
+    /// Log a collector heard from for the first time, beside others.
+    fn heard_from(&mut self, from: u32) {
+        if self.heard.insert(from) && self.heard.len() > 1 {
+            tracing::info!(
+                "collector node {from} sends its data too ({} collectors heard from)",
+                self.heard.len()
+            );
+        }
+    }
+
     /// The learner's wait for data failed: with no collector left, say so (who left and why)
     /// rather than only that nothing came.
     fn none_left(&self, e: TaskError) -> TaskError {
@@ -180,16 +364,14 @@ impl<D: Serialize + DeserializeOwned + Send + Sync + 'static> Middleware<OnlineR
     }
 
     fn forward(&mut self, ctx: &mut OnlineRLContext, task: &TaskHandle) -> Result<(), TaskError> {
+        if self.group.is_some() {
+            return self.forward_agreed(ctx, task);
+        }
         if let Some(m) = &self.recv_traj
             && let Some(msg) = m.recv(task, self.timeout).map_err(|e| self.none_left(e))?
         {
-            if self.heard.insert(msg.from) && self.heard.len() > 1 {
-                tracing::info!(
-                    "collector node {} sends its data too ({} collectors heard from)",
-                    msg.from,
-                    self.heard.len()
-                );
-            }
+            self.heard_from(msg.from);
+            *self.received.entry(msg.from).or_default() += 1;
             ctx.env_step += msg.env_steps;
             ctx.env_episode += msg.episodes;
             ctx.ext.insert(Answering(msg.from, msg.seq));
@@ -198,13 +380,7 @@ impl<D: Serialize + DeserializeOwned + Send + Sync + 'static> Middleware<OnlineR
         }
         if let Some(m) = &self.recv_eval {
             while let Some(eval) = m.try_recv()? {
-                ctx.eval_value = Some(eval.result.mean);
-                ctx.last_eval_iter = Some(eval.train_iter);
-                ctx.last_eval_value = Some(eval.result.mean);
-                ctx.ext.keep(LastEval(eval.clone()));
-                let stop = eval.stop;
-                ctx.ext.insert(eval);
-                if stop {
+                if apply_eval(ctx, eval) {
                     task.finish();
                     // The rest is for the next step's checkpoint and log.
                     break;
@@ -215,19 +391,27 @@ impl<D: Serialize + DeserializeOwned + Send + Sync + 'static> Middleware<OnlineR
     }
 
     fn backward(&mut self, ctx: &mut OnlineRLContext, task: &TaskHandle) -> Result<(), TaskError> {
-        if let Some(from) = self.send_traj
+        let lead = self.group.as_ref().is_none_or(|g| g.ranks.rank() == 0);
+        if self.recv_traj.is_some() && lead && task.finished() && !self.reported {
+            self.reported = true;
+            let by: Vec<String> = (self.received.iter())
+                .map(|(node, n)| format!("node {node}: {n}"))
+                .collect();
+            tracing::info!("collector steps received, by collector: {}", by.join(", "));
+        }
+        if let Some((from, to)) = &self.send_traj
             && let Some(data) = ctx.ext.remove::<D>()
         {
             let collected = ctx.ext.remove::<Collected>().unwrap_or_default();
             let msg = ContextMsg {
-                from,
+                from: *from,
                 seq: self.seq,
                 env_steps: collected.env_steps,
                 episodes: collected.episodes,
                 data,
                 returns: ctx.ext.remove::<EpisodeReturns>().unwrap_or_default(),
             };
-            task.emit(CONTEXT, &msg)?;
+            task.emit(to, &msg)?;
             self.seq += 1;
         }
         if self.send_eval
@@ -266,6 +450,9 @@ enum Side {
         /// learner's first step: its collectors act with the initial weights).
         newest: Arc<Mutex<Option<ModelUpdate>>>,
         collectors: bool,
+        /// Which learner this is, of how many: its collectors' channel, and whether it (the
+        /// lead, 0) feeds the evaluator.
+        learner: (usize, usize),
         every: u64,
         steps: u64,
         eval_freq: u64,
@@ -312,6 +499,7 @@ impl<'a, P: Policy> ModelExchanger<'a, P> {
             side: Side::Send {
                 newest: Arc::default(),
                 collectors,
+                learner: (0, 1),
                 every: 1,
                 steps: 0,
                 eval_freq: eval_freq.max(1),
@@ -328,10 +516,19 @@ impl<'a, P: Policy> ModelExchanger<'a, P> {
     /// rollouts, and the newcomer for weights); before the learner's first step, an update
     /// without weights (act with the initial ones, as the run's own collectors do).
     pub(crate) fn take_joiners(self, task: &TaskHandle, start_iter: u64) -> Self {
-        if let Side::Send { newest, .. } = &self.side {
+        if let Side::Send {
+            newest,
+            learner: (k, learners),
+            ..
+        } = &self.side
+        {
             let (newest, bus) = (newest.clone(), task.events().clone());
+            let (k, learners, to) = (*k, *learners, channel(MODEL, *k));
             task.on(PEER_READY, move |e| {
                 let node = e.decode::<u32>().unwrap_or(u32::MAX);
+                if node as usize % learners != k {
+                    return; // another learner's ([`Remote::learner_of`])
+                }
                 let newest = newest.lock().unwrap_or_else(|p| p.into_inner());
                 let none = ModelUpdate {
                     train_iter: start_iter,
@@ -339,10 +536,19 @@ impl<'a, P: Policy> ModelExchanger<'a, P> {
                     params: Vec::new(),
                     answered: None,
                 };
-                if let Err(err) = bus.emit(MODEL, newest.as_ref().unwrap_or(&none)) {
+                if let Err(err) = bus.emit(&to, newest.as_ref().unwrap_or(&none)) {
                     tracing::warn!("cannot send collector node {node} its weights: {err}");
                 }
             });
+        }
+        self
+    }
+
+    /// Sender side: learner `k` of a data-parallel group of `learners`: its own collectors'
+    /// channel; only the lead (`k = 0`) sends the evaluator weights.
+    pub(crate) fn of_learner(mut self, k: usize, learners: usize) -> Self {
+        if let Side::Send { learner, .. } = &mut self.side {
+            *learner = (k, learners.max(1));
         }
         self
     }
@@ -357,13 +563,13 @@ impl<'a, P: Policy> ModelExchanger<'a, P> {
         self
     }
 
-    /// Collector side (node `node`), before the collector: loads the newest weights; a
-    /// collector more than `staleness` of its steps ahead of the learner's answers to them
-    /// waits (0: lock-step, every step acts with the weights trained on everything it
-    /// collected before).
+    /// Collector side (node `node`, fed by learner `learner`), before the collector: loads the
+    /// newest weights; a collector more than `staleness` of its steps ahead of the learner's
+    /// answers to them waits (0: lock-step, every step acts with the weights trained on
+    /// everything it collected before).
     pub(crate) fn collector(
         task: &TaskHandle,
-        node: usize,
+        (node, learner): (usize, usize),
         staleness: u64,
         policy: &'a RefCell<P>,
         timeout: Duration,
@@ -371,7 +577,7 @@ impl<'a, P: Policy> ModelExchanger<'a, P> {
         Self {
             policy,
             side: Side::Collector {
-                models: Mailbox::new(task.events(), MODEL),
+                models: Mailbox::new(task.events(), &channel(MODEL, learner)),
                 node: node as u32,
                 staleness,
                 sent: 0,
@@ -405,6 +611,7 @@ impl<P: Policy> Middleware<OnlineRLContext> for ModelExchanger<'_, P> {
             Side::Send {
                 newest,
                 collectors,
+                learner: (k, _),
                 every,
                 steps,
                 eval_freq,
@@ -419,8 +626,9 @@ impl<P: Policy> Middleware<OnlineRLContext> for ModelExchanger<'_, P> {
                 let due = (*steps).is_multiple_of(*every);
                 *steps += 1;
                 let changed = *sent_iter != Some(iter) && due;
-                let for_eval =
-                    eval_point(iter, Some(*prev_iter), *eval_freq) && *eval_iter != Some(iter);
+                let for_eval = *k == 0
+                    && eval_point(iter, Some(*prev_iter), *eval_freq)
+                    && *eval_iter != Some(iter);
                 *prev_iter = iter;
                 let weights = if (changed && *collectors) || for_eval {
                     self.policy.borrow().weights()
@@ -441,7 +649,7 @@ impl<P: Policy> Middleware<OnlineRLContext> for ModelExchanger<'_, P> {
                     if !changed {
                         update.params.clear();
                     }
-                    task.emit(MODEL, &update)?;
+                    task.emit(&channel(MODEL, *k), &update)?;
                     if changed {
                         update.answered = None;
                         *newest.lock().unwrap_or_else(|p| p.into_inner()) = Some(update);
@@ -532,6 +740,21 @@ impl FinishSync {
             announced: false,
         }
     }
+
+    /// A learner of a data-parallel group: another process's finish only sets `asked`; the
+    /// learners finish together at their next agreement ([`Agreement`]).
+    pub(crate) fn agreed(task: &TaskHandle, asked: Arc<AtomicBool>) -> Self {
+        let remote = Arc::new(AtomicBool::new(false));
+        let r = remote.clone();
+        task.on(FINISH, move |_| {
+            r.store(true, Ordering::SeqCst);
+            asked.store(true, Ordering::SeqCst);
+        });
+        Self {
+            remote,
+            announced: false,
+        }
+    }
 }
 
 impl Middleware<OnlineRLContext> for FinishSync {
@@ -563,7 +786,9 @@ pub(crate) fn learner_sender<'a, P: Policy>(
     policy: &'a RefCell<P>,
 ) -> ModelExchanger<'a, P> {
     let collectors = roles.collector_elsewhere();
+    let k = remote.learner_rank().unwrap_or(0);
     ModelExchanger::sender(eval_freq, start_iter, collectors, policy, remote.timeout)
+        .of_learner(k, remote.learners.len())
         .every(remote.model_every)
         .take_joiners(handle, start_iter)
 }
@@ -571,11 +796,13 @@ pub(crate) fn learner_sender<'a, P: Policy>(
 /// A split run's exchangers (DI-engine's `ContextExchanger` and `ModelExchanger`) for the
 /// roles of this process: the learner receives the collectors' data `D` and the evaluator's
 /// results from the roles that run elsewhere; a collector or evaluator sends them and
-/// receives the learner's weights into `policy`.
+/// receives the learner's weights into `policy`. A learner of a data-parallel group (`ranks`,
+/// the learners' group) receives from its own collectors and agrees every step with the
+/// others; only the lead hears the evaluator.
 pub(crate) fn use_exchangers<'a, D, P>(
     task: &mut Task<'a, OnlineRLContext>,
     handle: &TaskHandle,
-    roles: &Roles,
+    (roles, ranks): (&Roles, &Ranks),
     remote: &Remote,
     policy: &'a RefCell<P>,
 ) where
@@ -583,21 +810,32 @@ pub(crate) fn use_exchangers<'a, D, P>(
     P: Policy,
 {
     let timeout = remote.timeout;
-    task.use_mw(FinishSync::new(handle));
+    let grouped = roles.learner && ranks.world() > 1;
+    let asked = Arc::new(AtomicBool::new(false));
+    task.use_mw(match grouped {
+        true => FinishSync::agreed(handle, asked.clone()),
+        false => FinishSync::new(handle),
+    });
     let mut x = ContextExchanger::<D>::new(timeout);
     if roles.learner {
+        let k = remote.learner_rank().unwrap_or(0);
         if roles.collector_elsewhere() {
-            x = x.receive_trajectories(handle, &remote.collector_nodes);
+            let (mine, n) = (remote.collectors_of(k), remote.learners.len());
+            x = x.receive_trajectories(handle, &mine, (k, n));
         }
-        if roles.evaluator_elsewhere() {
+        if roles.evaluator_elsewhere() && k == 0 {
             x = x.receive_eval(handle);
+        }
+        if grouped {
+            x = x.agreed(Agreement::new(ranks.clone(), asked));
         }
     } else {
         if roles.collector {
-            x = x.send_trajectories(remote.node);
+            let learner = remote.learner_of(remote.collector_index);
+            x = x.send_trajectories(remote.node, learner);
             task.use_mw(ModelExchanger::collector(
                 handle,
-                remote.node,
+                (remote.node, learner),
                 remote.model_staleness,
                 policy,
                 timeout,
@@ -630,7 +868,7 @@ mod tests {
         let h = bus_owner.handle().clone();
         let mut collector = Task::<OnlineRLContext>::with_handle(h.clone());
         collector.use_mw(
-            ContextExchanger::<Transitions>::new(Duration::from_secs(1)).send_trajectories(3),
+            ContextExchanger::<Transitions>::new(Duration::from_secs(1)).send_trajectories(3, 0),
         );
         collector.use_fn("fake_collector", |ctx, _| {
             let k = ctx.env_step as f32;
@@ -652,8 +890,11 @@ mod tests {
         });
         let mut learner = Task::<OnlineRLContext>::with_handle(h.clone());
         learner.use_mw(
-            ContextExchanger::<Transitions>::new(Duration::from_millis(50))
-                .receive_trajectories(&h, &[3]),
+            ContextExchanger::<Transitions>::new(Duration::from_millis(50)).receive_trajectories(
+                &h,
+                &[3],
+                (0, 1),
+            ),
         );
         collector_step(&mut collector);
         collector_step(&mut collector);
@@ -688,7 +929,7 @@ mod tests {
         let mut c = Task::<OnlineRLContext>::with_handle(h.clone());
         c.use_mw(ModelExchanger::collector(
             h,
-            node,
+            (node, 0),
             staleness,
             probe,
             Duration::from_millis(30),
@@ -698,7 +939,7 @@ mod tests {
             Ok(())
         });
         c.use_mw(
-            ContextExchanger::<Transitions>::new(Duration::from_secs(1)).send_trajectories(node),
+            ContextExchanger::<Transitions>::new(Duration::from_secs(1)).send_trajectories(node, 0),
         );
         c
     }
@@ -707,8 +948,11 @@ mod tests {
     fn fake_learner(h: &TaskHandle) -> Task<'static, OnlineRLContext> {
         let mut l = Task::<OnlineRLContext>::with_handle(h.clone());
         l.use_mw(
-            ContextExchanger::<Transitions>::new(Duration::from_millis(30))
-                .receive_trajectories(h, &[1, 2]),
+            ContextExchanger::<Transitions>::new(Duration::from_millis(30)).receive_trajectories(
+                h,
+                &[1, 2],
+                (0, 1),
+            ),
         );
         l.use_fn("fake_learner", |ctx, _| {
             ctx.train_iter += 1;
@@ -792,6 +1036,115 @@ mod tests {
             .map(|u| !u.params.is_empty())
             .collect();
         assert_eq!(with, [true, false, false, true, false, false, true]);
+    }
+
+    /// Learner `k`'s collector data at a step: env steps, and the returns of episodes ended.
+    type Feed = fn(usize, usize) -> Option<(u64, Vec<(f64, u64)>)>;
+    /// What a learner holds after a step: env steps, returns, data, finished, last evaluation.
+    type Seen = (u64, usize, bool, bool, Option<f64>);
+
+    /// Two learners of one data-parallel group, each in a thread with its own bus (as in its
+    /// own process), on a real two-rank group: `feed` puts this step's collector data on
+    /// learner `k`'s channel (env steps, returns) and `finish` another process's finish;
+    /// returns, per step, the learner's env-step count, returns seen, whether it trains
+    /// (data in the context), whether it finished and the evaluation it holds.
+    fn learner_group(feed: Feed, finish: fn(usize, usize) -> bool, steps: usize) -> Vec<Vec<Seen>> {
+        use drill_comm::{BackendKind, InitInfo, InitOptions, ProcessGroup};
+        let port = drill_comm::spawn::free_port();
+        let learners: Vec<_> = (0..2)
+            .map(|k| {
+                std::thread::spawn(move || {
+                    let mut info = InitInfo::explicit(k, 2, "127.0.0.1", port);
+                    info.token = Some("learner-group-test".into());
+                    let pg = ProcessGroup::init(InitOptions {
+                        backend: Some(BackendKind::Embedded),
+                        shm: Some(false),
+                        info: Some(info),
+                        ..InitOptions::default()
+                    })
+                    .unwrap();
+                    let ranks = Ranks::new(Some(pg));
+                    let owner = Task::<OnlineRLContext>::new();
+                    let h = owner.handle().clone();
+                    let asked = Arc::new(AtomicBool::new(false));
+                    let mut learner = Task::<OnlineRLContext>::with_handle(h.clone());
+                    learner.use_mw(FinishSync::agreed(&h, asked.clone()));
+                    let mut x = ContextExchanger::<Transitions>::new(Duration::from_millis(300))
+                        .receive_trajectories(&h, &[10 + k], (k, 2));
+                    if k == 0 {
+                        x = x.receive_eval(&h);
+                    }
+                    learner.use_mw(x.agreed(Agreement::new(ranks, asked)));
+                    let mut seen = Vec::new();
+                    for step in 0..steps {
+                        if let Some((env_steps, returns)) = feed(k, step) {
+                            let msg = ContextMsg {
+                                from: (10 + k) as u32,
+                                seq: step as u64,
+                                env_steps,
+                                episodes: returns.len() as u64,
+                                data: Transitions::default(),
+                                returns: EpisodeReturns(returns),
+                            };
+                            h.emit(&channel(CONTEXT, k), &msg).unwrap();
+                        }
+                        if finish(k, step) {
+                            h.emit(FINISH, &()).unwrap();
+                        }
+                        if k == 0 && step == 0 {
+                            let result = crate::eval::EvalResult {
+                                mean: 7.0,
+                                std: 0.0,
+                                returns: vec![7.0],
+                            };
+                            let eval = EvalOutput {
+                                train_iter: 0,
+                                env_step: 0,
+                                result,
+                                stop: false,
+                            };
+                            h.emit(EVAL, &eval).unwrap();
+                        }
+                        learner.step().unwrap();
+                        let ctx = learner.ctx_mut();
+                        let returns = ctx.ext.get::<EpisodeReturns>().map_or(0, |r| r.0.len());
+                        let trains = ctx.ext.get::<Transitions>().is_some();
+                        let done = h.finished();
+                        seen.push((ctx.env_step, returns, trains, done, ctx.last_eval_value));
+                        ctx.renew();
+                        if done {
+                            break;
+                        }
+                    }
+                    seen
+                })
+            })
+            .collect();
+        learners.into_iter().map(|t| t.join().unwrap()).collect()
+    }
+
+    /// Each learner hears only its own collectors, yet every learner holds the summed counters,
+    /// every collector's returns and the lead's evaluation; a finish asked of one learner (here
+    /// from another process, while the other has data) ends the same step on both, with
+    /// neither training on it.
+    #[test]
+    fn a_learner_group_sums_its_counters_and_finishes_together() {
+        let feed = |k: usize, step: usize| match (k, step) {
+            (0, _) => Some((8, vec![])),
+            (1, 0) => Some((16, vec![(1.0, 16)])),
+            _ => None,
+        };
+        let seen = learner_group(feed, |k, step| k == 1 && step == 1, 5);
+        for (k, s) in seen.iter().enumerate() {
+            assert_eq!(
+                s,
+                &[
+                    (24, 1, true, false, Some(7.0)),
+                    (32, 0, false, true, Some(7.0))
+                ],
+                "learner {k}"
+            );
+        }
     }
 
     #[test]

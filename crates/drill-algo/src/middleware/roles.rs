@@ -36,8 +36,11 @@ pub struct Remote {
     pub collector_index: usize,
     /// Collector workers in the run (the evaluator is seeded after all of them).
     pub collectors: usize,
-    /// The collector workers' nodes (the learner's view of who feeds it).
+    /// The collector workers' nodes, in order (collector `i` feeds learner `i % learners`).
     pub collector_nodes: Vec<usize>,
+    /// The learner workers' nodes, the lead first: one learner, or a data-parallel group
+    /// (`policy.multi_gpu`) whose lead owns the experiment folder and feeds the evaluator.
+    pub learners: Vec<usize>,
     /// Steps a collector may run ahead of the weights it acts with (`task.model_staleness`).
     pub model_staleness: u64,
     /// The learner sends a remote collector weights every this many steps
@@ -45,6 +48,27 @@ pub struct Remote {
     pub model_every: u64,
     /// Give up waiting for another process after this long (a lost one ends waits at once).
     pub timeout: Duration,
+}
+
+impl Remote {
+    /// This worker's rank among the learners (`None`: not a learner).
+    pub(crate) fn learner_rank(&self) -> Option<usize> {
+        self.learners.iter().position(|&l| l == self.node)
+    }
+
+    /// The learner (its rank among the learners) that collector `index` feeds: collectors
+    /// are dealt out in turn; one that joins feeds learner `node % learners`.
+    pub(crate) fn learner_of(&self, index: usize) -> usize {
+        index % self.learners.len().max(1)
+    }
+
+    /// The collector nodes that feed learner `rank`.
+    pub(crate) fn collectors_of(&self, rank: usize) -> Vec<usize> {
+        (self.collector_nodes.iter().enumerate())
+            .filter(|&(i, _)| self.learner_of(i) == rank)
+            .map(|(_, &n)| n)
+            .collect()
+    }
 }
 
 impl Roles {
@@ -97,6 +121,16 @@ impl Roles {
         self.remote.is_some() && !self.learner
     }
 
+    /// This process is the learner, or the lead of the learners' group (rank 0): it owns the
+    /// experiment folder, talks to the evaluator and returns the run's result.
+    pub fn lead_learner(&self) -> bool {
+        self.learner
+            && self
+                .remote
+                .as_ref()
+                .is_none_or(|r| r.learner_rank() == Some(0))
+    }
+
     /// Which collector this process is among how many, for seeding its environments and
     /// generator as a DDP rank's: its place among the collector workers when split over
     /// processes, else its `rank` of `world`.
@@ -109,14 +143,16 @@ impl Roles {
 
 /// Which of a parallel run's workers take which role (`[task.roles]`: label pattern → roles,
 /// matched against each worker's labels `distributed`, `node.N` and any extra), checked: the
-/// learner and the evaluator on exactly one worker each, collectors on one or more (on the
-/// learner's worker only if no other collects), and the evaluator's worker collecting only if
-/// it is the learner's (a remote evaluator waits for weights; a collector beside it would
-/// starve the learner). Errors name `task.roles`.
+/// evaluator on exactly one worker, the learner on one (or, with `policy.multi_gpu`, on
+/// several that train as one data-parallel group, each fed by its own collectors, the
+/// evaluator then on a worker of its own), collectors
+/// on one or more (on the learner's worker only if no other collects and it learns alone),
+/// and the evaluator's worker collecting only if it is the learner's (a remote evaluator waits
+/// for weights; a collector beside it would starve the learner). Errors name `task.roles`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RolePlan {
     collectors: Vec<usize>,
-    learner: usize,
+    learners: Vec<usize>,
     evaluator: usize,
 }
 
@@ -137,35 +173,57 @@ impl RolePlan {
             [] => "no worker takes it".to_string(),
             _ => format!("nodes {nodes:?} take it"),
         };
-        let [collectors, learner, evaluator] = [&owners[0], &owners[1], &owners[2]];
-        for (role, nodes) in [("learner", learner), ("evaluator", evaluator)] {
-            if nodes.len() != 1 {
-                return Err(bad(format!(
-                    "the {role} role must run on exactly one of the {workers} workers, but {} (e.g. \"node.0\" = [\"collector\", \"learner\"], \"node.1\" = [\"evaluator\"])",
-                    on(nodes)
-                )));
+        let [collectors, learners, evaluator] = [&owners[0], &owners[1], &owners[2]];
+        let group = config.policy.multi_gpu();
+        for (role, nodes) in [("learner", learners), ("evaluator", evaluator)] {
+            if nodes.len() == 1 || (role == "learner" && group && !nodes.is_empty()) {
+                continue;
             }
+            let several = match role {
+                "learner" if nodes.len() > 1 => {
+                    " (several learners train as one data-parallel group only with `policy.multi_gpu = true`)"
+                }
+                _ => "",
+            };
+            return Err(bad(format!(
+                "the {role} role must run on exactly one of the {workers} workers, but {}{several} (e.g. \"node.0\" = [\"collector\", \"learner\"], \"node.1\" = [\"evaluator\"])",
+                on(nodes)
+            )));
         }
         if collectors.is_empty() {
             return Err(bad(format!(
                 "no worker of the {workers} takes the collector role"
             )));
         }
-        if evaluator[0] != learner[0] && collectors.contains(&evaluator[0]) {
+        let lead = learners[0];
+        if learners.len() > 1 && learners.contains(&evaluator[0]) {
+            return Err(bad(format!(
+                "the evaluator runs on node {}, one of the learners {learners:?}: beside a data-parallel group of learners it needs a worker of its own",
+                evaluator[0]
+            )));
+        }
+        if evaluator[0] != lead && collectors.contains(&evaluator[0]) {
             return Err(bad(format!(
                 "the evaluator's worker (node {}) may also collect only if it is the learner's: give the evaluator a worker of its own or put it with the learner",
                 evaluator[0]
             )));
         }
-        if collectors.len() > 1 && collectors.contains(&learner[0]) {
+        if let Some(l) = learners.iter().find(|l| collectors.contains(l))
+            && (collectors.len() > 1 || learners.len() > 1)
+        {
             return Err(bad(format!(
-                "the learner's worker (node {}) collects too, so no other may: nodes {collectors:?} take the collector role",
-                learner[0]
+                "the learner's worker (node {l}) collects too, so no other worker may collect or learn: nodes {collectors:?} take the collector role, nodes {learners:?} the learner role"
+            )));
+        }
+        if collectors.len() < learners.len() {
+            return Err(bad(format!(
+                "{} learners need a collector each, but only nodes {collectors:?} collect",
+                learners.len()
             )));
         }
         Ok(Self {
             collectors: collectors.clone(),
-            learner: learner[0],
+            learners: learners.clone(),
             evaluator: evaluator[0],
         })
     }
@@ -202,9 +260,14 @@ impl RolePlan {
         &self.collectors
     }
 
-    /// The learner's worker.
+    /// The learner's worker (the lead of the learners' group).
     pub fn learner(&self) -> usize {
-        self.learner
+        self.learners[0]
+    }
+
+    /// The learners' workers, the lead first.
+    pub fn learners(&self) -> &[usize] {
+        &self.learners
     }
 
     /// The evaluator's worker.
@@ -227,6 +290,7 @@ impl RolePlan {
                 collector_index: node,
                 collectors: self.collectors.len(),
                 collector_nodes: self.collectors.clone(),
+                learners: self.learners.clone(),
                 model_staleness: config.task.model_staleness,
                 model_every: config.task.model_every,
                 timeout: Duration::from_secs_f64(config.task.timeout),
@@ -247,6 +311,7 @@ impl RolePlan {
             collector_index: self.collectors.iter().position(|&c| c == node).unwrap_or(0),
             collectors: self.collectors.len(),
             collector_nodes: self.collectors.clone(),
+            learners: self.learners.clone(),
             model_staleness: config.task.model_staleness,
             model_every: config.task.model_every,
             timeout: Duration::from_secs_f64(config.task.timeout),
@@ -302,5 +367,64 @@ mod tests {
             config("\"node.0\" = [\"learner\"]\n\"node.1\" = [\"collector\", \"evaluator\"]\n");
         let e = RolePlan::new(&starved, &[], 2).unwrap_err().to_string();
         assert!(e.contains("the evaluator's worker (node 1)"), "{e}");
+    }
+
+    /// Several learners only as a data-parallel group (`policy.multi_gpu`), each with a
+    /// collector of its own and the evaluator apart; collectors are dealt out in turn.
+    #[test]
+    fn several_learners_form_a_group_each_fed_by_its_own_collectors() {
+        let with = |roles: &str, group: bool| {
+            let text = format!(
+                "[env]\nid = \"CartPole-v0\"\n[policy]\ntype = \"appo\"\nmulti_gpu = {group}\n[task.roles]\n{roles}"
+            );
+            let config = Config::parse(&text, "t.toml", &[]).unwrap();
+            RolePlan::new(&config, &[], 6).map_err(|e| e.to_string())
+        };
+        let two = "\"node.[012]\" = [\"collector\"]\n\"node.[34]\" = [\"learner\"]\n\"node.5\" = [\"evaluator\"]\n";
+        let e = with(two, false).unwrap_err();
+        assert!(
+            e.contains("nodes [3, 4] take it") && e.contains("multi_gpu"),
+            "{e}"
+        );
+        let plan = with(two, true).unwrap();
+        assert_eq!((plan.learners(), plan.learner()), (&[3, 4][..], 3));
+        let remote = |node| Remote {
+            node,
+            collector_index: 0,
+            collectors: 3,
+            collector_nodes: plan.collectors().to_vec(),
+            learners: plan.learners().to_vec(),
+            model_staleness: 0,
+            model_every: 1,
+            timeout: Duration::from_secs(1),
+        };
+        let (lead, other) = (remote(3), remote(4));
+        assert_eq!(
+            (lead.learner_rank(), other.learner_rank()),
+            (Some(0), Some(1))
+        );
+        assert_eq!(lead.collectors_of(0), [0, 2]);
+        assert_eq!(other.collectors_of(1), [1]);
+        assert_eq!(remote(0).learner_rank(), None);
+        for (roles, says) in [
+            (
+                "\"node.[01]\" = [\"collector\"]\n\"node.[234]\" = [\"learner\"]\n\"node.5\" = [\"evaluator\"]\n",
+                "3 learners need a collector each",
+            ),
+            (
+                "\"node.[01]\" = [\"collector\"]\n\"node.[23]\" = [\"learner\"]\n\"node.3\" = [\"evaluator\"]\n",
+                "needs a worker of its own",
+            ),
+            (
+                "\"node.[0123]\" = [\"collector\"]\n\"node.[34]\" = [\"learner\"]\n\"node.5\" = [\"evaluator\"]\n",
+                "(node 3) collects too",
+            ),
+        ] {
+            let e = with(roles, true).unwrap_err();
+            assert!(
+                e.contains("`task.roles`") && e.contains(says),
+                "{says}: {e}"
+            );
+        }
     }
 }

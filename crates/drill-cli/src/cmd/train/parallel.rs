@@ -68,13 +68,13 @@ pub fn run(args: &Args, config: Config, env_spec: &EnvSpec, n: usize) -> anyhow:
         let (node, peers) = parse_attach(spec, n)?;
         runner = runner.attach_to(node, &peers);
     }
-    // A collector may leave or die and others may join, unless it holds the learner too or
+    // A collector may leave or die and others may join, unless it holds a learner too or
     // is a star's hub (the others' events pass through it).
     let may_leave: Vec<usize> = plan
         .collectors()
         .iter()
         .copied()
-        .filter(|&c| c != plan.learner() && !(topology == Topology::Star && c == 0))
+        .filter(|c| !(plan.learners().contains(c) || (topology == Topology::Star && *c == 0)))
         .collect();
     runner = runner.may_leave(&may_leave);
     if args.join {
@@ -164,13 +164,15 @@ fn join(
     let Some(port) = args.master_port else {
         bail!("--join: give the run's --master-port (and --master-addr when it runs elsewhere)");
     };
-    let hub = match topology {
-        Topology::Star => 0,
-        Topology::Mesh | Topology::Alone => plan.learner(),
+    // Under a star through its hub; else to every learner (the one it feeds follows from the
+    // node id it is given).
+    let dial = match topology {
+        Topology::Star => vec![0],
+        Topology::Mesh | Topology::Alone => plan.learners().to_vec(),
     };
     let mut interrupted = false;
     runner
-        .join::<OnlineRLContext>(&args.master_addr, port, &[hub], |task| {
+        .join::<OnlineRLContext>(&args.master_addr, port, &dial, |task| {
             let handle = task.handle().clone();
             let roles = plan.joined(config, &handle);
             interrupted = worker_with(args, config, env_spec, handle, roles, n)
@@ -233,7 +235,7 @@ fn worker_with(
     let restarts = drill_algo::runner::restart_count();
     let mut exp = None;
     let mut resume = None;
-    if roles.learner {
+    if roles.lead_learner() {
         let previous = std::env::var_os(EXP_DIR_ENV).map(PathBuf::from);
         let (e, r) =
             drill_algo::runner::open(config, &args.start_options(), previous.as_deref(), restarts)?;
