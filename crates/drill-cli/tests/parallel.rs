@@ -490,7 +490,8 @@ fn collectors_leave_and_join_a_running_split_run() {
     assert!(exp.join("ckpt/final.safetensors").is_file());
 }
 
-/// `policy.multi_gpu` with several learner workers: one data-parallel group (`ddp_check_every
+/// `configs/cartpole_appo_2learners.toml`: `policy.multi_gpu` with several learner workers,
+/// one data-parallel group (`ddp_check_every
 /// = 1`: any parameter drift between the learners fails the run), each learner trained on its
 /// own collector's rollouts, the lead alone owning the folder. Every update averages one
 /// rollout per learner, so the counters the learners agree on hold two rollouts (512 env
@@ -499,19 +500,8 @@ fn collectors_leave_and_join_a_running_split_run() {
 fn a_group_of_learners_trains_data_parallel_on_its_own_collectors() {
     let tmp = tempfile::tempdir().unwrap();
     let exp = tmp.path().join("run");
-    let roles =
-        r#"task.roles={"node.[01]"=["collector"],"node.[23]"=["learner"],"node.4"=["evaluator"]}"#;
-    let args = [
-        "--parallel-workers",
-        "5",
-        "--set",
-        roles,
-        "--set",
-        "policy.multi_gpu=true",
-        "--set",
-        "policy.ddp_check_every=1",
-    ];
-    let out = spawn_train("configs/cartpole_appo.toml", &exp, &args)
+    let args = ["--set", "policy.ddp_check_every=1"];
+    let out = spawn_train("configs/cartpole_appo_2learners.toml", &exp, &args)
         .wait_with_output()
         .unwrap();
     let log = text(&out);
