@@ -143,7 +143,8 @@ pub fn train_roles(
     if let Some(remote) = roles.remote.as_ref().filter(|r| r.learners.len() > 1)
         && let Some(k) = remote.learner_rank()
     {
-        run.dist = Some(ddp::learner_group(cfg, k, remote.learners.len())?);
+        let place = (k, remote.learners.len());
+        run.dist = Some(ddp::learner_group(cfg, place, remote.timeout)?);
     }
     let ranks = ddp::setup(cfg, run);
     let streams = resume::stream_seed(cfg, run.resume.as_ref(), run.restarts);

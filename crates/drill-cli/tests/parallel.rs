@@ -646,3 +646,52 @@ fn a_restarted_group_of_learners_resumes_from_the_leads_checkpoint() {
     let r = kill_and_expect_resume(child, 3, &exp, Duration::from_millis(300));
     assert!(r["env_steps"].as_u64().unwrap() >= 40000, "{r}");
 }
+
+/// A learner of a group left without collectors (its only one killed, none joining within
+/// `task.timeout`) fails the run, and its own error (no collector left, who left and why)
+/// comes first: the other learners, the collectors and the evaluator wait for learners
+/// longer than a learner waits for its collectors.
+#[test]
+fn a_group_learner_left_without_collectors_fails_the_run_naming_why() {
+    let tmp = tempfile::tempdir().unwrap();
+    let exp = tmp.path().join("run");
+    let args = [
+        "--set",
+        "env.stop_value=100000",
+        "--set",
+        "max_env_step=100000000",
+        "--set",
+        "task.timeout=3",
+    ];
+    let mut run = drill()
+        .arg("train")
+        .arg(repo().join("configs/cartpole_appo_2learners.toml"))
+        .arg("--exp-dir")
+        .arg(&exp)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = gather(&mut run);
+    let one = common::rank_pid(run.id(), 1, &exp);
+    let t = Instant::now();
+    // SAFETY: kill(2) touches no memory of this process.
+    unsafe { libc::kill(one, libc::SIGKILL) };
+    let status = run.wait().unwrap();
+    let log = log.lock().unwrap().clone();
+    assert!(!status.success(), "{log}");
+    assert!(
+        t.elapsed() < Duration::from_secs(20),
+        "{:?}: {log}",
+        t.elapsed()
+    );
+    let first = log
+        .lines()
+        .find(|l| l.contains("error"))
+        .unwrap_or_default();
+    assert!(
+        first.starts_with("[rank 3]") && first.contains("no collector left (node 1:"),
+        "{first}\n{log}"
+    );
+}

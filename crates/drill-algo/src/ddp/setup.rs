@@ -62,14 +62,17 @@ pub(crate) fn join(config: &Config) -> Result<Option<ProcessGroup>, TrainError> 
 /// role to several workers (`policy.multi_gpu`): rank = this worker's place among the
 /// learners (the lead is 0), on the run's own store (the launcher's, or node 0's under
 /// Slurm) under a prefix of its own; `rank` of `world`. The embedded backend (NCCL for
-/// `policy.cuda` on CUDA): MPI's world would be every worker of the run.
+/// `policy.cuda` on CUDA): MPI's world would be every worker of the run. A collective may
+/// wait `wait` longer than others: a learner in it may be waiting that long for its
+/// collectors (a dead learner is still noticed at once, by the heartbeats).
 pub(crate) fn learner_group(
     config: &Config,
-    rank: usize,
-    world: usize,
+    (rank, world): (usize, usize),
+    wait: std::time::Duration,
 ) -> Result<ProcessGroup, TrainError> {
     let mut info = InitInfo::from_env()?;
     info.run_id = format!("{}/learners", info.run_id);
+    info.timeout += wait;
     (info.rank, info.world_size, info.agent_store) = (rank, world, true);
     (info.local_rank, info.local_world_size) = (rank, world);
     let backend = if config.policy.cuda() && (cfg!(feature = "cuda") || !cfg!(feature = "gpu")) {

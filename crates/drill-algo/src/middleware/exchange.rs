@@ -830,6 +830,10 @@ pub(crate) fn use_exchangers<'a, D, P>(
             x = x.agreed(Agreement::new(ranks.clone(), asked));
         }
     } else {
+        // Whoever waits for a learner waits longer than the learner waits for its collectors
+        // (a learner, or a group's learner, left without any), so that the learner's own
+        // error names the cause first.
+        let learner_wait = 2 * timeout;
         if roles.collector {
             let learner = remote.learner_of(remote.collector_index);
             x = x.send_trajectories(remote.node, learner);
@@ -838,12 +842,12 @@ pub(crate) fn use_exchangers<'a, D, P>(
                 (remote.node, learner),
                 remote.model_staleness,
                 policy,
-                timeout,
+                learner_wait,
             ));
         }
         if roles.evaluator {
             x = x.send_eval();
-            task.use_mw(ModelExchanger::evaluator(handle, policy, timeout));
+            task.use_mw(ModelExchanger::evaluator(handle, policy, learner_wait));
         }
     }
     task.use_mw(x);
