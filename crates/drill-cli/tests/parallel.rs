@@ -695,3 +695,31 @@ fn a_group_learner_left_without_collectors_fails_the_run_naming_why() {
         "{first}\n{log}"
     );
 }
+
+/// A remote evaluator waits for the weights of the next evaluation point however long the
+/// `eval_freq` iterations take, longer than `task.timeout` here (a lost learner would end
+/// the wait at once).
+#[test]
+fn a_remote_evaluator_waits_for_its_next_evaluation_point_beyond_the_timeout() {
+    let tmp = tempfile::tempdir().unwrap();
+    let exp = tmp.path().join("run");
+    let args = [
+        "--set",
+        "task.timeout=0.3",
+        "--set",
+        "policy.eval.evaluator.eval_freq=6000",
+        "--set",
+        "env.stop_value=100000",
+        "--set",
+        "max_env_step=400000",
+    ];
+    let out = spawn_train("configs/cartpole_appo.toml", &exp, &args)
+        .wait_with_output()
+        .unwrap();
+    let log = text(&out);
+    assert!(out.status.success(), "{log}");
+    let r = result(&exp);
+    assert!(r["env_steps"].as_u64().unwrap() >= 400000, "{r}");
+    let evals = log.matches("INFO eval at").count();
+    assert!(evals >= 2, "{evals} evaluations: {log}");
+}

@@ -35,6 +35,9 @@ const MODEL: &str = "model";
 const MODEL_EVAL: &str = "model_eval";
 const FINISH: &str = "finish";
 
+/// How long a remote evaluator waits for the weights of the next evaluation point.
+const EVAL_WAIT: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// Learner `k`'s channel for `event` (its collectors' data, its weights): the plain name for
 /// the first (or only) learner.
 fn channel(event: &str, k: usize) -> String {
@@ -830,7 +833,7 @@ pub(crate) fn use_exchangers<'a, D, P>(
             x = x.agreed(Agreement::new(ranks.clone(), asked));
         }
     } else {
-        // Whoever waits for a learner waits longer than the learner waits for its collectors
+        // A collector waits for its learner longer than a learner waits for its collectors
         // (a learner, or a group's learner, left without any), so that the learner's own
         // error names the cause first.
         let learner_wait = 2 * timeout;
@@ -846,8 +849,10 @@ pub(crate) fn use_exchangers<'a, D, P>(
             ));
         }
         if roles.evaluator {
+            // However long `eval_freq` iterations take (a learner that fails or is lost ends
+            // the wait at once; the learner's own waits are bounded).
             x = x.send_eval();
-            task.use_mw(ModelExchanger::evaluator(handle, policy, learner_wait));
+            task.use_mw(ModelExchanger::evaluator(handle, policy, EVAL_WAIT));
         }
     }
     task.use_mw(x);
