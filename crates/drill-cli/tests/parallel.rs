@@ -624,25 +624,18 @@ fn a_group_of_learners_keeps_training_as_collectors_leave_and_join() {
 fn a_restarted_group_of_learners_resumes_from_the_leads_checkpoint() {
     let tmp = tempfile::tempdir().unwrap();
     let exp = tmp.path().join("run");
-    let roles =
-        r#"task.roles={"node.[01]"=["collector"],"node.[23]"=["learner"],"node.4"=["evaluator"]}"#;
-    let args = [
-        "--parallel-workers",
-        "5",
-        "--max-restarts",
-        "1",
-        "--set",
-        roles,
-        "--set",
-        "policy.multi_gpu=true",
-        "--set",
-        "policy.ddp_check_every=1",
+    let args = ["--max-restarts", "1", "--set", "policy.ddp_check_every=1"];
+    let limits = [
         "--set",
         "env.stop_value=1000",
         "--set",
         "max_env_step=40000",
     ];
-    let child = spawn_train("configs/cartpole_appo.toml", &exp, &args);
+    let child = spawn_train(
+        "configs/cartpole_appo_2learners.toml",
+        &exp,
+        &[&args[..], &limits].concat(),
+    );
     let r = kill_and_expect_resume(child, 3, &exp, Duration::from_millis(300));
     assert!(r["env_steps"].as_u64().unwrap() >= 40000, "{r}");
 }
