@@ -35,9 +35,7 @@ pub(crate) fn join(config: &Config) -> Result<Option<ProcessGroup>, TrainError> 
             )
             .into());
     }
-    // NCCL when the GPU is CUDA's; a Vulkan GPU's gradients are on the host when they are
-    // exchanged (one copy per bucket, see `optim`), so the embedded backend carries them.
-    let backend = if config.policy.cuda() && (cfg!(feature = "cuda") || !cfg!(feature = "gpu")) {
+    let backend = if on_cuda(config) {
         Some(BackendKind::Nccl)
     } else if std::env::var_os("DRILL_BACKEND").is_none() && BackendKind::Mpi.built() && info.mpi {
         Some(BackendKind::Mpi)
@@ -58,6 +56,13 @@ pub(crate) fn join(config: &Config) -> Result<Option<ProcessGroup>, TrainError> 
     Ok(Some(pg))
 }
 
+/// Whether gradients go through NCCL: the config's GPU is CUDA's. A Vulkan GPU's gradients
+/// are on the host when they are exchanged (one copy per bucket, see `optim`), so the
+/// embedded backend carries them.
+fn on_cuda(config: &Config) -> bool {
+    config.policy.cuda() && (cfg!(feature = "cuda") || !cfg!(feature = "gpu"))
+}
+
 /// The learners' data-parallel group of a split run whose `[task.roles]` give the learner
 /// role to several workers (`policy.multi_gpu`): rank = this worker's place among the
 /// learners (the lead is 0), on the run's own store (the launcher's, or node 0's under
@@ -75,7 +80,7 @@ pub(crate) fn learner_group(
     info.timeout += wait;
     (info.rank, info.world_size, info.agent_store) = (rank, world, true);
     (info.local_rank, info.local_world_size) = (rank, world);
-    let backend = if config.policy.cuda() && (cfg!(feature = "cuda") || !cfg!(feature = "gpu")) {
+    let backend = if on_cuda(config) {
         BackendKind::Nccl
     } else {
         BackendKind::Embedded

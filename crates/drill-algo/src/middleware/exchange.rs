@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use std::cell::RefCell;
 
-use super::roles::{Remote, Roles};
+use super::roles::{Remote, Roles, learner_of};
 use super::{Collected, EpisodeReturns, EvalOutput, Interrupted, LastEval, task_err};
 use crate::ddp::Ranks;
 use crate::interrupt;
@@ -147,10 +147,10 @@ impl<D: Serialize + DeserializeOwned + Send + Sync + 'static> ContextExchanger<D
     }
 
     /// Learner side (learner `k` of `learners`), one collector step per learner step from
-    /// the collectors on `nodes` and any that join with a node id `k` modulo `learners`
-    /// ([`Remote::learner_of`]), in arrival order; listens from now on (make it before the
-    /// processes' barrier). Collectors that leave or join are logged; the learner goes on with
-    /// the others, and with none left waits `timeout` for one to join.
+    /// the collectors on `nodes` and any that join and are dealt to it ([`learner_of`]), in
+    /// arrival order; listens from now on (make it before the processes' barrier). Collectors
+    /// that leave or join are logged; the learner goes on with the others, and with none left
+    /// waits `timeout` for one to join.
     pub(crate) fn receive_trajectories(
         mut self,
         task: &TaskHandle,
@@ -184,7 +184,7 @@ impl<D: Serialize + DeserializeOwned + Send + Sync + 'static> ContextExchanger<D
         let c = self.collectors.clone();
         task.on(PEER_JOINED, move |e| {
             if let Ok(node) = e.decode::<u32>()
-                && node as usize % learners == k
+                && learner_of(node as usize, learners) == k
                 && c.lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .live
@@ -529,8 +529,8 @@ impl<'a, P: Policy> ModelExchanger<'a, P> {
             let (k, learners, to) = (*k, *learners, channel(MODEL, *k));
             task.on(PEER_READY, move |e| {
                 let node = e.decode::<u32>().unwrap_or(u32::MAX);
-                if node as usize % learners != k {
-                    return; // another learner's ([`Remote::learner_of`])
+                if learner_of(node as usize, learners) != k {
+                    return; // another learner's
                 }
                 let newest = newest.lock().unwrap_or_else(|p| p.into_inner());
                 let none = ModelUpdate {

@@ -50,16 +50,22 @@ pub struct Remote {
     pub timeout: Duration,
 }
 
+/// The learner (its rank among `learners`) that collector `index` feeds: collectors are
+/// dealt out in turn; one that joins a running job feeds learner `node % learners`.
+pub(crate) fn learner_of(index: usize, learners: usize) -> usize {
+    index % learners.max(1)
+}
+
 impl Remote {
     /// This worker's rank among the learners (`None`: not a learner).
     pub(crate) fn learner_rank(&self) -> Option<usize> {
         self.learners.iter().position(|&l| l == self.node)
     }
 
-    /// The learner (its rank among the learners) that collector `index` feeds: collectors
-    /// are dealt out in turn; one that joins feeds learner `node % learners`.
+    /// The learner (its rank among the learners) that collector `index` feeds
+    /// ([`learner_of`]).
     pub(crate) fn learner_of(&self, index: usize) -> usize {
-        index % self.learners.len().max(1)
+        learner_of(index, self.learners.len())
     }
 
     /// The collector nodes that feed learner `rank`.
