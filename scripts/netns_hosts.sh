@@ -105,7 +105,8 @@ freeze() {
   # starting while it was being stopped would otherwise run on (at most a few passes).
   for _ in 1 2 3 4 5 6; do
     now=$(on_host "$pid" | sort)
-    [[ -n $now ]] && echo "$now" | xargs -r kill "-$2" 2>/dev/null
+    # A process that exited since it was listed needs no signal: kill still signals the others.
+    [[ -z $now ]] || echo "$now" | xargs -r kill "-$2" 2>/dev/null || true
     [[ $now == "$before" ]] && break
     before=$now
     sleep 0.05

@@ -3,10 +3,11 @@
 //! memory inside a host and TCP between hosts; a cut link or a frozen host (every process
 //! stopped) named within 5 s with the launchers gone within 10 s; a cut link restored, the
 //! group restarted (`--max-restarts 1`) from its newest checkpoint and trained to the stop
-//! value; a host 10 s late joining through `--rdzv-endpoint`; training to the stop value while each host drops 1 % of its
-//! packets (nftables; the kernel here has no netem for delay); an elastic job (`drill train
-//! --nnodes 2:3`) of three hosts losing one and reaching the stop value on two, and one that
-//! a late host joins, loses a frozen host and takes it back when it thaws. Needs root and nftables;
+//! value; a host 10 s late joining through `--rdzv-endpoint`; training to the stop value while
+//! each host drops 1 % of its packets (nftables; the kernel here has no netem for delay); an
+//! elastic job (`drill train --nnodes 2:3`) of three hosts losing one and reaching the stop
+//! value on two, and one that a late host joins, loses a frozen host and takes it back when it
+//! thaws; `freeze` and `thaw` on a host whose processes come and go. Needs root and nftables;
 //! `cargo test --release -p drill-cli --features netns --test multinode`. Every test removes
 //! the hosts it made, also when it fails.
 #![cfg(feature = "netns")]
@@ -310,6 +311,64 @@ fn a_frozen_host_is_named_within_5_s_and_the_other_launcher_exits_within_10_s() 
         .wait(Duration::from_secs(30))
         .unwrap_or_else(|| panic!("host 1 still runs 30 s after the thaw:\n{}", n.text()));
     assert!(!status.success(), "{}", n.text());
+}
+
+/// Wait up to `within` for every process of `host` to satisfy `ok` (given its state letter).
+fn until_every_process(
+    hosts: &Hosts,
+    host: usize,
+    within: Duration,
+    what: &str,
+    ok: fn(char) -> bool,
+) {
+    let start = Instant::now();
+    loop {
+        let bad: Vec<_> = hosts
+            .processes(host)
+            .into_iter()
+            .filter(|(_, s)| !ok(*s))
+            .collect();
+        if bad.is_empty() {
+            return;
+        }
+        assert!(start.elapsed() < within, "{what}: {bad:?} after {within:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn freeze_stops_and_thaw_continues_every_process_of_a_host_whose_processes_come_and_go() {
+    // The script's process scans would slow the fault-naming tests beside it.
+    let _cores = busy();
+    let hosts = Hosts::up(1, "z");
+    // 20 loops, each starting a process that lives 1 s and waiting 0.1-0.9 s, again and
+    // again: some processes exit while the script lists them, others start while it signals.
+    let churn = "for j in $(seq 1 20); do (while :; do sleep 1 & sleep 0.$((j % 9 + 1)); done) & done; wait";
+    let mut churn = hosts
+        .on(0, "sh")
+        .args(["-c", churn])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    let stopped = |s: char| s == 'T' || s == 'Z';
+    for round in 0..5 {
+        hosts.link(0, "freeze", &[]);
+        let frozen = format!("round {round}: running after freeze");
+        // A process the script missed would run for up to 1 s.
+        until_every_process(&hosts, 0, Duration::from_millis(500), &frozen, stopped);
+        // None got away to start another.
+        std::thread::sleep(Duration::from_millis(300));
+        until_every_process(&hosts, 0, Duration::ZERO, &frozen, stopped);
+        hosts.link(0, "thaw", &[]);
+        let thawed = format!("round {round}: stopped after thaw");
+        until_every_process(&hosts, 0, Duration::from_secs(2), &thawed, |s| s != 'T');
+        std::thread::sleep(Duration::from_millis(100 * (round % 4)));
+    }
+    drop(hosts);
+    let _ = churn.kill();
+    let _ = churn.wait();
 }
 
 #[test]

@@ -53,6 +53,42 @@ impl Hosts {
         c.args(["exec", &host.to_string(), program]);
         c
     }
+
+    /// Every process on `host` but the one holding its namespaces, with its state letter from
+    /// `/proc/PID/stat` (`T`: stopped); processes gone while being read are left out.
+    #[allow(dead_code)]
+    pub fn processes(&self, host: usize) -> Vec<(u32, char)> {
+        let holder = std::fs::read_to_string(format!("/run/drill-netns/{}/h{host}.pid", self.set))
+            .unwrap_or_else(|e| panic!("host {host} of {}: {e}", self.set));
+        let holder = holder.trim();
+        let mnt = std::fs::read_link(format!("/proc/{holder}/ns/mnt")).unwrap();
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let name = entry.file_name();
+            let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            if pid.to_string() == holder
+                || std::fs::read_link(format!("/proc/{pid}/ns/mnt"))
+                    .ok()
+                    .as_ref()
+                    != Some(&mnt)
+            {
+                continue;
+            }
+            // The state follows the command name, which is in parentheses and may hold spaces.
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            if let Some(state) = stat
+                .rfind(')')
+                .and_then(|i| stat[i + 1..].trim().chars().next())
+            {
+                found.push((pid, state));
+            }
+        }
+        found
+    }
 }
 
 impl Drop for Hosts {
