@@ -340,7 +340,7 @@ fn until_every_process(
 fn freeze_stops_and_thaw_continues_every_process_of_a_host_whose_processes_come_and_go() {
     // The script's process scans would slow the fault-naming tests beside it.
     let _cores = busy();
-    let hosts = Hosts::up(1, "z");
+    let hosts = Hosts::up(1, "k");
     // 20 loops, each starting a process that lives 1 s and waiting 0.1-0.9 s, again and
     // again: some processes exit while the script lists them, others start while it signals.
     let churn = "for j in $(seq 1 20); do (while :; do sleep 1 & sleep 0.$((j % 9 + 1)); done) & done; wait";
