@@ -174,7 +174,7 @@ pub fn train_roles(
     // ALGO: the pipeline. Each role's middlewares run only where the role does; exchangers
     // carry rollouts to the learner and weights back.
     if let Some(remote) = &roles.remote {
-        use_exchangers::<Rollout, _>(&mut task, &handle, (roles, &ranks), remote, &appo);
+        use_exchangers::<Rollout, _>(&mut task, &handle, (roles, &ranks), remote, &appo)?;
     }
     if roles.evaluator {
         // Evaluate deterministically every eval_freq train iterations (and before training).

@@ -423,7 +423,7 @@ pub fn train_roles(
     // ALGO: the pipeline, DI-engine's order. Each role's middlewares run only where the role
     // does; exchangers carry data to the roles that run in other processes.
     if let Some(remote) = &roles.remote {
-        use_exchangers::<Transitions, _>(&mut task, &handle, (roles, &ranks), remote, &dqn);
+        use_exchangers::<Transitions, _>(&mut task, &handle, (roles, &ranks), remote, &dqn)?;
     }
     if roles.evaluator {
         // Evaluate greedily every eval_freq train iterations (and before training).

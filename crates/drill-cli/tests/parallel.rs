@@ -543,9 +543,10 @@ fn a_group_of_learners_trains_data_parallel_on_its_own_collectors() {
 }
 
 /// A group of two learners with three collectors (learner 0 fed by nodes 3 and 5, learner 1
-/// by node 4): node 5 killed mid-run leaves without stopping either learner; one started later
-/// takes node id 6, feeds learner 0 (6 mod 2) and is sent its weights; Ctrl-C then ends the
-/// run for all, the learners agreeing on the step, with `final` saved.
+/// by node 4): node 4 killed mid-run leaves learner 1 without collectors, which waits; one
+/// started later takes node id 6, feeds learner 1 (the one with the fewest collectors) and
+/// is sent its weights; Ctrl-C then ends the run for all, the learners agreeing
+/// on the step, with `final` saved.
 #[test]
 fn a_group_of_learners_keeps_training_as_collectors_leave_and_join() {
     let tmp = tempfile::tempdir().unwrap();
@@ -585,11 +586,12 @@ fn a_group_of_learners_keeps_training_as_collectors_leave_and_join() {
     };
     let mut run = spawn(&[]);
     let log = gather(&mut run);
-    let five = common::rank_pid(run.id(), 5, &exp);
+    // Learner 1 (node 2) loses its only collector (node 4); learner 0 keeps nodes 3 and 5.
+    let four = common::rank_pid(run.id(), 4, &exp);
     // SAFETY: kill(2) touches no memory of this process.
-    unsafe { libc::kill(five, libc::SIGKILL) };
-    wait_for(&log, "collector node 5 left");
-    wait_for(&log, "the run goes on with 1 collector");
+    unsafe { libc::kill(four, libc::SIGKILL) };
+    wait_for(&log, "collector node 4 left");
+    wait_for(&log, "the run goes on with 0 collectors");
     let mut joined = spawn(&["--join"]);
     let joined_log = gather(&mut joined);
     wait_for(&log, "[rank 1] ");
@@ -607,8 +609,13 @@ fn a_group_of_learners_keeps_training_as_collectors_leave_and_join() {
         .filter(|l| l.contains("node 6 joined"))
         .collect();
     assert!(
-        joins.len() == 1 && joins[0].starts_with("[rank 1]"),
-        "only learner 0 (node 1) takes node 6: {joins:?}"
+        joins.len() == 1 && joins[0].starts_with("[rank 2]"),
+        "only learner 1 (node 2), the one without collectors, takes node 6: {joins:?}"
+    );
+    let chose = joined_log.lock().unwrap().clone();
+    assert!(
+        chose.contains("feeds learner 1 (node 2), which had 0 collectors"),
+        "{chose}"
     );
     let r = result(&exp);
     assert_eq!(r["interrupted"], true, "{r}");

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use std::cell::RefCell;
 
-use super::roles::{Remote, Roles, learner_of};
+use super::roles::{Remote, Roles};
 use super::{Collected, EpisodeReturns, EvalOutput, Interrupted, LastEval, task_err};
 use crate::ddp::Ranks;
 use crate::interrupt;
@@ -34,6 +34,11 @@ const EVAL: &str = "eval_output";
 const MODEL: &str = "model";
 const MODEL_EVAL: &str = "model_eval";
 const FINISH: &str = "finish";
+/// A collector joining a learner group asks every learner how many collectors it has (its
+/// node id); each answers on [`loads`] `(k, live)`.
+const JOINER_ASKS: &str = "joiner_asks";
+/// The joiner then says which learner it feeds: `(node, k)`.
+const JOINER_FEEDS: &str = "joiner_feeds";
 
 /// How long a remote evaluator waits for the weights of the next evaluation point.
 const EVAL_WAIT: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -45,6 +50,11 @@ fn channel(event: &str, k: usize) -> String {
         0 => event.to_string(),
         k => format!("{event}.{k}"),
     }
+}
+
+/// Where the learners answer joiner `node`'s [`JOINER_ASKS`].
+fn loads(node: u32) -> String {
+    format!("learner_loads.{node}")
 }
 
 /// What a collector sends the learner each step: its data `D` (DQN's [`Transitions`](super::Transitions), APPO's
@@ -147,7 +157,7 @@ impl<D: Serialize + DeserializeOwned + Send + Sync + 'static> ContextExchanger<D
     }
 
     /// Learner side (learner `k` of `learners`), one collector step per learner step from
-    /// the collectors on `nodes` and any that join and are dealt to it ([`learner_of`]), in
+    /// the collectors on `nodes` and any that join and choose it ([`choose_learner`]), in
     /// arrival order; listens from now on (make it before the processes' barrier). Collectors
     /// that leave or join are logged; the learner goes on with the others, and with none left
     /// waits `timeout` for one to join.
@@ -182,15 +192,32 @@ impl<D: Serialize + DeserializeOwned + Send + Sync + 'static> ContextExchanger<D
             }
         });
         let c = self.collectors.clone();
-        task.on(PEER_JOINED, move |e| {
-            if let Ok(node) = e.decode::<u32>()
-                && learner_of(node as usize, learners) == k
-                && c.lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .live
-                    .insert(node)
+        if learners <= 1 {
+            // Every collector that joins is this learner's.
+            task.on(PEER_JOINED, move |e| {
+                if let Ok(node) = e.decode::<u32>() {
+                    joined(&c, node);
+                }
+            });
+            return self;
+        }
+        // A group's joiner picks its learner ([`choose_learner`]) from every learner's answer.
+        let bus = task.events().clone();
+        task.on(JOINER_ASKS, move |e| {
+            let Ok(node) = e.decode::<u32>() else {
+                return;
+            };
+            let live = c.lock().unwrap_or_else(|p| p.into_inner()).live.len() as u32;
+            if let Err(err) = bus.emit(&loads(node), &(k as u32, live)) {
+                tracing::warn!("cannot answer collector node {node}, which joins: {err}");
+            }
+        });
+        let c = self.collectors.clone();
+        task.on(JOINER_FEEDS, move |e| {
+            if let Ok((node, to)) = e.decode::<(u32, u32)>()
+                && to as usize == k
             {
-                tracing::info!("collector node {node} joined the run");
+                joined(&c, node);
             }
         });
         self
@@ -232,6 +259,64 @@ fn apply_eval(ctx: &mut OnlineRLContext, eval: EvalOutput) -> bool {
     let stop = eval.stop;
     ctx.ext.insert(eval);
     stop
+}
+
+/// Collector `node` joined and feeds this learner.
+fn joined(c: &Mutex<Collectors>, node: u32) {
+    if c.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .live
+        .insert(node)
+    {
+        tracing::info!("collector node {node} joined the run");
+    }
+}
+
+/// A collector joining the group of `remote.learners` feeds the learner with the fewest
+/// collectors now (the lowest rank among equals): a learner whose collectors left gets the
+/// next one. Asks them all, picks, and tells them; its learner then sends it the weights.
+fn choose_learner(task: &TaskHandle, remote: &Remote) -> Result<usize, TaskError> {
+    let node = remote.node as u32;
+    let answers = Mailbox::<(u32, u32)>::new(task.events(), &loads(node));
+    task.emit(JOINER_ASKS, &node)?;
+    let mut live: Vec<Option<u32>> = vec![None; remote.learners.len()];
+    let deadline = Instant::now() + remote.timeout;
+    while live.iter().any(Option::is_none) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match answers.recv(task, left) {
+            Ok(Some((k, n))) => {
+                if let Some(slot) = live.get_mut(k as usize) {
+                    *slot = Some(n);
+                }
+            }
+            // The run ended meanwhile: so does this collector's pipeline, at once.
+            Ok(None) => return Ok(0),
+            Err(TaskError::Timeout { .. }) => {
+                let silent: Vec<String> = (live.iter().zip(&remote.learners))
+                    .filter(|(n, _)| n.is_none())
+                    .map(|(_, node)| format!("node {node}"))
+                    .collect();
+                return Err(TaskError::msg(format!(
+                    "collector node {node} joins a group of {} learners, but {} did not answer within {:?}",
+                    live.len(),
+                    silent.join(", "),
+                    remote.timeout
+                )));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let (k, n) = (live.iter().enumerate())
+        .map(|(k, n)| (k, n.unwrap_or(u32::MAX)))
+        .min_by_key(|&(k, n)| (n, k))
+        .unwrap_or((0, 0));
+    task.emit(JOINER_FEEDS, &(node, k as u32))?;
+    tracing::info!(
+        "joined the run: feeds learner {k} (node {}), which had {n} collector{}",
+        remote.learners[k],
+        if n == 1 { "" } else { "s" }
+    );
+    Ok(k)
 }
 
 impl<D: DeserializeOwned + Send + Sync + 'static> ContextExchanger<D> {
@@ -477,6 +562,29 @@ enum Side {
     },
 }
 
+/// What a group learner heard of a collector that joins.
+#[derive(PartialEq)]
+enum Heard {
+    /// It listens ([`PEER_READY`]).
+    Ready,
+    /// It chose this learner ([`JOINER_FEEDS`]).
+    Feeds,
+}
+
+/// `now` heard of joiner `node`: with the other already heard, `send` it the weights.
+fn heard(seen: &Mutex<BTreeMap<u32, Heard>>, node: u32, now: Heard, send: &dyn Fn(u32)) {
+    let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+    match seen.remove(&node) {
+        Some(before) if before != now => {
+            drop(seen);
+            send(node);
+        }
+        _ => {
+            seen.insert(node, now);
+        }
+    }
+}
+
 /// Moves weights from the learner to the processes that act (DI-engine's `ModelExchanger`):
 /// the learner's [`Policy::weights`] into the others' [`Policy::load_weights`].
 pub(crate) struct ModelExchanger<'a, P> {
@@ -514,10 +622,11 @@ impl<'a, P: Policy> ModelExchanger<'a, P> {
         }
     }
 
-    /// Sender side: a collector that joins the running job ([`PEER_READY`]) is sent the
-    /// newest weights at once (from the thread that hears it: the learner may be waiting for
-    /// rollouts, and the newcomer for weights); before the learner's first step, an update
-    /// without weights (act with the initial ones, as the run's own collectors do).
+    /// Sender side: a collector that joins the running job is sent the newest weights once it
+    /// listens ([`PEER_READY`]) and, in a group, has chosen this learner ([`JOINER_FEEDS`]),
+    /// at once (from the thread that hears it: the learner may be waiting for rollouts, and
+    /// the newcomer for weights); before the learner's first step, an update without weights
+    /// (act with the initial ones, as the run's own collectors do).
     pub(crate) fn take_joiners(self, task: &TaskHandle, start_iter: u64) -> Self {
         if let Side::Send {
             newest,
@@ -527,11 +636,7 @@ impl<'a, P: Policy> ModelExchanger<'a, P> {
         {
             let (newest, bus) = (newest.clone(), task.events().clone());
             let (k, learners, to) = (*k, *learners, channel(MODEL, *k));
-            task.on(PEER_READY, move |e| {
-                let node = e.decode::<u32>().unwrap_or(u32::MAX);
-                if learner_of(node as usize, learners) != k {
-                    return; // another learner's
-                }
+            let send = Arc::new(move |node: u32| {
                 let newest = newest.lock().unwrap_or_else(|p| p.into_inner());
                 let none = ModelUpdate {
                     train_iter: start_iter,
@@ -541,6 +646,29 @@ impl<'a, P: Policy> ModelExchanger<'a, P> {
                 };
                 if let Err(err) = bus.emit(&to, newest.as_ref().unwrap_or(&none)) {
                     tracing::warn!("cannot send collector node {node} its weights: {err}");
+                }
+            });
+            if learners <= 1 {
+                task.on(PEER_READY, move |e| {
+                    send(e.decode::<u32>().unwrap_or(u32::MAX))
+                });
+                return self;
+            }
+            // Either may come first (they are separate events); the second sends.
+            let seen: Arc<Mutex<BTreeMap<u32, Heard>>> = Arc::default();
+            let (s, first) = (send.clone(), seen.clone());
+            task.on(PEER_READY, move |e| {
+                if let Ok(node) = e.decode::<u32>() {
+                    heard(&first, node, Heard::Ready, &*s);
+                }
+            });
+            task.on(JOINER_FEEDS, move |e| {
+                if let Ok((node, to)) = e.decode::<(u32, u32)>() {
+                    match to as usize == k {
+                        true => heard(&seen, node, Heard::Feeds, &*send),
+                        // Another learner's.
+                        false => drop(seen.lock().unwrap_or_else(|p| p.into_inner()).remove(&node)),
+                    }
                 }
             });
         }
@@ -808,7 +936,8 @@ pub(crate) fn use_exchangers<'a, D, P>(
     (roles, ranks): (&Roles, &Ranks),
     remote: &Remote,
     policy: &'a RefCell<P>,
-) where
+) -> Result<(), TaskError>
+where
     D: Serialize + DeserializeOwned + Send + Sync + 'static,
     P: Policy,
 {
@@ -838,7 +967,11 @@ pub(crate) fn use_exchangers<'a, D, P>(
         // error names the cause first.
         let learner_wait = 2 * timeout;
         if roles.collector {
-            let learner = remote.learner_of(remote.collector_index);
+            let joins = handle.match_labels(&["joined"]).unwrap_or(false);
+            let learner = match remote.learners.len() {
+                n if joins && n > 1 => choose_learner(handle, remote)?,
+                _ => remote.learner_of(remote.collector_index),
+            };
             x = x.send_trajectories(remote.node, learner);
             task.use_mw(ModelExchanger::collector(
                 handle,
@@ -856,6 +989,7 @@ pub(crate) fn use_exchangers<'a, D, P>(
         }
     }
     task.use_mw(x);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -1171,5 +1305,69 @@ mod tests {
         });
         a.run(None).unwrap();
         assert!(seen.load(Ordering::SeqCst), "finish announced");
+    }
+
+    #[test]
+    fn a_joiner_is_sent_its_weights_once_whichever_it_says_first() {
+        let sent = std::cell::RefCell::new(Vec::new());
+        let send = |node: u32| sent.borrow_mut().push(node);
+        let seen = Mutex::default();
+        heard(&seen, 6, Heard::Ready, &send);
+        heard(&seen, 7, Heard::Feeds, &send);
+        assert!(sent.borrow().is_empty(), "neither has said both yet");
+        heard(&seen, 6, Heard::Ready, &send);
+        assert!(sent.borrow().is_empty(), "the same twice is not both");
+        heard(&seen, 6, Heard::Feeds, &send);
+        heard(&seen, 7, Heard::Ready, &send);
+        assert_eq!(*sent.borrow(), [6, 7]);
+        assert!(seen.lock().unwrap().is_empty(), "nothing kept once sent");
+    }
+
+    /// A joiner asks both learners of a group on one bus (learner 0 with 2 collectors,
+    /// learner 1 with 1) and feeds learner 1, which alone hears it joined; with learner 1
+    /// silent, the joiner's error names it.
+    #[test]
+    fn a_joiner_feeds_the_learner_with_the_fewest_collectors() {
+        let owner = Task::<OnlineRLContext>::new();
+        let h = owner.handle().clone();
+        let joiner = |learners: Vec<usize>| Remote {
+            node: 20,
+            collector_index: 20,
+            collectors: 3,
+            collector_nodes: vec![10, 11, 12],
+            learners,
+            model_staleness: 0,
+            model_every: 1,
+            timeout: Duration::from_millis(300),
+        };
+        let zero = ContextExchanger::<Transitions>::new(Duration::from_secs(1))
+            .receive_trajectories(&h, &[10, 12], (0, 2));
+        let err = choose_learner(&h, &joiner(vec![1, 2]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(
+                "collector node 20 joins a group of 2 learners, but node 2 did not answer"
+            ),
+            "{err}"
+        );
+        let one = ContextExchanger::<Transitions>::new(Duration::from_secs(1))
+            .receive_trajectories(&h, &[11], (1, 2));
+        assert_eq!(choose_learner(&h, &joiner(vec![1, 2])).unwrap(), 1);
+        let live = |x: &ContextExchanger<Transitions>| x.collectors.lock().unwrap().live.clone();
+        assert_eq!(live(&zero), [10, 12].into());
+        assert_eq!(live(&one), [11, 20].into());
+        // Now even, the next one feeds the lower rank.
+        assert_eq!(
+            choose_learner(
+                &h,
+                &Remote {
+                    node: 21,
+                    ..joiner(vec![1, 2])
+                }
+            )
+            .unwrap(),
+            0
+        );
     }
 }

@@ -50,8 +50,8 @@ pub struct Remote {
     pub timeout: Duration,
 }
 
-/// The learner (its rank among `learners`) that collector `index` feeds: collectors are
-/// dealt out in turn; one that joins a running job feeds learner `node % learners`.
+/// The learner (its rank among `learners`) that collector `index` of the role table feeds:
+/// collectors are dealt out in turn (one that joins a running group chooses its learner).
 pub(crate) fn learner_of(index: usize, learners: usize) -> usize {
     index % learners.max(1)
 }
