@@ -974,26 +974,81 @@ fn every_fault_ends_the_job_cleanly_and_keeps_the_promises() {
     tally.report("chaos", "fault", jobs, seed);
 }
 
-/// What happens to an APPO split run's collectors (learner and evaluator on node 0,
-/// collectors on nodes 1 and 2).
+/// What happens to an APPO split run's collectors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum CollectorFault {
-    /// kill -9 of one collector.
+    /// kill -9 of one collector (whose learner keeps another).
     Kill,
-    /// SIGSTOP of one collector, never continued (a frozen process).
+    /// SIGSTOP of one collector (whose learner keeps another), never continued (a frozen
+    /// process).
     Freeze,
     /// A collector joins (`drill train --join`).
     Join,
-    /// Both collectors killed, then one joins.
+    /// Every collector of a learner killed, then one joins (and must feed that learner).
     KillAllThenJoin,
 }
 
-/// `CHAOS_COLLECTOR_JOBS` APPO split runs (default 3) from seed `CHAOS_SEED`, each hit by one
-/// or two collector faults at random moments, with no restart budget: the run must reach its
-/// step limit and exit 0 (only the learner's loss ends it), its log must name every collector
-/// that left and every one that joined, a joined collector must exit 0 with the run, the
-/// counters must hold whole rollouts only and no checkpoint be ahead of result.json, and
-/// nothing may be left behind.
+/// Where a collector job's roles run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Layout {
+    /// The learner and the evaluator on node 0, collectors on nodes 1 and 2.
+    OneLearner,
+    /// The evaluator on node 0, a data-parallel group of two learners on nodes 1 and 2
+    /// (`policy.multi_gpu`), collectors on nodes 3 and 5 (learner 0's) and 4 (learner 1's).
+    Group,
+}
+
+impl Layout {
+    fn roles(self) -> &'static str {
+        match self {
+            Layout::OneLearner => {
+                r#"task.roles={"node.0"=["learner","evaluator"],"node.[12]"=["collector"]}"#
+            }
+            Layout::Group => {
+                r#"task.roles={"node.0"=["evaluator"],"node.[12]"=["learner"],"node.[345]"=["collector"]}"#
+            }
+        }
+    }
+
+    fn workers(self) -> usize {
+        match self {
+            Layout::OneLearner => 3,
+            Layout::Group => 6,
+        }
+    }
+
+    /// The collectors one of which may leave alone (their learner keeps the other).
+    fn spare(self) -> [usize; 2] {
+        match self {
+            Layout::OneLearner => [1, 2],
+            Layout::Group => [3, 5],
+        }
+    }
+
+    /// The collectors of the learner that [`CollectorFault::KillAllThenJoin`] starves, and
+    /// that learner's rank among the learners.
+    fn starved(self) -> (&'static [usize], usize) {
+        match self {
+            Layout::OneLearner => (&[1, 2], 0),
+            Layout::Group => (&[4], 1),
+        }
+    }
+
+    fn phase(self) -> &'static str {
+        match self {
+            Layout::OneLearner => "training, one learner",
+            Layout::Group => "training, a group of 2 learners",
+        }
+    }
+}
+
+/// `CHAOS_COLLECTOR_JOBS` APPO split runs (default 3) from seed `CHAOS_SEED`, one learner or
+/// a group of two ([`Layout`]), each hit by one or two collector faults at random moments,
+/// with no restart budget: the run must reach its step limit and exit 0 (only a learner's
+/// loss ends it), its log must name every collector that left and every one that joined, a
+/// joined collector must exit 0 with the run (after a learner lost all its collectors,
+/// feeding that learner), the counters must hold whole rollouts only and no checkpoint be
+/// ahead of result.json, and nothing may be left behind.
 #[test]
 fn collectors_come_and_go_and_the_learner_goes_on() {
     let jobs: usize = env_or("CHAOS_COLLECTOR_JOBS", 3);
@@ -1007,24 +1062,25 @@ fn collectors_come_and_go_and_the_learner_goes_on() {
         CollectorFault::KillAllThenJoin,
     ];
     for n in 0..jobs {
+        let layout = *rng.pick(&[Layout::OneLearner, Layout::Group]);
         let mut drawn = vec![(*rng.pick(&faults), 300 + rng.below(1500) as u64)];
         if drawn[0].0 != CollectorFault::KillAllThenJoin && rng.below(2) == 0 {
             let second = *rng.pick(&faults[..3]);
             drawn.push((second, drawn[0].1 + 300 + rng.below(1200) as u64));
         }
-        let r = collector_job(n, &drawn);
-        println!("collector job {n}: {drawn:?} -> {}", r.outcome);
+        let r = collector_job(n, layout, &drawn);
+        println!("collector job {n} ({layout:?}): {drawn:?} -> {}", r.outcome);
         for (f, _) in &drawn {
-            tally.count(format!("{f:?}"), "training", &r.outcome);
+            tally.count(format!("{f:?}"), layout.phase(), &r.outcome);
         }
         tally.note(&format!("collector job {n}"), &format!("{drawn:?}"), &r);
     }
     tally.report("chaos collectors", "collector fault", jobs, seed);
 }
 
-/// One APPO split run of [`collectors_come_and_go_and_the_learner_goes_on`] with `faults`
-/// (each at its milliseconds after the start).
-fn collector_job(n: usize, faults: &[(CollectorFault, u64)]) -> Report {
+/// One APPO split run of [`collectors_come_and_go_and_the_learner_goes_on`] laid out as
+/// `layout`, with `faults` (each at its milliseconds after the start).
+fn collector_job(n: usize, layout: Layout, faults: &[(CollectorFault, u64)]) -> Report {
     const STEPS: u64 = 400_000;
     let id = format!("{}-c{n}", std::process::id());
     let root = std::env::temp_dir().join(format!("drill-chaos-{id}"));
@@ -1035,13 +1091,22 @@ fn collector_job(n: usize, faults: &[(CollectorFault, u64)]) -> Report {
     let mut r = Report::default();
     let port = drill_comm::spawn::free_port().to_string();
     let token = format!("chaos-{id}");
+    let workers = layout.workers().to_string();
     let args = [
+        "--parallel-workers",
+        workers.as_str(),
         "--master-port",
         port.as_str(),
         "--max-restarts",
         "0",
         "--set",
-        r#"task.roles={"node.0"=["learner","evaluator"],"node.[12]"=["collector"]}"#,
+        layout.roles(),
+        "--set",
+        if layout == Layout::Group {
+            "policy.multi_gpu=true"
+        } else {
+            "policy.multi_gpu=false"
+        },
         "--set",
         "env.stop_value=100000",
         "--set",
@@ -1084,9 +1149,9 @@ fn collector_job(n: usize, faults: &[(CollectorFault, u64)]) -> Report {
                 left.push(rank);
             }
         };
-        let victim = 1 + (n + left.len()) % 2;
-        // The last collector of the two is taken only with a join after it (the learner
-        // waits `task.timeout` for one, then fails): KillAllThenJoin.
+        let victim = layout.spare()[(n + left.len()) % 2];
+        // A learner's last collector is taken only with a join after it (the learner waits
+        // `task.timeout` for one, then fails): KillAllThenJoin.
         if matches!(fault, CollectorFault::Kill | CollectorFault::Freeze) && !left.is_empty() {
             r.missed.push((CHAOS_MISSED, "it would leave no collector"));
             continue;
@@ -1095,16 +1160,17 @@ fn collector_job(n: usize, faults: &[(CollectorFault, u64)]) -> Report {
             CollectorFault::Kill => kill(victim, libc::SIGKILL, &mut left),
             CollectorFault::Freeze => kill(victim, libc::SIGSTOP, &mut left),
             CollectorFault::Join | CollectorFault::KillAllThenJoin => {
+                let mut starved = None;
                 if fault == CollectorFault::KillAllThenJoin {
-                    kill(1, libc::SIGKILL, &mut left);
-                    kill(2, libc::SIGKILL, &mut left);
+                    let (all, learner) = layout.starved();
+                    for &c in all {
+                        kill(c, libc::SIGKILL, &mut left);
+                    }
+                    starved = Some(learner);
                     std::thread::sleep(Duration::from_millis(500));
                 }
                 let log = logs.join(format!("joined{}.log", joined.len()));
-                joined.push((
-                    start_drill(&["--parallel-workers", "3", "--join"], &log),
-                    log,
-                ));
+                joined.push((start_drill(&["--join"], &log), log, starved));
             }
         }
     }
@@ -1146,15 +1212,23 @@ fn collector_job(n: usize, faults: &[(CollectorFault, u64)]) -> Report {
             ));
         }
     }
-    for (k, (mut child, path)) in joined.into_iter().enumerate() {
+    for (k, (mut child, path, starved)) in joined.into_iter().enumerate() {
         let s = wait_until(&mut child, Instant::now() + Duration::from_secs(15));
         let its = std::fs::read_to_string(&path).unwrap_or_default();
-        let node = 3 + k;
+        let node = layout.workers() + k;
         match s {
             Some(s) if s.success() => {
                 if !log.contains(&format!("collector node {node} joined")) {
                     r.violations.push(format!(
                         "collector node {node} exited 0 but never joined: {}",
+                        tail(&its)
+                    ));
+                }
+                if let Some(learner) = starved.filter(|_| layout == Layout::Group)
+                    && !its.contains(&format!("feeds learner {learner} "))
+                {
+                    r.violations.push(format!(
+                        "collector node {node} joined after learner {learner} lost its collectors but did not feed it: {}",
                         tail(&its)
                     ));
                 }
