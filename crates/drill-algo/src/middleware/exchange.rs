@@ -278,12 +278,12 @@ fn joined(c: &Mutex<Collectors>, node: u32) {
 fn choose_learner(task: &TaskHandle, remote: &Remote) -> Result<usize, TaskError> {
     let node = remote.node as u32;
     let answers = Mailbox::<(u32, u32)>::new(task.events(), &loads(node));
-    task.emit(JOINER_ASKS, &node)?;
     let mut live: Vec<Option<u32>> = vec![None; remote.learners.len()];
     let deadline = Instant::now() + remote.timeout;
+    task.emit(JOINER_ASKS, &node)?;
     while live.iter().any(Option::is_none) {
         let left = deadline.saturating_duration_since(Instant::now());
-        match answers.recv(task, left) {
+        match answers.recv(task, left.min(Duration::from_secs(1))) {
             Ok(Some((k, n))) => {
                 if let Some(slot) = live.get_mut(k as usize) {
                     *slot = Some(n);
@@ -291,6 +291,9 @@ fn choose_learner(task: &TaskHandle, remote: &Remote) -> Result<usize, TaskError
             }
             // The run ended meanwhile: so does this collector's pipeline, at once.
             Ok(None) => return Ok(0),
+            // Again after a second without an answer: a learner still starting had no one
+            // listening yet.
+            Err(TaskError::Timeout { .. }) if !left.is_zero() => task.emit(JOINER_ASKS, &node)?,
             Err(TaskError::Timeout { .. }) => {
                 let silent: Vec<String> = (live.iter().zip(&remote.learners))
                     .filter(|(n, _)| n.is_none())
@@ -1325,7 +1328,7 @@ mod tests {
 
     /// A joiner asks both learners of a group on one bus (learner 0 with 2 collectors,
     /// learner 1 with 1) and feeds learner 1, which alone hears it joined; with learner 1
-    /// silent, the joiner's error names it.
+    /// silent, the joiner's error names it; one that starts listening late is asked again.
     #[test]
     fn a_joiner_feeds_the_learner_with_the_fewest_collectors() {
         let owner = Task::<OnlineRLContext>::new();
@@ -1351,9 +1354,22 @@ mod tests {
             ),
             "{err}"
         );
-        let one = ContextExchanger::<Transitions>::new(Duration::from_secs(1))
-            .receive_trajectories(&h, &[11], (1, 2));
-        assert_eq!(choose_learner(&h, &joiner(vec![1, 2])).unwrap(), 1);
+        // Learner 1 listens only after the first question: asked again, it answers.
+        let late =
+            std::thread::spawn({
+                let h = h.clone();
+                move || {
+                    std::thread::sleep(Duration::from_millis(300));
+                    ContextExchanger::<Transitions>::new(Duration::from_secs(1))
+                        .receive_trajectories(&h, &[11], (1, 2))
+                }
+            });
+        let patient = Remote {
+            timeout: Duration::from_secs(5),
+            ..joiner(vec![1, 2])
+        };
+        assert_eq!(choose_learner(&h, &patient).unwrap(), 1);
+        let one = late.join().unwrap();
         let live = |x: &ContextExchanger<Transitions>| x.collectors.lock().unwrap().live.clone();
         assert_eq!(live(&zero), [10, 12].into());
         assert_eq!(live(&one), [11, 20].into());
