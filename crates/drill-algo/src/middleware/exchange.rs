@@ -566,23 +566,27 @@ enum Side {
 }
 
 /// What a group learner heard of a collector that joins.
-#[derive(PartialEq)]
+#[derive(Clone, Copy, PartialEq)]
 enum Heard {
     /// It listens ([`PEER_READY`]).
     Ready,
     /// It chose this learner ([`JOINER_FEEDS`]).
     Feeds,
+    /// It chose another learner.
+    Elsewhere,
 }
 
-/// `now` heard of joiner `node`: with the other already heard, `send` it the weights.
+/// `now` heard of joiner `node`: with both that it listens and that it chose this learner,
+/// `send` it the weights; a joiner is kept only until both of its events came.
 fn heard(seen: &Mutex<BTreeMap<u32, Heard>>, node: u32, now: Heard, send: &dyn Fn(u32)) {
     let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
-    match seen.remove(&node) {
-        Some(before) if before != now => {
+    match (seen.remove(&node), now) {
+        (Some(Heard::Ready), Heard::Feeds) | (Some(Heard::Feeds), Heard::Ready) => {
             drop(seen);
             send(node);
         }
-        _ => {
+        (Some(Heard::Ready), Heard::Elsewhere) | (Some(Heard::Elsewhere), Heard::Ready) => {}
+        (_, now) => {
             seen.insert(node, now);
         }
     }
@@ -667,11 +671,11 @@ impl<'a, P: Policy> ModelExchanger<'a, P> {
             });
             task.on(JOINER_FEEDS, move |e| {
                 if let Ok((node, to)) = e.decode::<(u32, u32)>() {
-                    match to as usize == k {
-                        true => heard(&seen, node, Heard::Feeds, &*send),
-                        // Another learner's.
-                        false => drop(seen.lock().unwrap_or_else(|p| p.into_inner()).remove(&node)),
-                    }
+                    let now = match to as usize == k {
+                        true => Heard::Feeds,
+                        false => Heard::Elsewhere,
+                    };
+                    heard(&seen, node, now, &*send);
                 }
             });
         }
@@ -1322,8 +1326,16 @@ mod tests {
         assert!(sent.borrow().is_empty(), "the same twice is not both");
         heard(&seen, 6, Heard::Feeds, &send);
         heard(&seen, 7, Heard::Ready, &send);
+        // Another learner's joiners, either way round.
+        heard(&seen, 8, Heard::Elsewhere, &send);
+        heard(&seen, 9, Heard::Ready, &send);
+        heard(&seen, 8, Heard::Ready, &send);
+        heard(&seen, 9, Heard::Elsewhere, &send);
         assert_eq!(*sent.borrow(), [6, 7]);
-        assert!(seen.lock().unwrap().is_empty(), "nothing kept once sent");
+        assert!(
+            seen.lock().unwrap().is_empty(),
+            "nothing kept once both came"
+        );
     }
 
     /// A joiner asks both learners of a group on one bus (learner 0 with 2 collectors,
