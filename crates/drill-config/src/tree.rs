@@ -73,7 +73,8 @@ pub struct TaskConfig {
     /// Seconds a worker waits for another before giving up (a lost worker fails the wait at
     /// once): a learner for its collectors' data; a collector waits twice as long for its
     /// learner's answer (so that a learner left without collectors says so first), a remote
-    /// evaluator for its next evaluation point as long as that takes.
+    /// evaluator for its next evaluation point as long as that takes, a collector joining a
+    /// learner group for every learner's answer to which it should feed.
     pub timeout: f64,
     /// What carries events between the workers: `tcp` (direct links, the default) or `redis`
     /// (pub/sub on `redis_url`; DI-engine's `mq_type`; needs a build with `--features redis`).
