@@ -1025,12 +1025,12 @@ impl Layout {
         }
     }
 
-    /// The collectors of the learner that [`CollectorFault::KillAllThenJoin`] starves, and
-    /// that learner's rank among the learners.
-    fn starved(self) -> (&'static [usize], usize) {
+    /// The collectors of the learner that [`CollectorFault::KillAllThenJoin`] starves, and,
+    /// where a joiner has learners to choose from, that learner's rank among them.
+    fn starved(self) -> (&'static [usize], Option<usize>) {
         match self {
-            Layout::OneLearner => (&[1, 2], 0),
-            Layout::Group => (&[4], 1),
+            Layout::OneLearner => (&[1, 2], None),
+            Layout::Group => (&[4], Some(1)),
         }
     }
 
@@ -1166,7 +1166,7 @@ fn collector_job(n: usize, layout: Layout, faults: &[(CollectorFault, u64)]) -> 
                     for &c in all {
                         kill(c, libc::SIGKILL, &mut left);
                     }
-                    starved = Some(learner);
+                    starved = learner;
                     std::thread::sleep(Duration::from_millis(500));
                 }
                 let log = logs.join(format!("joined{}.log", joined.len()));
@@ -1224,7 +1224,7 @@ fn collector_job(n: usize, layout: Layout, faults: &[(CollectorFault, u64)]) -> 
                         tail(&its)
                     ));
                 }
-                if let Some(learner) = starved.filter(|_| layout == Layout::Group)
+                if let Some(learner) = starved
                     && !its.contains(&format!("feeds learner {learner} "))
                 {
                     r.violations.push(format!(

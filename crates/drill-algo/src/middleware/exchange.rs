@@ -1345,21 +1345,19 @@ mod tests {
     fn a_joiner_feeds_the_learner_with_the_fewest_collectors() {
         let owner = Task::<OnlineRLContext>::new();
         let h = owner.handle().clone();
-        let joiner = |learners: Vec<usize>| Remote {
+        let joiner = || Remote {
             node: 20,
             collector_index: 20,
             collectors: 3,
             collector_nodes: vec![10, 11, 12],
-            learners,
+            learners: vec![1, 2],
             model_staleness: 0,
             model_every: 1,
             timeout: Duration::from_millis(300),
         };
         let zero = ContextExchanger::<Transitions>::new(Duration::from_secs(1))
             .receive_trajectories(&h, &[10, 12], (0, 2));
-        let err = choose_learner(&h, &joiner(vec![1, 2]))
-            .unwrap_err()
-            .to_string();
+        let err = choose_learner(&h, &joiner()).unwrap_err().to_string();
         assert!(
             err.contains(
                 "collector node 20 joins a group of 2 learners, but node 2 did not answer"
@@ -1378,7 +1376,7 @@ mod tests {
             });
         let patient = Remote {
             timeout: Duration::from_secs(5),
-            ..joiner(vec![1, 2])
+            ..joiner()
         };
         assert_eq!(choose_learner(&h, &patient).unwrap(), 1);
         let one = late.join().unwrap();
@@ -1391,7 +1389,7 @@ mod tests {
                 &h,
                 &Remote {
                     node: 21,
-                    ..joiner(vec![1, 2])
+                    ..joiner()
                 }
             )
             .unwrap(),

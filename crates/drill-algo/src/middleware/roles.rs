@@ -50,22 +50,17 @@ pub struct Remote {
     pub timeout: Duration,
 }
 
-/// The learner (its rank among `learners`) that collector `index` of the role table feeds:
-/// collectors are dealt out in turn (one that joins a running group chooses its learner).
-pub(crate) fn learner_of(index: usize, learners: usize) -> usize {
-    index % learners.max(1)
-}
-
 impl Remote {
     /// This worker's rank among the learners (`None`: not a learner).
     pub(crate) fn learner_rank(&self) -> Option<usize> {
         self.learners.iter().position(|&l| l == self.node)
     }
 
-    /// The learner (its rank among the learners) that collector `index` feeds
-    /// ([`learner_of`]).
+    /// The learner (its rank among the learners) that collector `index` of the role table
+    /// feeds: collectors are dealt out in turn (one that joins a running group chooses its
+    /// learner).
     pub(crate) fn learner_of(&self, index: usize) -> usize {
-        learner_of(index, self.learners.len())
+        index % self.learners.len().max(1)
     }
 
     /// The collector nodes that feed learner `rank`.
